@@ -1,0 +1,76 @@
+"""The raw pyzmq DEALER/ROUTER baseline: what FIT costs before FIT adds anything.
+
+    python -m benchmarks.raw_zmq ADDRESS     a plain ROUTER echo server; prints
+                                             READY, echoes until an empty frame
+    RawClient(address).measure(size, n)      n round trips, RTTs in µs
+
+Synchronous, one frame each way, as the FIT transport does (BASELINES.md).
+"""
+
+import subprocess
+import sys
+
+import zmq
+
+
+def serve(address: str) -> None:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.bind(address)
+    print("READY", flush=True)
+    while True:
+        route, frame = sock.recv_multipart()
+        if not frame:
+            break
+        sock.send_multipart((route, frame))
+    sock.close(0)
+    ctx.term()
+
+
+class RawServer:
+    """The echo server as a plain child process; a context manager."""
+
+    def __init__(self, address: str):
+        self.address = address
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.raw_zmq", address],
+                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        if self.proc.stdout.readline().strip() != b"READY":
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("raw pyzmq echo server did not start")
+
+    def __enter__(self) -> "RawServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+class RawClient:
+    def __init__(self, address: str):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.connect(address)
+
+    def measure(self, size: int, n: int) -> list[float]:
+        import time
+
+        send, recv, clock = self.sock.send, self.sock.recv, time.perf_counter_ns
+        payload = b"\0" * size
+        out = [0.0] * n
+        for i in range(n):
+            t0 = clock()
+            send(payload)
+            recv()
+            out[i] = (clock() - t0) / 1000.0
+        return out
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

@@ -1,0 +1,31 @@
+"""fit_rpc: the rack's interconnect, a FIT-like RPC layer (LegoOS's FIT, over ZeroMQ).
+
+Every cross-component interaction in splitrack is a FIT message; the wire format
+is docs/protocol.md. Public face:
+
+    Endpoint, Message     endpoint.py    calls, one-way sends, handlers
+    Op, op_name           ops.py         operation codes
+    codec                 codec.py       the "args" payload layout
+    FitError and kin      errors.py      typed errors carrying errno codes
+    Transport             transport.py   the interface a transport implements
+"""
+
+from fit_rpc import codec
+from fit_rpc.endpoint import GLOBAL_ID, Endpoint, Message
+from fit_rpc.errors import (
+    FitError,
+    FitTimeout,
+    MalformedMessage,
+    MessageTooLarge,
+    PeerUnreachable,
+    UnknownDestination,
+    UnknownOp,
+)
+from fit_rpc.ops import Op, op_name
+from fit_rpc.transport import Transport
+
+__all__ = [
+    "GLOBAL_ID", "Endpoint", "Message", "Op", "op_name", "codec", "Transport",
+    "FitError", "FitTimeout", "MalformedMessage", "MessageTooLarge", "PeerUnreachable",
+    "UnknownDestination", "UnknownOp",
+]

@@ -1,0 +1,50 @@
+"""Per-link, per-op message and byte counters of one FIT endpoint.
+
+Interface:
+    c = Counters()
+    c.tx(peer, op, nbytes); c.rx(peer, op, nbytes)   # hot path: one dict lookup
+    c.error(name)                                     # malformed, unknown_op, ...
+    c.snapshot() -> {"links": {peer: {op_name: {tx_msgs, tx_bytes, rx_msgs, rx_bytes}}},
+                     "errors": {name: n}}
+Byte counts include the 16-byte header. Counters only grow.
+"""
+
+from fit_rpc.ops import op_name
+
+
+class Counters:
+    __slots__ = ("_tx", "_rx", "_errors")
+
+    def __init__(self) -> None:
+        self._tx: dict[tuple[str, int], list[int]] = {}
+        self._rx: dict[tuple[str, int], list[int]] = {}
+        self._errors: dict[str, int] = {}
+
+    def tx(self, peer: str, op: int, nbytes: int) -> None:
+        _count(self._tx, (peer, op), nbytes)
+
+    def rx(self, peer: str, op: int, nbytes: int) -> None:
+        _count(self._rx, (peer, op), nbytes)
+
+    def error(self, name: str) -> None:
+        self._errors[name] = self._errors.get(name, 0) + 1
+
+    def snapshot(self) -> dict:
+        links: dict[str, dict[str, dict[str, int]]] = {}
+        for direction, table in (("tx", self._tx), ("rx", self._rx)):
+            for (peer, op), (msgs, nbytes) in table.items():
+                row = links.setdefault(peer, {}).setdefault(
+                    op_name(op), {"tx_msgs": 0, "tx_bytes": 0, "rx_msgs": 0, "rx_bytes": 0}
+                )
+                row[f"{direction}_msgs"] = msgs
+                row[f"{direction}_bytes"] = nbytes
+        return {"links": links, "errors": dict(self._errors)}
+
+
+def _count(table: dict[tuple[str, int], list[int]], key: tuple[str, int], nbytes: int) -> None:
+    cell = table.get(key)
+    if cell is None:
+        table[key] = [1, nbytes]
+    else:
+        cell[0] += 1
+        cell[1] += nbytes

@@ -1,0 +1,10 @@
+"""monitors: one monitor process per component kind.
+
+    core.py        the life every monitor shares (bind, register, serve, stop)
+    gmonitor.py    global: GPM, GMM, GSM (registry.py) and GNM (gnm/)
+    pmonitor.py    pComponent      mmonitor.py  mComponent
+    nmonitor.py    nComponent      smonitor.py  sComponent (storage_root.py)
+    __main__.py    `python -m monitors --run-dir D --id ID`
+
+Monitors never import each other; they talk through FIT (fit_rpc/).
+"""

@@ -1,0 +1,86 @@
+"""The global process: GPM, GMM, GSM and GNM, one FIT endpoint with id `global`.
+
+It is the rack's directory: every monitor registers here at start (REGISTER)
+and any endpoint resolves a component id to its inbox address here (RESOLVE).
+Placement policies live in registry.py (GPM, GMM, GSM) and gnm/ (GNM); this
+file only maps ops (docs/protocol.md, 0x02xx) onto them.
+"""
+
+import errno
+import os
+from typing import Any
+
+from fit_rpc import GLOBAL_ID, Op
+from fit_rpc.codec import handler, need
+from gnm import NicRegistry
+from monitors.core import Monitor
+from monitors.registry import Component, Registry
+
+_KINDS = ("p", "m", "n", "s")
+
+
+class GlobalMonitor(Monitor):
+    kind = "global"
+
+    def setup(self) -> None:
+        self.registry = Registry()
+        self.nics = NicRegistry()
+        for op, fn in (
+            (Op.REGISTER, self.register_component), (Op.RESOLVE, self.resolve),
+            (Op.LIST, self.list_components), (Op.LOAD_REPORT, self.load_report),
+            (Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
+            (Op.GSM_LOOKUP, self.gsm_lookup), (Op.GNM_OWNER, self.gnm_owner),
+            (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip),
+        ):
+            self.ep.on(op, handler(fn))
+
+    def register(self) -> None:
+        self.registry.add(Component(GLOBAL_ID, "global", self.ep.address, os.getpid()))
+
+    def extra_stats(self) -> dict[str, Any]:
+        return {"registered": sorted(self.registry.components), "nics": self.nics.by_component()}
+
+    def register_component(self, args: dict[str, Any], data: memoryview) -> None:
+        cid, kind = need(args, "id", str), need(args, "kind", str)
+        if kind == "client":  # an endpoint outside the components that wants to be called
+            known = self.registry.components.get(cid)
+            if known is not None and known.kind != "client":
+                raise OSError(errno.EEXIST, f"{cid!r} is a component id")
+        elif kind not in _KINDS or not cid.startswith(kind):
+            raise OSError(errno.EINVAL, f"bad component id/kind {cid!r}/{kind!r}")
+        resources = need(args, "resources", dict)
+        if kind == "m" and (not isinstance(resources.get("memory"), int)
+                            or resources["memory"] <= 0):
+            raise OSError(errno.EINVAL, f"{cid}: resources.memory must be a positive int")
+        if kind == "n":
+            self.nics.register(cid, need(resources, "nics", list))
+        self.registry.add(Component(cid, kind, need(args, "address", str),
+                                    need(args, "pid", int), resources))
+        self.log.info("registered %s at %s", cid, args["address"])
+
+    def resolve(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"address": self.registry.get(need(args, "id", str)).address}
+
+    def list_components(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"components": [c.as_dict() for c in self.registry.components.values()]}
+
+    def load_report(self, args: dict[str, Any], data: memoryview) -> None:
+        self.registry.get(need(args, "id", str)).load.update(need(args, "load", dict))
+
+    def gpm_place(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"id": self.registry.place_process()}
+
+    def gmm_place(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"id": self.registry.place_memory(need(args, "size", int))}
+
+    def gsm_lookup(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"id": self.registry.storage_for(need(args, "path", str))}
+
+    def gnm_owner(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"id": self.nics.owner(need(args, "ip", str))}
+
+    def gnm_is_rack_ip(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"rack": self.nics.is_rack_ip(need(args, "ip", str))}
+
+
+__all__ = ["GlobalMonitor"]

@@ -1,0 +1,117 @@
+"""The sMonitor: the storage component sN, a stateless file service.
+
+LegoOS style: every request carries its path (relative to the sComponent's
+root); the service keeps no open files between requests. Ops and payloads:
+docs/protocol.md, 0x05xx. Every path goes through StorageRoot (the trust
+boundary) first. Errors are the errno Linux gives for the same call, with the
+client's path (never the host path) in the message.
+"""
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+from fit_rpc import Op
+from fit_rpc.codec import handler, need
+from monitors.core import Monitor
+from monitors.storage_root import StorageRoot
+from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+
+_MAX_READ = FIT_MAX_PAYLOAD_BYTES - 64  # room for the reply's args
+
+
+class SMonitor(Monitor):
+    kind = "s"
+
+    def setup(self) -> None:
+        self.store = StorageRoot(self.config["root"])
+        for op, fn in (
+            (Op.S_OPEN, self.s_open), (Op.S_READ, self.s_read), (Op.S_WRITE, self.s_write),
+            (Op.S_STAT, self.s_stat), (Op.S_TRUNCATE, self.s_truncate),
+            (Op.S_UNLINK, self.s_unlink), (Op.S_MKDIR, self.s_mkdir),
+            (Op.S_RMDIR, self.s_rmdir), (Op.S_LISTDIR, self.s_listdir),
+            (Op.S_RENAME, self.s_rename),
+        ):
+            self.ep.on(op, handler(_client_errors(fn)))
+
+    def resources(self) -> dict[str, Any]:
+        return {"root": self.store.root}
+
+    def s_open(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        flags = os.O_WRONLY | os.O_TRUNC if args.get("truncate") else os.O_RDONLY
+        if args.get("create"):
+            flags |= os.O_CREAT | (os.O_EXCL if args.get("exclusive") else 0)
+        os.close(os.open(self._path(args), flags, 0o644))
+        return self.s_stat(args, data)
+
+    def s_read(self, args: dict[str, Any], data: memoryview) -> tuple[dict, bytes]:
+        offset, length = _nonneg(args, "offset"), _nonneg(args, "length")
+        if length > _MAX_READ:
+            raise OSError(errno.EINVAL, f"length {length} over the FIT limit of {_MAX_READ}")
+        fd = os.open(self._path(args), os.O_RDONLY)
+        try:
+            return {}, os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
+    def s_write(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        offset = _nonneg(args, "offset")
+        fd = os.open(self._path(args), os.O_WRONLY)
+        try:
+            return {"written": os.pwrite(fd, data, offset)}
+        finally:
+            os.close(fd)
+
+    def s_stat(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        st = os.stat(self._path(args))
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+        return {"size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
+                "mtime_ns": st.st_mtime_ns, "type": kind}
+
+    def s_truncate(self, args: dict[str, Any], data: memoryview) -> None:
+        os.truncate(self._path(args), _nonneg(args, "length"))
+
+    def s_unlink(self, args: dict[str, Any], data: memoryview) -> None:
+        os.unlink(self._path(args, follow=False))
+
+    def s_mkdir(self, args: dict[str, Any], data: memoryview) -> None:
+        os.mkdir(self._path(args, follow=False))
+
+    def s_rmdir(self, args: dict[str, Any], data: memoryview) -> None:
+        os.rmdir(self._path(args, follow=False))
+
+    def s_listdir(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        return {"entries": sorted(os.listdir(self._path(args)))}
+
+    def s_rename(self, args: dict[str, Any], data: memoryview) -> None:
+        src = self.store.resolve(need(args, "src", str), follow=False)
+        dst = self.store.resolve(need(args, "dst", str), follow=False)
+        os.rename(src, dst)
+
+    def _path(self, args: dict[str, Any], follow: bool = True) -> str:
+        return self.store.resolve(need(args, "path", str), follow=follow)
+
+
+def _nonneg(args: dict[str, Any], name: str) -> int:
+    value = need(args, name, int)
+    if value < 0:
+        raise OSError(errno.EINVAL, f"argument {name!r} must not be negative")
+    return value
+
+
+def _client_errors(fn: Callable[[dict, memoryview], Any]) -> Callable[[dict, memoryview], Any]:
+    """Re-raise file system errors with the client's path, not the host's."""
+
+    def wrapped(args: dict[str, Any], data: memoryview) -> Any:
+        try:
+            return fn(args, data)
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            shown = args.get("path", f"{args.get('src')} -> {args.get('dst')}")
+            raise OSError(exc.errno, f"{exc.strerror}: {shown!r}") from None
+
+    wrapped.__name__ = fn.__name__
+    return wrapped

@@ -1,0 +1,203 @@
+"""The `splitrack` command: each verb is a few lines over the Python API (rack.py).
+
+    splitrack up [--spec F] [--name N] [--detach]    start a rack
+    splitrack status [--name N] [--json]             components, PIDs, endpoints, health
+    splitrack stats [--name N] [--json]              per-component and per-link FIT counters
+    splitrack down [--name N]                        stop exactly the rack's processes
+    splitrack bench fit [--spec F] [--json F]        FIT RTT vs raw pyzmq, same run
+
+Results go to stdout, diagnostics to stderr. Errors are one line and exit 1.
+"""
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from splitrack.params import UP_POLL_INTERVAL_S
+from splitrack.rack import Rack, RackError
+from splitrack.rundir import RunDir
+from splitrack.spec import SpecError, load_spec
+
+EXIT_OK, EXIT_ERROR, EXIT_DEGRADED = 0, 1, 2
+
+
+def _rack_name(args: argparse.Namespace) -> str:
+    if args.name:
+        return args.name
+    return load_spec(args.spec).name if args.spec else "default"
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    rack = Rack(args.spec, name=args.name, detach=args.detach)
+    started = time.monotonic()
+    rack.start()
+    print(f"rack {rack.name!r} is up in {time.monotonic() - started:.2f} s "
+          f"(run dir {rack.run.path})")
+    _print_status(rack.status())
+    if args.detach:
+        print(f"detached; `splitrack down --name {rack.name}` stops it")
+        return EXIT_OK
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    print("Ctrl-C stops the rack", file=sys.stderr)
+    try:
+        alive = set(rack.alive())
+        while alive:
+            time.sleep(UP_POLL_INTERVAL_S)
+            now = set(rack.alive())
+            for cid in sorted(alive - now):
+                print(f"splitrack: {cid} exited (log: {rack.components[cid]['log']})",
+                      file=sys.stderr)
+            alive = now
+    except KeyboardInterrupt:
+        pass
+    finally:
+        rack.stop()
+    print(f"rack {rack.name!r} stopped")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    name = _rack_name(args)
+    try:
+        rack = Rack.attach(name)
+    except RackError:
+        if args.json:
+            print(json.dumps({"name": name, "up": False, "components": []}))
+        else:
+            print(f"rack {name!r} is not up")
+        return EXIT_ERROR
+    rows = rack.status()
+    if args.json:
+        print(json.dumps({"name": name, "up": True, "run_dir": rack.run.path,
+                          "components": rows}, indent=1))
+    else:
+        print(f"rack {name!r} (run dir {rack.run.path})")
+        _print_status(rows)
+    return EXIT_OK if all(r["state"] == "ok" for r in rows) else EXIT_DEGRADED
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    stats = Rack.attach(_rack_name(args)).stats()
+    if args.json:
+        print(json.dumps(stats, indent=1))
+        return EXIT_OK
+    _print_stats(stats)
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    name = _rack_name(args)
+    if RunDir(name).read_state() is None:
+        print(f"rack {name!r} is not up; nothing to stop")
+        return EXIT_OK
+    rack = Rack.attach(name)
+    rack.stop()
+    print(f"rack {name!r} stopped ({len(rack.components)} processes)")
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks import fit
+
+    return fit.main(args)
+
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
+    print(f"{'ID':<8}{'KIND':<8}{'PID':>8}  {'STATE':<12}{'UPTIME':>9}  ENDPOINT")
+    for r in rows:
+        uptime = f"{r['uptime_s']:.1f}s" if r["uptime_s"] is not None else "-"
+        print(f"{r['id']:<8}{r['kind']:<8}{r['pid']:>8}  {r['state']:<12}{uptime:>9}  "
+              f"{r['address']}")
+
+
+def _print_stats(stats: dict[str, dict[str, Any]]) -> None:
+    by_kind: dict[str, list[int]] = {}
+    for cid, snap in stats.items():
+        print(f"{cid}:")
+        if "error" in snap:
+            print(f"  unreachable: {snap['error']}")
+            continue
+        for peer, ops in sorted(snap["links"].items()):
+            for op, c in sorted(ops.items()):
+                print(f"  {cid}-{peer:<14}{op:<16}tx {c['tx_msgs']:>8} msgs {c['tx_bytes']:>11} B"
+                      f"   rx {c['rx_msgs']:>8} msgs {c['rx_bytes']:>11} B")
+                link = "-".join(sorted((_kind(cid), _kind(peer))))
+                total = by_kind.setdefault(link, [0, 0])
+                total[0] += c["tx_msgs"]
+                total[1] += c["tx_bytes"]
+        if snap["errors"]:
+            print("  errors: " + ", ".join(f"{k}={v}" for k, v in sorted(snap["errors"].items())))
+    print("links (counted once, at the sender):")
+    for link, (msgs, nbytes) in sorted(by_kind.items()):
+        print(f"  {link:<16}{msgs:>10} msgs {nbytes:>13} B")
+
+
+def _kind(cid: str) -> str:
+    return cid if cid == "global" else "client" if cid.startswith("cli.") else cid[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="splitrack",
+        description="Run an emulated split-kernel rack (LegoOS with network components).",
+        epilog="With no --spec, the embedded default rack: global, p0, p1, m0, n0 "
+               "(NICs 127.0.0.11, 127.0.0.12), s0. Run directories live under "
+               "$SPLITRACK_RUN_ROOT (default /tmp/splitrack-UID).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def rack_args(p: argparse.ArgumentParser, spec_help: str) -> None:
+        p.add_argument("--spec", metavar="FILE", help=spec_help)
+        p.add_argument("--name", help="rack name (default: the spec's, else 'default')")
+
+    p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
+    rack_args(p, "TOML rack spec (default: the embedded default rack)")
+    p.add_argument("--detach", action="store_true",
+                   help="leave the rack running in the background and return")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("status", help="show every component: PID, endpoint, health",
+                       description="Exit status: 0 all healthy, 1 not up, 2 some component "
+                                   "dead or unreachable.")
+    rack_args(p, "take the rack name from this spec")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("stats", help="per-component and per-link FIT counters")
+    rack_args(p, "take the rack name from this spec")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("down", help="stop a rack (exactly the processes it started)")
+    rack_args(p, "take the rack name from this spec")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("bench", help="benchmarks with their baselines measured in the same run")
+    p.add_argument("kind", choices=["fit"], help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER")
+    p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
+    p.add_argument("--rounds", type=int, default=None, help="round trips per repetition")
+    p.add_argument("--reps", type=int, default=None, help="repetitions (FIT and raw interleaved)")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="splitrack: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (RackError, SpecError) as exc:
+        print(f"splitrack: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

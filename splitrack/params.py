@@ -1,0 +1,24 @@
+"""Every tunable of splitrack in one place (xv6's param.h).
+
+Units are in the names. Change a value here, not at its point of use.
+"""
+
+# --- FIT RPC -----------------------------------------------------------------
+FIT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024   # LegoOS FIT's largest message
+FIT_HARD_LIMIT_BYTES = 64 * 1024 * 1024   # ZeroMQ drops a peer that sends more (memory guard)
+FIT_CALL_TIMEOUT_S = 5.0                  # default request/reply timeout
+FIT_RECONNECT_IVL_MS = 10                 # ZeroMQ reconnect interval to a peer
+FIT_LINGER_MS = 0                         # unsent messages are dropped at close
+FIT_REPLY_SLICE_MS = 2                    # a caller serves its inbox between slices of waiting
+
+# --- monitors and the launcher ----------------------------------------------
+MONITOR_READY_TIMEOUT_S = 15.0            # a monitor must print READY within this
+MONITOR_STOP_GRACE_S = 3.0                # SIGTERM, then SIGKILL after this
+HEALTH_TIMEOUT_S = 1.0                    # `splitrack status` per-component probe
+UP_POLL_INTERVAL_S = 0.5                  # foreground `splitrack up` checks its monitors
+
+# --- benchmarks ----------------------------------------------------------------
+BENCH_FIT_SIZES_BYTES = (128, 4096)
+BENCH_FIT_ROUNDS = 5000                   # round trips per repetition
+BENCH_FIT_REPS = 5                        # repetitions, FIT and raw interleaved
+BENCH_WARMUP_ROUNDS = 500

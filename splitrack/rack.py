@@ -1,0 +1,269 @@
+"""The rack launcher: start, inspect and stop a rack's monitor processes.
+
+Interface:
+    with Rack(spec) as rack:          # start; always stop, even on an exception
+        rack.status()                 # [{id, kind, pid, address, state, uptime_s}]
+        ep = rack.endpoint()          # a FIT endpoint to call components
+    Rack(spec, detach=True).start()   # leave it running (`splitrack up --detach`)
+    Rack.attach("default")            # an already-running rack, from its run dir
+    rack.stop()                       # stop exactly the processes the rack started
+
+`spec` is whatever load_spec takes (None: the embedded default rack).
+Start order: global first (it is the directory), then every other component at
+once; each is ready when it has registered and printed READY. A rack that
+fails to start is stopped and its run directory removed; the error carries the
+failing monitor's last log lines. Monitors of a non-detached rack die with the
+process that started them (PR_SET_PDEATHSIG), so a killed test leaks nothing.
+"""
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from fit_rpc import GLOBAL_ID, Endpoint, Op
+from splitrack.params import HEALTH_TIMEOUT_S, MONITOR_READY_TIMEOUT_S, MONITOR_STOP_GRACE_S
+from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify
+from splitrack.spec import RackSpec, load_spec
+
+log = logging.getLogger("splitrack")
+
+
+class RackError(RuntimeError):
+    """The rack cannot be started, found or stopped as asked; the message says why."""
+
+
+class Rack:
+    def __init__(self, spec: Any = None, *, name: str | None = None,
+                 run_root: str | None = None, detach: bool = False):
+        self.spec = spec if isinstance(spec, RackSpec) else load_spec(spec, name=name)
+        self.name = self.spec.name
+        self.run = RunDir(self.name, run_root)
+        self.detach = detach
+        self.components: dict[str, dict[str, Any]] = {}  # id -> state record
+        self._children: dict[str, subprocess.Popen] = {}
+        self._endpoints: list[Endpoint] = []
+        self._clients = 0
+
+    # ---- lifecycle -------------------------------------------------------------
+    @classmethod
+    def attach(cls, name: str = "default", run_root: str | None = None) -> "Rack":
+        """The running rack `name`; RackError if it is not up."""
+        run = RunDir(name, run_root)
+        state = run.read_state()
+        if state is None:
+            raise RackError(f"rack {name!r} is not up (no state in {run.path})")
+        rack = cls.__new__(cls)
+        rack.spec = None  # not needed to inspect or stop a running rack
+        rack.name, rack.run, rack.detach = name, run, True
+        rack.components = {c["id"]: c for c in state["components"]}
+        rack._children, rack._endpoints, rack._clients = {}, [], 0
+        return rack
+
+    def start(self) -> "Rack":
+        with self.run.lock():
+            self._clear_stale()
+            self.run.create(self.spec.to_json())
+            try:
+                self._check_socket_paths()
+                self._launch([GLOBAL_ID], None)
+                self._launch(self.spec.ids(), self.components[GLOBAL_ID]["address"])
+                self.run.write_state({"name": self.name, "launcher_pid": os.getpid(),
+                                      "detached": self.detach, "source": self.spec.source,
+                                      "components": list(self.components.values())})
+            except BaseException:
+                self._terminate()
+                self.run.remove()
+                raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the rack's processes (SIGTERM, then SIGKILL after a grace period)
+        and remove its run directory. Safe to call twice."""
+        for ep in self._endpoints:
+            ep.close()
+        self._endpoints.clear()
+        with self.run.lock():
+            self._terminate()
+            self.run.remove()
+
+    def __enter__(self) -> "Rack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- inspection --------------------------------------------------------------
+    def alive(self) -> list[str]:
+        """Ids of the rack's processes that are still running."""
+        return [cid for cid, rec in self.components.items()
+                if identify(rec["pid"], rec["create_time"])]
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every component with its PID, endpoint and health: ok, unreachable or dead."""
+        rows = []
+        with self.endpoint() as ep:
+            for cid, rec in self.components.items():
+                row = {k: rec[k] for k in ("id", "kind", "pid", "address")}
+                row.update(state="dead", uptime_s=None)
+                if identify(rec["pid"], rec["create_time"]):
+                    try:
+                        health, _ = ep.call_args(cid, Op.HEALTH, timeout=HEALTH_TIMEOUT_S)
+                        row.update(state=health["state"], uptime_s=health["uptime_s"])
+                    except OSError:
+                        row["state"] = "unreachable"
+                rows.append(row)
+        return rows
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """STATS of every live component, by id."""
+        out = {}
+        with self.endpoint() as ep:
+            for cid in self.alive():
+                try:
+                    out[cid], _ = ep.call_args(cid, Op.STATS, timeout=HEALTH_TIMEOUT_S)
+                except OSError as exc:
+                    out[cid] = {"id": cid, "error": str(exc)}
+        return out
+
+    def endpoint(self, serve: bool = False) -> Endpoint:
+        """A FIT endpoint that resolves component ids through `global`.
+
+        serve=True gives it an inbox and registers it (kind "client"), so
+        components can call it back; it then must serve while it waits.
+        """
+        self._clients += 1
+        cid = f"cli.{os.getpid()}.{self._clients}"
+        bind = None
+        if serve:
+            bind = ("tcp://127.0.0.1:0" if self.spec_endpoints() == "tcp"
+                    else f"ipc://{self.run.path}/{cid}.sock")
+        ep = Endpoint(cid, bind, directory=self.components[GLOBAL_ID]["address"])
+        if serve:
+            ep.call_args(GLOBAL_ID, Op.REGISTER, {"id": cid, "kind": "client",
+                                                  "address": ep.address, "pid": os.getpid(),
+                                                  "resources": {}})
+        self._endpoints.append(ep)
+        return ep
+
+    def spec_endpoints(self) -> str:
+        address = self.components[GLOBAL_ID]["address"]
+        return "tcp" if address.startswith("tcp://") else "ipc"
+
+    # ---- internals ------------------------------------------------------------------
+    def _clear_stale(self) -> None:
+        state = self.run.read_state()
+        if state is not None:
+            live = [c["id"] for c in state["components"]
+                    if identify(c["pid"], c["create_time"])]
+            if live:
+                raise RackError(f"rack {self.name!r} is already up ({', '.join(live)} running); "
+                                f"`splitrack down --name {self.name}` stops it")
+            log.warning("rack %r: removing stale run directory %s (its processes are gone)",
+                        self.name, self.run.path)
+        if self.run.exists():
+            self.run.remove()
+
+    def _check_socket_paths(self) -> None:
+        if self.spec.endpoints != "ipc":
+            return
+        longest = os.path.join(self.run.path, "cli.4194304.999.sock")
+        if len(longest.encode()) > SOCKADDR_UN_MAX:
+            raise RackError(f"run directory {self.run.path} is too long for ipc sockets "
+                            f"(at most {SOCKADDR_UN_MAX} bytes a path); set SPLITRACK_RUN_ROOT "
+                            "to a shorter directory or use endpoints = \"tcp\"")
+
+    def _launch(self, ids: list[str], global_address: str | None) -> None:
+        """Start these monitors at once and wait until each printed READY."""
+        pending = {}
+        for cid in ids:
+            cmd = [sys.executable, "-m", "monitors", "--run-dir", self.run.path, "--id", cid]
+            if global_address:
+                cmd += ["--global", global_address]
+            if not self.detach:
+                cmd += ["--die-with-parent", str(os.getpid())]
+            with open(self.run.log_path(cid), "ab") as logf:
+                proc = subprocess.Popen(cmd, cwd=self.run.path, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=logf,
+                                        start_new_session=True)
+            self._children[cid] = proc
+            self.components[cid] = {
+                "id": cid, "kind": "global" if cid == GLOBAL_ID else cid[0], "pid": proc.pid,
+                "create_time": psutil.Process(proc.pid).create_time(),
+                "address": None, "log": self.run.log_path(cid)}
+            pending[proc.stdout] = cid
+        self._await_ready(pending)
+
+    def _await_ready(self, pending: dict[Any, str]) -> None:
+        deadline = time.monotonic() + MONITOR_READY_TIMEOUT_S
+        buffers = {cid: b"" for cid in pending.values()}
+        with selectors.DefaultSelector() as sel:
+            for pipe in pending:
+                sel.register(pipe, selectors.EVENT_READ)
+            while pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RackError(self._failure(next(iter(pending.values())),
+                                                  "did not become ready in time"))
+                for key, _ in sel.select(remaining):
+                    cid = pending[key.fileobj]
+                    chunk = os.read(key.fd, 4096)
+                    buffers[cid] += chunk
+                    if b"\n" in buffers[cid] or not chunk:
+                        line = buffers[cid].split(b"\n", 1)[0].decode(errors="replace")
+                        if not line.startswith("READY "):
+                            raise RackError(self._failure(cid, "exited during start"))
+                        self.components[cid]["address"] = line.split(" ", 1)[1]
+                        sel.unregister(key.fileobj)
+                        key.fileobj.close()
+                        del pending[key.fileobj]
+
+    def _failure(self, cid: str, what: str) -> str:
+        proc = self._children.get(cid)
+        code = proc.poll() if proc else None
+        try:
+            with open(self.run.log_path(cid), errors="replace") as f:
+                tail = "".join(f.readlines()[-8:])
+        except OSError:
+            tail = ""
+        status = f" (exit status {code})" if code is not None else ""
+        return f"{cid} {what}{status}; last lines of its log:\n{tail}".rstrip()
+
+    def _terminate(self) -> None:
+        """SIGTERM every process of ours, wait, SIGKILL what is left; reap children."""
+        procs = []
+        for rec in self.components.values():
+            proc = identify(rec["pid"], rec["create_time"])
+            if proc is not None:
+                procs.append(proc)
+        for proc in procs:
+            _signal(proc, signal.SIGTERM)
+        _, left = psutil.wait_procs(procs, timeout=MONITOR_STOP_GRACE_S)
+        for proc in left:
+            log.warning("%s: pid %d did not stop on SIGTERM; killing it", self.name, proc.pid)
+            _signal(proc, signal.SIGKILL)
+        psutil.wait_procs(left, timeout=MONITOR_STOP_GRACE_S)
+        for child in self._children.values():
+            if child.stdout and not child.stdout.closed:
+                child.stdout.close()
+            try:
+                child.wait(timeout=MONITOR_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        self._children.clear()
+
+
+def _signal(proc: psutil.Process, signum: int) -> None:
+    try:
+        proc.send_signal(signum)
+    except psutil.NoSuchProcess:
+        pass
+
+
+__all__ = ["Rack", "RackError"]

@@ -1,0 +1,92 @@
+"""A rack's run directory: its ipc endpoints, logs, spec and state.
+
+Layout of RUN_ROOT/NAME/ (RUN_ROOT = $SPLITRACK_RUN_ROOT or /tmp/splitrack-UID):
+    spec.json        the normalized spec the monitors read
+    state.json       who was started: per component id, kind, pid, the
+                     process's create time, inbox address, log file
+    ID.sock          each component's FIT inbox (ipc endpoints)
+    logs/ID.log      each component's stderr
+RUN_ROOT/.NAME.lock is held (flock) while a rack starts or stops, so two
+`splitrack up` of one rack cannot race.
+
+A process is the rack's only if its PID is alive *and* its create time is the
+recorded one: a recycled PID is never mistaken for a monitor, so cleaning a
+stale run directory (a crashed rack) never touches anyone else's process.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+
+SOCKADDR_UN_MAX = 107  # bytes of a Unix socket path, including nothing after it
+
+
+def run_root() -> str:
+    return os.environ.get("SPLITRACK_RUN_ROOT") or f"/tmp/splitrack-{os.getuid()}"
+
+
+class RunDir:
+    def __init__(self, name: str, root: str | None = None):
+        self.root = root or run_root()
+        self.name = name
+        self.path = os.path.join(self.root, name)
+        self.state_path = os.path.join(self.path, "state.json")
+        self.spec_path = os.path.join(self.path, "spec.json")
+        self.log_dir = os.path.join(self.path, "logs")
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(self.root, f".{self.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def create(self, spec_json: dict[str, Any]) -> None:
+        os.makedirs(self.log_dir, mode=0o700)
+        _write_json(self.spec_path, spec_json)
+
+    def log_path(self, cid: str) -> str:
+        return os.path.join(self.log_dir, f"{cid}.log")
+
+    def read_state(self) -> dict[str, Any] | None:
+        try:
+            with open(self.state_path) as f:
+                return json.load(f)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        _write_json(self.state_path, state)
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.path)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def identify(pid: int, create_time: float) -> psutil.Process | None:
+    """The process with this PID if it is still the one started at create_time."""
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - create_time) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+            return proc
+    except psutil.Error:
+        pass
+    return None
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)

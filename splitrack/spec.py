@@ -1,0 +1,219 @@
+"""The rack spec: a TOML file that says which components a rack has.
+
+Interface:
+    load_spec(None)              the embedded default rack (default_rack.toml)
+    load_spec("rack.toml")       a spec file; relative paths inside it are
+                                 relative to the file's directory
+    load_spec({...})             a dict of the same shape (Python API)
+    default_spec()               same as load_spec(None)
+    spec.to_json()               the normalized form monitors read (spec.json)
+
+A spec is pure data (Mininet's topology): nothing here starts anything.
+Validation names the bad field in one line, e.g.
+    SpecError: rack.toml: ncomponent[0].nics[1]: '127.0.0.300' is not an IPv4 address
+Sizes are bytes (int) or strings with a unit: "64MiB", "1GiB", "512KB".
+"""
+
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+_RACK_KEYS = {"name": "default", "transport": "zmq", "endpoints": "ipc", "mode": "ddio",
+              "shortcuts": True}
+_SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
+_FIELDS = {  # per kind: field -> required
+    "p": {"id": True, "extcache": True, "ways": True},
+    "m": {"id": True, "memory": True},
+    "n": {"id": True, "nics": True},
+    "s": {"id": True, "root": True},
+}
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+RACK_LOOPBACK = "127.0.0.1"
+
+
+class SpecError(ValueError):
+    """The rack spec is not valid; the message names the source and the field."""
+
+
+@dataclass
+class RackSpec:
+    name: str
+    transport: str
+    endpoints: str
+    mode: str
+    shortcuts: bool
+    components: list[dict[str, Any]] = field(default_factory=list)
+    source: str = "<embedded default>"
+
+    def ids(self) -> list[str]:
+        return [c["id"] for c in self.components]
+
+    def to_json(self) -> dict[str, Any]:
+        rack = {k: getattr(self, k) for k in _RACK_KEYS}
+        return {"rack": rack, "components": [{"id": "global", "kind": "global"}, *self.components]}
+
+
+def default_spec() -> RackSpec:
+    return load_spec(None)
+
+
+def load_spec(source: str | os.PathLike | dict | None = None, *,
+              name: str | None = None) -> RackSpec:
+    """Read and validate a spec; `name` overrides rack.name."""
+    if source is None:
+        text = resources.files("splitrack").joinpath("default_rack.toml").read_text()
+        data, label, base = tomllib.loads(text), "<embedded default>", None
+    elif isinstance(source, dict):
+        data, label, base = source, "<dict>", os.getcwd()
+    else:
+        label = os.fspath(source)
+        try:
+            with open(label, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise SpecError(f"{label}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError(f"{label}: not valid TOML: {exc}") from None
+        base = os.path.dirname(os.path.abspath(label))
+    try:
+        return _validate(data, label, base, name)
+    except _Bad as bad:
+        raise SpecError(f"{label}: {bad.where}: {bad.problem}") from None
+
+
+class _Bad(Exception):
+    def __init__(self, where: str, problem: str):
+        self.where, self.problem = where, problem
+
+
+def _validate(data: dict, label: str, base: str | None, name: str | None) -> RackSpec:
+    for key in data:
+        if key != "rack" and key not in _SECTIONS:
+            raise _Bad(key, f"unknown section (expected rack, {', '.join(_SECTIONS)})")
+    rack = _rack_section(data.get("rack", {}))
+    if name is not None:
+        rack["name"] = name
+    if not _NAME.fullmatch(rack["name"]):
+        raise _Bad("rack.name", f"{rack['name']!r} is not 1-32 of [a-z0-9_-]")
+    spec = RackSpec(**rack, source=label)
+    if base is None:  # embedded default: storage lives in the user's data dir
+        data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+        base = os.path.join(data_home, "splitrack", spec.name)
+    for section, kind in _SECTIONS.items():
+        entries = data.get(section, [])
+        if not isinstance(entries, list):
+            raise _Bad(section, "must be an array of tables ([[%s]])" % section)
+        for i, entry in enumerate(entries):
+            spec.components.append(_component(entry, kind, f"{section}[{i}]", base))
+    _check_rack(spec)
+    return spec
+
+
+def _rack_section(section: Any) -> dict[str, Any]:
+    if not isinstance(section, dict):
+        raise _Bad("rack", "must be a table")
+    for key in section:
+        if key not in _RACK_KEYS:
+            raise _Bad(f"rack.{key}", f"unknown key (expected {', '.join(_RACK_KEYS)})")
+    rack = {**_RACK_KEYS, **section}
+    _choice(rack, "transport", ("zmq", "verbs"))
+    if rack["transport"] == "verbs":
+        raise _Bad("rack.transport", "'verbs' is not available in this build "
+                   "(needs pyverbs and RDMA hardware); use 'zmq'")
+    _choice(rack, "endpoints", ("ipc", "tcp"))
+    _choice(rack, "mode", ("dma", "ddio"))
+    if not isinstance(rack["shortcuts"], bool):
+        raise _Bad("rack.shortcuts", f"must be true or false, not {rack['shortcuts']!r}")
+    if not isinstance(rack["name"], str):
+        raise _Bad("rack.name", "must be a string")
+    return rack
+
+
+def _choice(rack: dict[str, Any], key: str, allowed: tuple[str, ...]) -> None:
+    if rack[key] not in allowed:
+        raise _Bad(f"rack.{key}", f"{rack[key]!r} is not one of {', '.join(allowed)}")
+
+
+def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise _Bad(where, "must be a table")
+    fields = _FIELDS[kind]
+    for key in entry:
+        if key not in fields:
+            raise _Bad(f"{where}.{key}", f"unknown key (expected {', '.join(fields)})")
+    for key, required in fields.items():
+        if required and key not in entry:
+            raise _Bad(f"{where}.{key}", "missing")
+    cid = entry["id"]
+    if not isinstance(cid, str) or not re.fullmatch(kind + r"\d{1,4}", cid):
+        raise _Bad(f"{where}.id", f"{cid!r} is not {kind}<number> (e.g. {kind}0)")
+    out: dict[str, Any] = {"id": cid, "kind": kind}
+    if kind == "p":
+        out["extcache"] = _size(entry["extcache"], f"{where}.extcache")
+        out["ways"] = _positive_int(entry["ways"], f"{where}.ways")
+    elif kind == "m":
+        out["memory"] = _size(entry["memory"], f"{where}.memory")
+    elif kind == "n":
+        out["nics"] = _nics(entry["nics"], f"{where}.nics")
+    else:
+        root = entry["root"]
+        if not isinstance(root, str) or not root:
+            raise _Bad(f"{where}.root", "must be a non-empty path string")
+        out["root"] = os.path.abspath(os.path.join(base, os.path.expanduser(root)))
+    return out
+
+
+def _size(value: Any, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str) and (m := _SIZE.fullmatch(value)) and m.group(2).upper() in _UNITS:
+        n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    else:
+        raise _Bad(where, f"{value!r} is not a size (bytes, or e.g. '64MiB', '1GiB')")
+    if n <= 0:
+        raise _Bad(where, f"{value!r} must be positive")
+    return n
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise _Bad(where, f"{value!r} is not a positive integer")
+    return value
+
+
+def _nics(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise _Bad(where, "must be a non-empty list of IPv4 addresses")
+    nics = []
+    for i, ip in enumerate(value):
+        try:
+            addr = ipaddress.IPv4Address(ip)
+        except (ipaddress.AddressValueError, ValueError, TypeError):
+            raise _Bad(f"{where}[{i}]", f"{ip!r} is not an IPv4 address") from None
+        if str(addr) == RACK_LOOPBACK:
+            raise _Bad(f"{where}[{i}]", "127.0.0.1 is the rack's own loopback, not a NIC")
+        nics.append(str(addr))
+    return nics
+
+
+def _check_rack(spec: RackSpec) -> None:
+    seen: dict[str, str] = {}
+    nic_owner: dict[str, str] = {}
+    for comp in spec.components:
+        if comp["id"] in seen:
+            raise _Bad(comp["id"], "component id used twice")
+        seen[comp["id"]] = comp["kind"]
+        for ip in comp.get("nics", ()):
+            if ip in nic_owner:
+                raise _Bad(f"{comp['id']}.nics", f"{ip} is also a NIC of {nic_owner[ip]}")
+            nic_owner[ip] = comp["id"]
+    for kind, label in (("p", "pcomponent"), ("m", "mcomponent")):
+        if kind not in seen.values():
+            raise _Bad(label, f"a rack needs at least one {label}")
