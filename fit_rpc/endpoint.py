@@ -191,12 +191,18 @@ class Endpoint:
         self._dispatch(arrival)
         return True
 
-    def serve_forever(self) -> None:
+    def serve_forever(self, until: Callable[[], bool] = lambda: False,
+                      check_every_s: float = 0.1) -> None:
+        """Serve until `until()` is true; it is checked whenever the inbox has
+        been idle for check_every_s (a signal handler that sets a flag is seen
+        within that time even if pyzmq swallowed its exception)."""
         recv, dispatch = self.transport.recv_inbound, self._dispatch
         while True:
-            arrival = recv(None)
+            arrival = recv(check_every_s)
             if arrival is not None:
                 dispatch(arrival)
+            elif until():
+                return
 
     def _dispatch(self, arrival: Arrival) -> None:
         src, route, frames = arrival.peer, arrival.route, arrival.frames

@@ -24,6 +24,7 @@ import time
 from typing import Any, ClassVar
 
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
+from splitrack.params import MONITOR_IDLE_CHECK_S
 
 
 class Stop(BaseException):
@@ -39,6 +40,7 @@ class Monitor:
         self.config = config          # this component's entry of the rack spec
         self.rack = rack              # the [rack] section
         self.started = time.monotonic()
+        self.stopping = False
         self.log = logging.getLogger(cid)
         self.ep = Endpoint(cid, bind, directory=global_address)
         self.ep.on(Op.HEALTH, self._health)
@@ -66,6 +68,9 @@ class Monitor:
     # ---- lifecycle ---------------------------------------------------------------
     def run(self) -> int:
         def stop(signum: int, frame: object) -> None:
+            # pyzmq may swallow this exception if the signal lands inside a
+            # blocking receive; the flag is then seen within MONITOR_IDLE_CHECK_S.
+            self.stopping = True
             raise Stop()
 
         signal.signal(signal.SIGTERM, stop)
@@ -75,10 +80,11 @@ class Monitor:
             self.register()
             _announce_ready(self.ep.address)
             self.log.info("serving at %s", self.ep.address)
-            self.ep.serve_forever()
+            self.ep.serve_forever(until=lambda: self.stopping, check_every_s=MONITOR_IDLE_CHECK_S)
         except Stop:
-            self.log.info("stopping")
+            pass
         finally:
+            self.log.info("stopping")
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             self.close()

@@ -1,0 +1,39 @@
+"""Helpers shared by the tests (importable as `helpers`)."""
+
+import os
+
+import psutil
+
+
+def small_spec(storage: str, name: str = "t", **rack) -> dict:
+    """A rack like the default one, with its storage under `storage`."""
+    return {
+        "rack": {"name": name, **rack},
+        "pcomponent": [{"id": "p0", "extcache": "4MiB", "ways": 8},
+                       {"id": "p1", "extcache": "4MiB", "ways": 8}],
+        "mcomponent": [{"id": "m0", "memory": "64MiB"}],
+        "ncomponent": [{"id": "n0", "nics": ["127.0.0.11", "127.0.0.12"]}],
+        "scomponent": [{"id": "s0", "root": storage}],
+    }
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a running (not zombie) process."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(") ", 1)[1][0] != "Z"
+
+
+def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+    """Wait until these processes are gone; returns the PIDs still alive at the timeout."""
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    _, left = psutil.wait_procs(procs, timeout=timeout)
+    return [p.pid for p in left]

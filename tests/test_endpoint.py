@@ -1,0 +1,197 @@
+"""FIT endpoint tests against real monitor processes of a running rack."""
+
+import array
+import errno
+import os
+import signal
+import time
+
+import pytest
+import zmq
+
+from fit_rpc import (
+    FitError,
+    FitTimeout,
+    MessageTooLarge,
+    Op,
+    UnknownDestination,
+    UnknownOp,
+    codec,
+    header,
+)
+from splitrack import Rack
+from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+from helpers import alive, small_spec
+
+
+def test_round_trip_echo_all_components(rack, client):
+    for cid in ("global", "p0", "p1", "m0", "n0", "s0"):
+        payload = os.urandom(4096)
+        assert bytes(client.call(cid, Op.ECHO, payload)) == payload
+
+
+def test_round_trip_sizes_up_to_the_limit(client):
+    for size in (0, 1, 128, 4096, 65536, FIT_MAX_PAYLOAD_BYTES):
+        payload = os.urandom(size)
+        assert bytes(client.call("m0", Op.ECHO, payload)) == payload
+
+
+def test_reply_payload_is_a_memoryview(client):
+    reply = client.call("p0", Op.ECHO, b"abc")
+    assert isinstance(reply, memoryview)
+
+
+def test_oversized_request_is_refused_before_sending(client):
+    before = client.counters.snapshot()["links"].get("m0", {}).get("ECHO", {}).get("tx_msgs", 0)
+    with pytest.raises(MessageTooLarge) as info:
+        client.call("m0", Op.ECHO, b"\0" * (FIT_MAX_PAYLOAD_BYTES + 1))
+    assert info.value.errno == errno.EMSGSIZE
+    after = client.counters.snapshot()["links"].get("m0", {}).get("ECHO", {}).get("tx_msgs", 0)
+    assert after == before
+
+
+def test_unknown_op_gets_error_reply_and_counter(client):
+    with pytest.raises(UnknownOp) as info:
+        client.call("p0", 0x0FFF)
+    assert info.value.errno == errno.ENOSYS
+    stats, _ = client.call_args("p0", Op.STATS)
+    assert stats["errors"]["unknown_op"] >= 1
+    assert bytes(client.call("p0", Op.ECHO, b"still serving")) == b"still serving"
+
+
+def test_unknown_destination(client):
+    with pytest.raises(UnknownDestination) as info:
+        client.call("p9", Op.ECHO, b"x")
+    assert info.value.errno == errno.ENXIO
+
+
+def test_one_way_send_is_delivered(client):
+    # LOAD_REPORT is one-way; its effect is visible through LIST.
+    client.send("global", Op.LOAD_REPORT, codec.encode({"id": "p1", "load": {"processes": 7}}))
+    listing, _ = client.call_args("global", Op.LIST)
+    p1 = next(c for c in listing["components"] if c["id"] == "p1")
+    assert p1["load"]["processes"] == 7
+    client.send("global", Op.LOAD_REPORT, codec.encode({"id": "p1", "load": {"processes": 0}}))
+
+
+def test_push_both_directions(rack):
+    """A component calls a client back while the client is itself waiting in a
+    call to that component: the client serves the callback and nothing deadlocks."""
+    ep = rack.endpoint(serve=True)
+    args, data = ep.call_args("p0", Op.PING_PEER,
+                              {"target": ep.id, "size": 64, "count": 20, "warmup": 0})
+    samples = array.array("d", bytes(data))
+    assert len(samples) == 20 and all(s > 0 for s in samples)
+    link = ep.counters.snapshot()["links"]["p0"]
+    assert link["ECHO"]["rx_msgs"] == 20          # pushed to us by p0
+    assert link["ECHO"]["tx_msgs"] == 20          # our replies
+    assert link["PING_PEER"]["tx_msgs"] == 1      # our call to p0
+
+
+def test_monitor_to_monitor_calls_are_counted_per_link(client):
+    client.call_args("p1", Op.PING_PEER, {"target": "m0", "size": 100, "count": 5})
+    stats, _ = client.call_args("p1", Op.STATS)
+    echo = stats["links"]["m0"]["ECHO"]
+    assert echo["tx_msgs"] >= 5 and echo["tx_bytes"] >= 5 * (100 + header.HEADER_SIZE)
+    m0, _ = client.call_args("m0", Op.STATS)
+    assert m0["links"]["p1"]["ECHO"]["rx_msgs"] >= 5
+
+
+def test_bad_ping_arguments_are_einval(client):
+    with pytest.raises(OSError) as info:
+        client.call_args("p0", Op.PING_PEER, {"target": "m0", "size": "big", "count": 1})
+    assert info.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("frames, why", [
+    ([b"\x01\x02"], "shorter than the header"),
+    ([b"\0" * 16], "bad magic"),
+    ([header.pack(header.REQUEST, Op.ECHO, 9, 100) + b"short"], "length mismatch"),
+    ([header.pack(header.REQUEST, Op.ECHO, 9, 0), b"extra"], "two frames"),
+    ([header.pack(header.REQUEST, Op.PING_PEER, 9, 7) + b"\x03\0\0\0{{{"], "args not JSON"),
+])
+def test_malformed_frames_get_ebadmsg_and_monitor_keeps_serving(rack, client, frames, why):
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(rack.components["m0"]["address"])
+    try:
+        before = client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
+        sock.send_multipart(frames)
+        kind, op, err, seq, payload = header.parse(sock.recv())
+        assert (kind, err) == (header.REPLY, errno.EBADMSG), why
+        after = client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
+        assert after == before + 1
+        assert bytes(client.call("m0", Op.ECHO, b"ok")) == b"ok"
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+def test_reply_sent_to_an_inbox_is_counted_not_answered(rack, client):
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect(rack.components["m0"]["address"])
+    try:
+        before = client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
+        sock.send(header.pack(header.REPLY, Op.ECHO, 9, 0))
+        assert bytes(client.call("m0", Op.ECHO, b"ok")) == b"ok"
+        after = client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
+        assert after == before + 1
+        assert sock.poll(200) == 0  # a reply is never answered (no reply loops)
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+def test_oversized_frame_from_a_raw_sender_gets_emsgsize(rack, client):
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(rack.components["n0"]["address"])
+    try:
+        n = FIT_MAX_PAYLOAD_BYTES + 1
+        sock.send(header.pack(header.REQUEST, Op.ECHO, 77, n) + b"\0" * n)
+        kind, op, err, seq, _ = header.parse(sock.recv())
+        assert (err, seq) == (errno.EMSGSIZE, 77)
+        assert client.call_args("n0", Op.STATS)[0]["errors"]["too_large"] >= 1
+        assert bytes(client.call("n0", Op.ECHO, b"ok")) == b"ok"
+    finally:
+        sock.close(0)
+        ctx.term()
+
+
+def test_stopped_monitor_gives_timeout_not_hang(run_root, tmp_path):
+    """SIGSTOP a monitor: calls to it time out within their timeout."""
+    with Rack(small_spec(str(tmp_path / "s"))) as rack:
+        ep = rack.endpoint()
+        assert bytes(ep.call("m0", Op.ECHO, b"x")) == b"x"
+        pid = rack.components["m0"]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(FitTimeout) as info:
+                ep.call("m0", Op.ECHO, b"x", timeout=0.5)
+            assert time.monotonic() - t0 < 5  # returned; the limit only guards a hang
+            assert info.value.errno == errno.ETIMEDOUT
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # the link was reset: the late reply is not mistaken for the next call's
+        assert bytes(ep.call("m0", Op.ECHO, b"y")) == b"y"
+
+
+def test_killed_monitor_gives_clear_error_and_rack_still_stops(run_root, tmp_path):
+    with Rack(small_spec(str(tmp_path / "s"))) as rack:
+        ep = rack.endpoint()
+        assert bytes(ep.call("m0", Op.ECHO, b"x")) == b"x"
+        pid = rack.components["m0"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        rack._children["m0"].wait()
+        with pytest.raises(FitError) as info:
+            ep.call("m0", Op.ECHO, b"x", timeout=0.5)
+        assert info.value.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH)
+        states = {r["id"]: r["state"] for r in rack.status()}
+        assert states["m0"] == "dead" and states["p0"] == "ok"
+        pids = [c["pid"] for c in rack.components.values()]
+    for pid in pids:
+        assert not alive(pid)

@@ -1,0 +1,213 @@
+"""The launcher and the CLI: real racks started, inspected and stopped."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from fit_rpc import Op
+from helpers import alive, small_spec, wait_gone
+from splitrack import Rack, RackError
+from splitrack.rundir import RunDir
+
+SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
+
+
+def cli(*args, check=True):
+    proc = subprocess.run([SPLITRACK, *args], capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"splitrack {' '.join(args)} -> {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+def test_up_and_down_leave_no_process_behind(run_root, tmp_path):
+    with Rack(small_spec(str(tmp_path / "s"))) as rack:
+        pids = {cid: rec["pid"] for cid, rec in rack.components.items()}
+        assert set(pids) == {"global", "p0", "p1", "m0", "n0", "s0"}
+        assert all(alive(pid) for pid in pids.values())
+        assert {c.pid for c in psutil.Process().children()} >= set(pids.values())
+        assert all(r["state"] == "ok" for r in rack.status())
+    assert not any(alive(pid) for pid in pids.values())
+    assert not os.path.exists(rack.run.path)
+
+
+def test_context_manager_cleans_up_after_an_exception(run_root, tmp_path):
+    pids = []
+    with pytest.raises(ZeroDivisionError):
+        with Rack(small_spec(str(tmp_path / "s"))) as rack:
+            pids = [rec["pid"] for rec in rack.components.values()]
+            1 / 0
+    assert pids and not any(alive(pid) for pid in pids)
+    assert RunDir("t").read_state() is None
+
+
+def test_second_up_of_the_same_rack_says_already_up(run_root, tmp_path):
+    spec = small_spec(str(tmp_path / "s"))
+    with Rack(spec) as rack:
+        with pytest.raises(RackError, match="'t' is already up"):
+            Rack(spec).start()
+        assert all(r["state"] == "ok" for r in rack.status())
+
+
+def test_stale_run_dir_is_cleaned_without_touching_other_processes(run_root, tmp_path):
+    spec = small_spec(str(tmp_path / "s"))
+    rack = Rack(spec, detach=True).start()
+    try:
+        for rec in rack.components.values():  # the rack crashes: every process dies
+            os.kill(rec["pid"], signal.SIGKILL)
+        assert not wait_gone([r["pid"] for r in rack.components.values()])
+        # a stranger that got one of the PIDs must survive: fake that with our own child
+        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        state = RunDir("t").read_state()
+        state["components"][1]["pid"] = stranger.pid
+        RunDir("t").write_state(state)
+        with Rack(spec) as again:
+            assert all(r["state"] == "ok" for r in again.status())
+        assert alive(stranger.pid)
+    finally:
+        stranger.kill()
+        stranger.wait()
+        rack.stop()
+
+
+def test_monitor_that_fails_to_start_is_reported_and_nothing_leaks(run_root, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    spec = small_spec(str(blocker / "storage"))  # s0 cannot create its root
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    with pytest.raises(RackError, match=r"s0 exited during start \(exit status 1\)") as info:
+        Rack(spec).start()
+    assert "NotADirectoryError" in str(info.value)  # the log tail is in the message
+    after = {c.pid for c in psutil.Process().children(recursive=True)}
+    assert after <= before
+    assert not os.path.exists(os.path.join(run_root, "t"))
+
+
+def test_too_long_run_root_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPLITRACK_RUN_ROOT", str(tmp_path / ("x" * 90)))
+    with pytest.raises(RackError, match="too long for ipc sockets"):
+        Rack(small_spec(str(tmp_path / "s"))).start()
+
+
+def test_tcp_endpoints(run_root, tmp_path):
+    spec = small_spec(str(tmp_path / "s"), endpoints="tcp")
+    with Rack(spec) as rack:
+        assert all(rec["address"].startswith("tcp://127.0.0.1:")
+                   for rec in rack.components.values())
+        ep = rack.endpoint()
+        assert bytes(ep.call("s0", Op.ECHO, b"over tcp")) == b"over tcp"
+        args, _ = ep.call_args("p0", Op.PING_PEER, {"target": "m0", "size": 8, "count": 3})
+
+
+def test_monitors_die_with_a_killed_launcher(run_root, tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from helpers import small_spec
+        from splitrack import Rack
+        rack = Rack(small_spec({str(tmp_path / "s")!r})).start()
+        print(" ".join(str(r["pid"]) for r in rack.components.values()), flush=True)
+        time.sleep(600)
+    """)
+    launcher = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in launcher.stdout.readline().split()]
+        assert len(pids) == 6
+        launcher.kill()
+        launcher.wait()
+        assert not wait_gone(pids)
+    finally:
+        launcher.kill()
+        launcher.wait()
+        launcher.stdout.close()
+
+
+def test_cli_up_detach_status_stats_down(run_root, tmp_path):
+    spec_file = tmp_path / "rack.toml"
+    spec_file.write_text(textwrap.dedent(f"""
+        [rack]
+        name = "clitest"
+        [[pcomponent]]
+        id = "p0"
+        extcache = "1MiB"
+        ways = 4
+        [[mcomponent]]
+        id = "m0"
+        memory = "16MiB"
+        [[scomponent]]
+        id = "s0"
+        root = "{tmp_path / 'store'}"
+    """))
+    up = cli("up", "--spec", str(spec_file), "--detach")
+    assert "rack 'clitest' is up" in up.stdout
+    try:
+        again = cli("up", "--spec", str(spec_file), "--detach", check=False)
+        assert again.returncode == 1 and "already up" in again.stderr
+        status = json.loads(cli("status", "--name", "clitest", "--json").stdout)
+        assert status["up"] and [c["id"] for c in status["components"]] == \
+            ["global", "p0", "m0", "s0"]
+        assert all(c["state"] == "ok" for c in status["components"])
+        pids = [c["pid"] for c in status["components"]]
+        table = cli("status", "--spec", str(spec_file)).stdout
+        assert "ipc://" in table and "p0" in table
+        stats = json.loads(cli("stats", "--name", "clitest", "--json").stdout)
+        assert stats["global"]["links"]["p0"]["REGISTER"]["rx_msgs"] == 1
+        assert "links (counted once, at the sender)" in cli("stats", "--name", "clitest").stdout
+        os.kill(pids[2], signal.SIGKILL)  # m0 dies: status says so, exit 2
+        assert not wait_gone([pids[2]])
+        degraded = cli("status", "--name", "clitest", "--json", check=False)
+        assert degraded.returncode == 2
+        assert {c["id"]: c["state"] for c in json.loads(degraded.stdout)["components"]}["m0"] \
+            == "dead"
+    finally:
+        down = cli("down", "--name", "clitest")
+    assert "stopped" in down.stdout
+    assert not any(alive(pid) for pid in pids)
+    assert "not up" in cli("down", "--name", "clitest").stdout  # exit 0
+    gone = cli("status", "--name", "clitest", check=False)
+    assert gone.returncode == 1 and "not up" in gone.stdout
+
+
+def test_cli_foreground_up_stops_on_sigint(run_root, tmp_path):
+    spec_file = tmp_path / "fg.toml"
+    spec_file.write_text(textwrap.dedent(f"""
+        [rack]
+        name = "fg"
+        [[pcomponent]]
+        id = "p0"
+        extcache = "1MiB"
+        ways = 4
+        [[mcomponent]]
+        id = "m0"
+        memory = "16MiB"
+    """))
+    up = subprocess.Popen([SPLITRACK, "up", "--spec", str(spec_file)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        assert "is up" in up.stdout.readline()
+        pids = [int(line.split()[2]) for line in (up.stdout.readline() for _ in range(4))
+                if line.split()[0] in ("global", "p0", "m0")]
+        assert len(pids) == 3 and all(alive(pid) for pid in pids)
+        up.send_signal(signal.SIGINT)
+        out, err = up.communicate(timeout=30)
+        assert up.returncode == 0, err
+        assert "rack 'fg' stopped" in out
+        assert not any(alive(pid) for pid in pids)
+    finally:
+        up.kill()
+        up.wait()
+
+
+def test_cli_errors_are_one_line(run_root, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[rack]\nmode = "warp"\n')
+    proc = cli("up", "--spec", str(bad), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"splitrack: error: {bad}: rack.mode: 'warp' is not one of "
+                                   "dma, ddio")
+    assert "usage" in cli("--help").stdout

@@ -1,0 +1,91 @@
+"""Rack spec validation: every bad field gets a one-line error that names it."""
+
+import pytest
+
+from helpers import small_spec
+from splitrack import SpecError, default_spec, load_spec
+
+
+def test_default_spec_is_the_documented_rack():
+    spec = default_spec()
+    assert spec.name == "default"
+    assert spec.ids() == ["p0", "p1", "m0", "n0", "s0"]
+    n0 = next(c for c in spec.components if c["id"] == "n0")
+    assert n0["nics"] == ["127.0.0.11", "127.0.0.12"]
+    p0 = spec.components[0]
+    assert (p0["extcache"], p0["ways"]) == (64 << 20, 8)
+    assert spec.components[2]["memory"] == 1 << 30
+    assert (spec.transport, spec.mode, spec.shortcuts, spec.endpoints) == ("zmq", "ddio", True,
+                                                                           "ipc")
+
+
+def test_to_json_puts_global_first():
+    comps = default_spec().to_json()["components"]
+    assert comps[0] == {"id": "global", "kind": "global"}
+
+
+def test_spec_file_relative_root_is_relative_to_the_file(tmp_path):
+    f = tmp_path / "r.toml"
+    f.write_text('[rack]\nname = "x"\n[[pcomponent]]\nid = "p0"\nextcache = 4096\nways = 1\n'
+                 '[[mcomponent]]\nid = "m0"\nmemory = "1MB"\n'
+                 '[[scomponent]]\nid = "s0"\nroot = "data"\n')
+    spec = load_spec(f)
+    assert spec.components[-1]["root"] == str(tmp_path / "data")
+    assert spec.components[1]["memory"] == 10**6
+
+
+def _err(mutate, tmp_path) -> str:
+    spec = small_spec(str(tmp_path))
+    mutate(spec)
+    with pytest.raises(SpecError) as info:
+        load_spec(spec)
+    msg = str(info.value)
+    assert "\n" not in msg
+    return msg
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda s: s["ncomponent"][0]["nics"].append("127.0.0.300"),
+     "ncomponent[0].nics[2]: '127.0.0.300' is not an IPv4 address"),
+    (lambda s: s["ncomponent"][0]["nics"].append("127.0.0.1"),
+     "ncomponent[0].nics[2]: 127.0.0.1 is the rack's own loopback"),
+    (lambda s: s["pcomponent"][0].update(extcache="lots"), "pcomponent[0].extcache: 'lots'"),
+    (lambda s: s["pcomponent"][1].update(ways=0), "pcomponent[1].ways: 0 is not a positive"),
+    (lambda s: s["pcomponent"][1].update(id="q1"), "pcomponent[1].id: 'q1' is not p<number>"),
+    (lambda s: s["pcomponent"][1].update(id="p0"), "p0: component id used twice"),
+    (lambda s: s["mcomponent"][0].update(memory=-5), "mcomponent[0].memory: -5 must be positive"),
+    (lambda s: s["mcomponent"][0].pop("memory"), "mcomponent[0].memory: missing"),
+    (lambda s: s["mcomponent"][0].update(colour="red"), "mcomponent[0].colour: unknown key"),
+    (lambda s: s.update(mcomponent=[]), "mcomponent: a rack needs at least one mcomponent"),
+    (lambda s: s.update(gcomponent=[]), "gcomponent: unknown section"),
+    (lambda s: s["rack"].update(mode="fast"), "rack.mode: 'fast' is not one of dma, ddio"),
+    (lambda s: s["rack"].update(transport="verbs"), "rack.transport: 'verbs' is not available"),
+    (lambda s: s["rack"].update(shortcuts="yes"), "rack.shortcuts: must be true or false"),
+    (lambda s: s["rack"].update(name="Bad Name"), "rack.name: 'Bad Name' is not 1-32"),
+    (lambda s: s["rack"].update(speed=1), "rack.speed: unknown key"),
+    (lambda s: s["ncomponent"].append({"id": "n1", "nics": ["127.0.0.12"]}),
+     "n1.nics: 127.0.0.12 is also a NIC of n0"),
+    (lambda s: s["scomponent"][0].update(root=""), "scomponent[0].root: must be a non-empty"),
+])
+def test_bad_field_is_named(tmp_path, mutate, expected):
+    msg = _err(mutate, tmp_path)
+    assert msg.startswith("<dict>: ")
+    assert expected in msg
+
+
+def test_unreadable_and_invalid_toml_files(tmp_path):
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[rack\n")
+    with pytest.raises(SpecError, match="bad.toml: not valid TOML"):
+        load_spec(bad)
+
+
+def test_sizes_accept_units(tmp_path):
+    spec = small_spec(str(tmp_path))
+    spec["pcomponent"][0]["extcache"] = "512KiB"
+    spec["mcomponent"][0]["memory"] = "2GiB"
+    loaded = load_spec(spec)
+    assert loaded.components[0]["extcache"] == 512 * 1024
+    assert loaded.components[2]["memory"] == 2 << 30
