@@ -139,7 +139,8 @@ class Endpoint:
     def _transmit(self, peer: str, kind: int, op: int, seq: int, payload: Frame,
                   timeout: float) -> None:
         if len(payload) > FIT_MAX_PAYLOAD_BYTES:
-            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
+            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds "
+                                  f"{FIT_MAX_PAYLOAD_BYTES}")
         address = self._addresses.get(peer) or self.resolve(peer)
         frame = header.pack(kind, op, seq, len(payload)) + payload
         self.transport.send(peer, address, frame, timeout)
@@ -224,7 +225,8 @@ class Endpoint:
         except FitError as exc:
             if not seq:
                 kind, op, seq = _salvage(frames)
-            self._fail(route, src, kind, op, seq, exc, _ERROR_COUNTERS.get(type(exc), "service_error"))
+            counter = _ERROR_COUNTERS.get(type(exc), "service_error")
+            self._fail(route, src, kind, op, seq, exc, counter)
         except OSError as exc:
             self._fail(route, src, kind, op, seq, exc, "service_error")
         except Exception as exc:  # a bug in a handler: log it, answer EIO, keep serving
@@ -282,4 +284,5 @@ def _salvage(frames: list) -> tuple[int, int, int]:
     return REQUEST, 0, 0
 
 
-_ERROR_COUNTERS = {MalformedMessage: "malformed", MessageTooLarge: "too_large", UnknownOp: "unknown_op"}
+_ERROR_COUNTERS = {MalformedMessage: "malformed", MessageTooLarge: "too_large",
+                   UnknownOp: "unknown_op"}

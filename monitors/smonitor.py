@@ -66,7 +66,8 @@ class SMonitor(Monitor):
 
     def s_stat(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         st = os.stat(self._path(args))
-        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
+        kind = ("dir" if stat.S_ISDIR(st.st_mode)
+                else "file" if stat.S_ISREG(st.st_mode) else "other")
         return {"size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
                 "mtime_ns": st.st_mtime_ns, "type": kind}
 

@@ -6,8 +6,9 @@ Layout of RUN_ROOT/NAME/ (RUN_ROOT = $SPLITRACK_RUN_ROOT or /tmp/splitrack-UID):
                      process's create time, inbox address, log file
     ID.sock          each component's FIT inbox (ipc endpoints)
     logs/ID.log      each component's stderr
-RUN_ROOT/.NAME.lock is held (flock) while a rack starts or stops, so two
-`splitrack up` of one rack cannot race.
+RUN_ROOT/.lock is held (flock) while any rack starts or stops, so two
+`splitrack up` of one rack cannot race (one lock file for all racks: nothing
+accumulates in RUN_ROOT).
 
 A process is the rack's only if its PID is alive *and* its create time is the
 recorded one: a recycled PID is never mistaken for a monitor, so cleaning a
@@ -43,7 +44,7 @@ class RunDir:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         os.makedirs(self.root, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(self.root, f".{self.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

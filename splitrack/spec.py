@@ -98,18 +98,18 @@ def _validate(data: dict, label: str, base: str | None, name: str | None) -> Rac
         if key != "rack" and key not in _SECTIONS:
             raise _Bad(key, f"unknown section (expected rack, {', '.join(_SECTIONS)})")
     rack = _rack_section(data.get("rack", {}))
+    if base is None:  # embedded default: storage lives in the user's data dir, by spec name
+        data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+        base = os.path.join(data_home, "splitrack", rack["name"])
     if name is not None:
         rack["name"] = name
     if not _NAME.fullmatch(rack["name"]):
         raise _Bad("rack.name", f"{rack['name']!r} is not 1-32 of [a-z0-9_-]")
     spec = RackSpec(**rack, source=label)
-    if base is None:  # embedded default: storage lives in the user's data dir
-        data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-        base = os.path.join(data_home, "splitrack", spec.name)
     for section, kind in _SECTIONS.items():
         entries = data.get(section, [])
         if not isinstance(entries, list):
-            raise _Bad(section, "must be an array of tables ([[%s]])" % section)
+            raise _Bad(section, f"must be an array of tables ([[{section}]])")
         for i, entry in enumerate(entries):
             spec.components.append(_component(entry, kind, f"{section}[{i}]", base))
     _check_rack(spec)

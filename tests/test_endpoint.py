@@ -19,9 +19,9 @@ from fit_rpc import (
     codec,
     header,
 )
+from helpers import alive, small_spec
 from splitrack import Rack
 from splitrack.params import FIT_MAX_PAYLOAD_BYTES
-from helpers import alive, small_spec
 
 
 def test_round_trip_echo_all_components(rack, client):

@@ -1,0 +1,42 @@
+"""Every example in examples/ runs, on its own default rack, and says what it should."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def run_example(name, run_root, tmp_path):
+    env = dict(os.environ, SPLITRACK_RUN_ROOT=run_root, XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, name)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_every_example_has_a_test():
+    assert sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".py")) == \
+        ["hello_rack.py", "storage.py"]
+
+
+def test_hello_rack(run_root, tmp_path):
+    out = run_example("hello_rack.py", run_root, tmp_path)
+    for cid in ("global", "p0", "p1", "m0", "n0", "s0"):
+        assert f"\n{cid:<7} pid" in "\n" + out
+    assert "median RTT" in out
+
+
+def test_storage(run_root, tmp_path):
+    out = run_example("storage.py", run_root, tmp_path)
+    assert out.startswith("hello, split kernel\n['hello.txt']\nrefused:")
+    stored = tmp_path / "data" / "splitrack" / "default" / "rack-storage" / "hello.txt"
+    assert stored.read_text() == "hello, split kernel\n"
+
+
+@pytest.mark.parametrize("name", ["hello_rack.py", "storage.py"])
+def test_examples_have_docstrings(name):
+    with open(os.path.join(EXAMPLES, name)) as f:
+        assert f.read().startswith('"""')
