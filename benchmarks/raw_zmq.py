@@ -1,7 +1,8 @@
 """The raw pyzmq DEALER/ROUTER baseline: what FIT costs before FIT adds anything.
 
-    python -m benchmarks.raw_zmq ADDRESS     a plain ROUTER echo server; prints
-                                             READY, echoes until an empty frame
+    python -m benchmarks.raw_zmq ADDRESS [N]  a plain ROUTER echo server; prints
+                                             READY, echoes (or answers N bytes)
+                                             until an empty frame
     RawClient(address).measure(size, n)      n round trips, RTTs in µs
 
 Synchronous, one frame each way, as the FIT transport does (BASELINES.md).
@@ -9,20 +10,22 @@ Synchronous, one frame each way, as the FIT transport does (BASELINES.md).
 
 import subprocess
 import sys
+import time
 
 import zmq
 
 
-def serve(address: str) -> None:
+def serve(address: str, reply_bytes: int | None = None) -> None:
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.bind(address)
     print("READY", flush=True)
+    fixed = None if reply_bytes is None else b"\0" * reply_bytes
     while True:
         route, frame = sock.recv_multipart()
         if not frame:
             break
-        sock.send_multipart((route, frame))
+        sock.send_multipart((route, frame if fixed is None else fixed))
     sock.close(0)
     ctx.term()
 
@@ -30,9 +33,10 @@ def serve(address: str) -> None:
 class RawServer:
     """The echo server as a plain child process; a context manager."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, reply_bytes: int | None = None):
         self.address = address
-        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.raw_zmq", address],
+        extra = [] if reply_bytes is None else [str(reply_bytes)]
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.raw_zmq", address, *extra],
                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         if self.proc.stdout.readline().strip() != b"READY":
             self.proc.kill()
@@ -55,8 +59,6 @@ class RawClient:
         self.sock.connect(address)
 
     def measure(self, size: int, n: int) -> list[float]:
-        import time
-
         send, recv, clock = self.sock.send, self.sock.recv, time.perf_counter_ns
         payload = b"\0" * size
         out = [0.0] * n
@@ -73,4 +75,4 @@ class RawClient:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)

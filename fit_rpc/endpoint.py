@@ -97,12 +97,13 @@ class Endpoint:
     def add_peer(self, peer: str, address: str) -> None:
         self._addresses[peer] = address
 
-    def resolve(self, peer: str) -> str:
+    def resolve(self, peer: str, timeout: float | None = None) -> str:
         address = self._addresses.get(peer)
         if address is None:
             if GLOBAL_ID not in self._addresses or peer == GLOBAL_ID:
                 raise from_code(errno.ENXIO, f"unknown destination {peer!r} (no directory)")
-            args, _ = codec.decode(self.call(GLOBAL_ID, Op.RESOLVE, codec.encode({"id": peer})))
+            args, _ = codec.decode(self.call(GLOBAL_ID, Op.RESOLVE, codec.encode({"id": peer}),
+                                             timeout))
             address = self._addresses[peer] = codec.need(args, "address", str)
         return address
 
@@ -141,7 +142,7 @@ class Endpoint:
         if len(payload) > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds "
                                   f"{FIT_MAX_PAYLOAD_BYTES}")
-        address = self._addresses.get(peer) or self.resolve(peer)
+        address = self._addresses.get(peer) or self.resolve(peer, timeout)
         frame = header.pack(kind, op, seq, len(payload)) + payload
         self.transport.send(peer, address, frame, timeout)
         self.counters.tx(peer, op, len(frame))
@@ -192,18 +193,22 @@ class Endpoint:
         self._dispatch(arrival)
         return True
 
-    def serve_forever(self, until: Callable[[], bool] = lambda: False,
-                      check_every_s: float = 0.1) -> None:
-        """Serve until `until()` is true; it is checked whenever the inbox has
-        been idle for check_every_s (a signal handler that sets a flag is seen
-        within that time even if pyzmq swallowed its exception)."""
-        recv, dispatch = self.transport.recv_inbound, self._dispatch
+    def serve_forever(self, tick: Callable[[], bool] = lambda: False,
+                      every_s: float = 0.1) -> None:
+        """Serve until tick() returns True. tick runs every `every_s` seconds,
+        whether the inbox is idle or busy (a signal handler that only sets a
+        flag is thus seen even if pyzmq swallowed its exception)."""
+        recv, dispatch, clock = self.transport.recv_inbound, self._dispatch, time.monotonic
+        next_tick = clock() + every_s
         while True:
-            arrival = recv(check_every_s)
+            arrival = recv(every_s)
             if arrival is not None:
                 dispatch(arrival)
-            elif until():
+                if clock() < next_tick:
+                    continue
+            if tick():
                 return
+            next_tick = clock() + every_s
 
     def _dispatch(self, arrival: Arrival) -> None:
         src, route, frames = arrival.peer, arrival.route, arrival.frames

@@ -27,6 +27,15 @@ class Op(IntEnum):
     GSM_LOOKUP = 0x0231
     GNM_OWNER = 0x0241
     GNM_IS_RACK_IP = 0x0242
+    # pComponent: its processes
+    P_ATTACH = 0x0301
+    P_PROCESSES = 0x0302
+    # mComponent: address spaces, misses and write-backs
+    M_ALLOC = 0x0401
+    M_FREE = 0x0402
+    M_MISS = 0x0403
+    M_WRITEBACK = 0x0404
+    M_RELEASE = 0x0405
     # sComponent file service
     S_OPEN = 0x0501
     S_READ = 0x0502

@@ -111,14 +111,18 @@ class ZmqTransport(Transport):
         sock = self._dealers.get(peer)
         if sock is None:
             return None
-        if timeout_s < FIT_REPLY_SLICE_MS / 1000:
+        short = timeout_s < FIT_REPLY_SLICE_MS / 1000
+        if short:
             sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout_s * 1000 + 0.999)))
         try:
-            return sock.recv_multipart()
+            frames = [sock.recv()]
+            while sock.rcvmore:  # more than one frame is malformed: keep it whole to say so
+                frames.append(sock.recv())
+            return frames
         except zmq.Again:
             return None
         finally:
-            if timeout_s < FIT_REPLY_SLICE_MS / 1000:
+            if short:
                 sock.setsockopt(zmq.RCVTIMEO, FIT_REPLY_SLICE_MS)
 
     def forget(self, peer: str) -> None:

@@ -39,6 +39,7 @@ class Monitor:
         self.id = cid
         self.config = config          # this component's entry of the rack spec
         self.rack = rack              # the [rack] section
+        self.global_address = global_address
         self.started = time.monotonic()
         self.stopping = False
         self.log = logging.getLogger(cid)
@@ -59,6 +60,9 @@ class Monitor:
         """Component-specific counters to add to STATS."""
         return {}
 
+    def tick(self) -> None:
+        """Periodic work, run every MONITOR_IDLE_CHECK_S whether idle or busy."""
+
     def register(self) -> None:
         self.ep.call_args(GLOBAL_ID, Op.REGISTER, {
             "id": self.id, "kind": self.kind, "address": self.ep.address,
@@ -69,7 +73,7 @@ class Monitor:
     def run(self) -> int:
         def stop(signum: int, frame: object) -> None:
             # pyzmq may swallow this exception if the signal lands inside a
-            # blocking receive; the flag is then seen within MONITOR_IDLE_CHECK_S.
+            # blocking receive; the flag is then seen at the next tick.
             self.stopping = True
             raise Stop()
 
@@ -80,7 +84,7 @@ class Monitor:
             self.register()
             _announce_ready(self.ep.address)
             self.log.info("serving at %s", self.ep.address)
-            self.ep.serve_forever(until=lambda: self.stopping, check_every_s=MONITOR_IDLE_CHECK_S)
+            self.ep.serve_forever(tick=self._tick, every_s=MONITOR_IDLE_CHECK_S)
         except Stop:
             pass
         finally:
@@ -89,6 +93,10 @@ class Monitor:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             self.close()
         return 0
+
+    def _tick(self) -> bool:
+        self.tick()
+        return self.stopping
 
     def close(self) -> None:
         self.ep.close()

@@ -1,18 +1,196 @@
 """The mMonitor: the memory component mN.
 
-Holds per-process address spaces (vRegions, page tables, a preallocated
-physical arena) and serves extCache misses and write-backs; those services come
-with the memory work (issue 3). Today it starts, registers its memory size with
-GMM, answers HEALTH/STATS/PING_PEER, and stops cleanly.
+Holds every process's address space placed here (vRegions and a page table,
+address_space.py) and a physical arena of `memory` bytes reserved at start.
+Serves (docs/protocol.md, 0x04xx):
+- M_ALLOC / M_FREE    a vRegion of a process; the bytes are reserved at alloc
+                      (ENOMEM if the arena cannot hold them), so a write-back
+                      never runs out of frames;
+- M_MISS              one line back to the pComponent; a page never written
+                      back reads as zeros without taking a frame; a dirty
+                      victim may ride along (LegoOS piggyback);
+- M_WRITEBACK         lines into frames, a frame allocated on first write-back;
+- M_RELEASE           everything of a process (it ended; sent by its pMonitor).
+A process reaches only its own pages: the request's pid must be the sender's
+(endpoint id "pN.PID"), and an address outside its regions is EFAULT. A dirty
+victim of another process of the same pComponent is accepted (the extCache is
+shared); one whose region is gone is dropped and counted.
 """
 
+import errno
+import functools
+import mmap
 from typing import Any
 
+from fit_rpc import GLOBAL_ID, Message, Op, codec
+from fit_rpc.codec import need
+from fit_rpc.errors import MalformedMessage
+from fit_rpc.pages import MISS, unpack_writeback
+from monitors.address_space import AddressSpace
 from monitors.core import Monitor
 
 
 class MMonitor(Monitor):
     kind = "m"
 
+    def setup(self) -> None:
+        self.line = self.rack["line"]
+        self.memory = self.config["memory"]
+        self.arena = mmap.mmap(-1, self.memory)    # the physical memory, reserved now
+        self.view = memoryview(self.arena)
+        self.next_frame = 0
+        self.free_frames: list[int] = []
+        self.spaces: dict[int, AddressSpace] = {}
+        self.zero = bytes(self.line)
+        self.counts = {"misses": 0, "zero_misses": 0, "writebacks": 0, "victims": 0,
+                       "victims_dropped": 0, "frames_used": 0}
+        self.ep.on(Op.M_ALLOC, self.m_alloc)
+        self.ep.on(Op.M_FREE, self.m_free)
+        self.ep.on(Op.M_MISS, self.m_miss)
+        self.ep.on(Op.M_WRITEBACK, self.m_writeback)
+        self.ep.on(Op.M_RELEASE, self.m_release)
+
     def resources(self) -> dict[str, Any]:
         return {"memory": self.config["memory"]}
+
+    def extra_stats(self) -> dict[str, Any]:
+        return {"memory": {**self.counts, "processes": len(self.spaces),
+                           "reserved": self._reserved(), "arena": self.memory}}
+
+    def close(self) -> None:
+        super().close()
+        self.view.release()
+        self.arena.close()
+
+    # ---- ops ----------------------------------------------------------------------
+    def m_alloc(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        pid = self._own_pid(msg, need(args, "pid", int))
+        start, length = need(args, "start", int), need(args, "length", int)
+        if self._reserved() + length > self.memory:
+            raise OSError(errno.ENOMEM, f"{self.id} has {self.memory - self._reserved()} of "
+                          f"{self.memory} bytes free; asked for {length}")
+        space = self.spaces.get(pid) or AddressSpace(_pcomponent(msg.src), self.line)
+        space.add_region(start, length)
+        self.spaces[pid] = space
+        self._report_load()
+        return codec.encode()
+
+    def m_free(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        pid = self._own_pid(msg, need(args, "pid", int))
+        space = self._space(pid)
+        self._free_frames(space.remove_region(need(args, "start", int)))
+        self._report_load()
+        return codec.encode()
+
+    def m_miss(self, msg: Message) -> memoryview | bytes:
+        if len(msg.payload) < MISS.size:
+            raise MalformedMessage("M_MISS shorter than its header")
+        pid, vpage, vpid, vvpage = MISS.unpack_from(msg.payload)
+        self._own_pid(msg, pid)
+        if vpid:
+            victim = msg.payload[MISS.size:]
+            if len(victim) != self.line:
+                raise MalformedMessage(f"piggybacked victim of {len(victim)} bytes")
+            self._store_victim(msg, vpid, vvpage, victim)
+        space = self._space(pid)
+        space.check(vpage)
+        self.counts["misses"] += 1
+        frame = space.pages.get(vpage)
+        if frame is None:
+            self.counts["zero_misses"] += 1
+            return self.zero
+        return self.view[frame * self.line:(frame + 1) * self.line]
+
+    def m_writeback(self, msg: Message) -> bytes:
+        pid, vpages, lines = unpack_writeback(msg.payload, self.line)
+        if pid != _pid(msg.src):   # another process's dirty victim, evicted by this one
+            for i, vpage in enumerate(vpages):
+                self._store_victim(msg, pid, vpage, lines[i * self.line:(i + 1) * self.line])
+            return b""
+        space = self._space(pid)
+        for vpage in vpages:
+            space.check(vpage)
+        for i, vpage in enumerate(vpages):
+            self._store(space, vpage, lines[i * self.line:(i + 1) * self.line])
+        return b""
+
+    def m_release(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        pid = need(args, "pid", int)
+        space = self.spaces.get(pid)
+        if space is not None:
+            if msg.src != space.pcomponent:
+                raise OSError(errno.EPERM, f"{msg.src} may not release a process of "
+                              f"{space.pcomponent}")
+            self._free_frames(list(space.pages.values()))
+            del self.spaces[pid]
+            self.log.info("released process %d (%s)", pid, space.pcomponent)
+            self._report_load()
+        return codec.encode()
+
+    # ---- internals ------------------------------------------------------------------
+    def _store(self, space: AddressSpace, vpage: int, data: memoryview) -> None:
+        frame = space.pages.get(vpage)
+        if frame is None:
+            frame = space.pages[vpage] = self._take_frame()
+        self.view[frame * self.line:(frame + 1) * self.line] = data
+        self.counts["writebacks"] += 1
+
+    def _store_victim(self, msg: Message, vpid: int, vvpage: int, data: memoryview) -> None:
+        space = self.spaces.get(vpid)
+        if space is None or space.pcomponent != _pcomponent(msg.src):
+            self.counts["victims_dropped"] += 1  # its process ended; nobody will read it
+            return
+        try:
+            space.check(vvpage)
+        except OSError:
+            self.counts["victims_dropped"] += 1  # its region was freed meanwhile
+            return
+        self._store(space, vvpage, data)
+        self.counts["victims"] += 1
+
+    def _take_frame(self) -> int:
+        if self.free_frames:
+            frame = self.free_frames.pop()
+        elif (self.next_frame + 1) * self.line <= self.memory:
+            frame = self.next_frame
+            self.next_frame += 1
+        else:  # cannot happen while reservations hold; kept as a loud guard
+            raise OSError(errno.ENOMEM, f"{self.id}: arena exhausted")
+        self.counts["frames_used"] += 1
+        return frame
+
+    def _free_frames(self, frames: list[int]) -> None:
+        self.free_frames.extend(frames)
+        self.counts["frames_used"] -= len(frames)
+
+    def _space(self, pid: int) -> AddressSpace:
+        space = self.spaces.get(pid)
+        if space is None:
+            raise OSError(errno.EFAULT, f"process {pid} has no memory on {self.id}")
+        return space
+
+    def _own_pid(self, msg: Message, pid: int) -> int:
+        if pid != _pid(msg.src):  # _pid is cached: this is on every miss
+            raise OSError(errno.EPERM, f"{msg.src} may not act for process {pid}")
+        return pid
+
+    def _reserved(self) -> int:
+        return sum(space.reserved for space in self.spaces.values())
+
+    def _report_load(self) -> None:
+        self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
+                     codec.encode({"id": self.id, "load": {"used": self._reserved()}}))
+
+
+def _pcomponent(src: str) -> str:
+    """An emulated process's endpoint id is "pN.PID"; its pComponent is pN."""
+    return src.split(".", 1)[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _pid(src: str) -> int:
+    head, _, tail = src.partition(".")
+    return int(tail) if head.startswith("p") and tail.isdigit() else -1

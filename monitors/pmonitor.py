@@ -1,17 +1,209 @@
 """The pMonitor: the processor component pN.
 
-Owns the pComponent's extCache and launches and reaps emulated processes; those
-services come with the memory work (issue 3). Today it starts, registers its
-extCache geometry with GPM, answers HEALTH/STATS/PING_PEER, and stops cleanly.
+It owns the pComponent's extCache, a shared-memory segment (native/extcache.c)
+that every emulated process of pN maps, and it runs those processes:
+
+- launch: `splitrack run` hands it argv, environment, working directory and
+  its stdin/stdout/stderr over a Unix socket (RUN_DIR/pN.spawn; file
+  descriptors cannot cross ZeroMQ). The pMonitor starts the program as its own
+  child with the rack runtime's environment (SPLITRACK_PCOMPONENT,
+  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR), answers its PID, and, when it ends, its
+  exit status. One thread per launched program does only that.
+- track: a process announces itself with P_ATTACH when it first uses rack
+  memory (a launched one, or any local process that attaches explicitly). Every
+  MONITOR_IDLE_CHECK_S the pMonitor looks for tracked processes that ended
+  (exit or crash) and releases all they held: their extCache lines (dropped,
+  not written back), their counter slot, and their pages at every mComponent
+  (M_RELEASE).
+Ops: P_ATTACH, P_PROCESSES (docs/protocol.md, 0x03xx). Counters: STATS
+carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
+process and in total.
 """
 
+import errno
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import threading
 from typing import Any
 
+import psutil
+
+from fit_rpc import GLOBAL_ID, Message, Op, codec
+from fit_rpc.codec import need
 from monitors.core import Monitor
+from native.extcache import ExtCache
+from splitrack.rundir import identify
+
+_SPAWN_MAX_BYTES = 1 << 20
+RELEASE_TIMEOUT_S = 0.5   # an mComponent that cannot take a release in this is stopping
+
+
+def extcache_path(run_dir: str, cid: str) -> str:
+    """Where pN's extCache segment lives (tmpfs); unique per run directory."""
+    tag = hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:10]
+    return f"/dev/shm/splitrack.{tag}.{cid}"
 
 
 class PMonitor(Monitor):
     kind = "p"
 
+    def setup(self) -> None:
+        self.run_dir = os.getcwd()  # the launcher starts monitors in the run directory
+        path = extcache_path(self.run_dir, self.id)
+        if os.path.exists(path):
+            os.unlink(path)  # left by a crashed rack of this run directory
+        self.xc = ExtCache.create(path, self.config["extcache"], self.rack["line"],
+                                  self.config["ways"], self.config["eviction"])
+        self.m_ids = self._m_ids()
+        self.tracked: dict[int, float] = {}      # pid -> create time
+        self.children: dict[int, subprocess.Popen] = {}
+        self.released = 0
+        self._reported = 0    # the process count GPM last heard
+        self._gone: set[str] = set()  # mComponents that did not take a release
+        self.ep.on(Op.P_ATTACH, self.p_attach)
+        self.ep.on(Op.P_PROCESSES, self.p_processes)
+        self._spawn_sock = self._start_spawn_server()
+
     def resources(self) -> dict[str, Any]:
         return {"extcache": self.config["extcache"], "ways": self.config["ways"]}
+
+    def extra_stats(self) -> dict[str, Any]:
+        per_process = {str(pid): self.xc.counters(pid) for pid in self.tracked}
+        return {"extcache": {"total": self.xc.counters(), "processes": per_process,
+                             "line": self.xc.line_size, "ways": self.xc.ways,
+                             "sets": self.xc.nsets, "released_processes": self.released}}
+
+    def tick(self) -> None:
+        for pid, created in list(self.tracked.items()):
+            if identify(pid, created) is None:
+                self.release(pid)
+        if len(self.tracked) != self._reported and not self.stopping:
+            self._reported = len(self.tracked)
+            self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
+                         codec.encode({"id": self.id, "load": {"processes": self._reported}}),
+                         timeout=RELEASE_TIMEOUT_S)
+
+    def close(self) -> None:
+        self._spawn_sock.close()
+        for proc in list(self.children.values()):
+            proc.terminate()
+        for proc in list(self.children.values()):
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.tick()
+        super().close()
+        self.xc.close()
+        os.unlink(self.xc.path)
+
+    # ---- ops -----------------------------------------------------------------------
+    def p_attach(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        pid = need(args, "pid", int)
+        if msg.src != f"{self.id}.{pid}":
+            raise OSError(errno.EPERM, f"{msg.src} may not attach process {pid}")
+        try:
+            self.tracked[pid] = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            raise OSError(errno.ESRCH, f"no process {pid}") from None
+        return codec.encode({"extcache": self.xc.path, "line": self.xc.line_size,
+                             "m_ids": self.m_ids})
+
+    def p_processes(self, msg: Message) -> bytes:
+        return codec.encode({"processes": sorted(self.tracked)})
+
+    # ---- process exit ---------------------------------------------------------------
+    def release(self, pid: int) -> None:
+        """Everything an ended process held: extCache lines, counters, pages."""
+        self.tracked.pop(pid, None)
+        dropped = self.xc.drop_pid(pid)
+        self.xc.slot_release(pid)
+        for m in self.m_ids:
+            if m in self._gone:
+                continue
+            try:
+                self.ep.send(m, Op.M_RELEASE, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S)
+            except OSError as exc:  # that mComponent is gone (the rack is stopping?)
+                self.log.warning("could not release process %d at %s: %s", pid, m, exc)
+                self._gone.add(m)
+        self.released += 1
+        self.log.info("process %d ended: dropped %d extCache lines, released its pages",
+                      pid, dropped)
+
+    def _m_ids(self) -> list[str]:
+        with open(os.path.join(self.run_dir, "spec.json")) as f:
+            spec = json.load(f)
+        return [c["id"] for c in spec["components"] if c["kind"] == "m"]
+
+    # ---- launching (a thread per program; it touches no FIT socket) ------------------
+    def _start_spawn_server(self) -> socket.socket:
+        path = os.path.join(self.run_dir, f"{self.id}.spawn")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        sock.listen(16)
+        threading.Thread(target=self._accept_loop, args=(sock,), daemon=True).start()
+        return sock
+
+    def _accept_loop(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return  # closed: we are stopping
+            threading.Thread(target=self._launch, args=(conn,), daemon=True).start()
+
+    def _launch(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                request, fds = _recv_request(conn)
+            except (OSError, ValueError) as exc:
+                _send(conn, {"error": f"bad launch request: {exc}"})
+                return
+            try:
+                proc = subprocess.Popen(
+                    request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                    cwd=request.get("cwd"), env={**request["env"], **self._runtime_env()})
+            except (OSError, KeyError, TypeError, IndexError) as exc:
+                _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
+                return
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self.children[proc.pid] = proc
+            self.tracked[proc.pid] = psutil.Process(proc.pid).create_time()
+            self.log.info("launched %d: %s", proc.pid, " ".join(request["argv"]))
+            _send(conn, {"pid": proc.pid})
+            status = proc.wait()
+            del self.children[proc.pid]
+            try:
+                _send(conn, {"exit": status})
+            except OSError:
+                pass  # the launcher is gone; the process's end is still released by tick()
+
+    def _runtime_env(self) -> dict[str, str]:
+        return {"SPLITRACK_PCOMPONENT": self.id, "SPLITRACK_RUN_DIR": self.run_dir,
+                "SPLITRACK_GLOBAL": self.global_address or ""}
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One JSON launch request (u32 length first) with three fds attached."""
+    data, fds, _, _ = socket.recv_fds(conn, _SPAWN_MAX_BYTES, 3)
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
+    need_bytes = int.from_bytes(data[:4], "little") + 4 if len(data) >= 4 else 4
+    while len(data) < need_bytes:
+        chunk = conn.recv(_SPAWN_MAX_BYTES)
+        if not chunk:
+            raise ValueError("launch request cut short")
+        data += chunk
+    return json.loads(data[4:need_bytes]), fds
+
+
+def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(obj).encode() + b"\n")

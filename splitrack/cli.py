@@ -4,7 +4,8 @@
     splitrack status [--name N] [--json]             components, PIDs, endpoints, health
     splitrack stats [--name N] [--json]              per-component and per-link FIT counters
     splitrack down [--name N]                        stop exactly the rack's processes
-    splitrack bench fit [--spec F] [--json F]        FIT RTT vs raw pyzmq, same run
+    splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
+    splitrack bench fit|extcache [--spec F] [--json F]  benchmarks, baselines in the same run
 
 Results go to stdout, diagnostics to stderr. Errors are one line and exit 1.
 """
@@ -17,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+from fit_rpc import Op
+from splitrack.launch import LaunchError, run_program
 from splitrack.params import UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackError
 from splitrack.rundir import RunDir
@@ -104,10 +107,34 @@ def cmd_down(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from benchmarks import fit
+def cmd_run(args: argparse.Namespace) -> int:
+    command = args.command_argv[1:] if args.command_argv[:1] == ["--"] else args.command_argv
+    if not command:
+        raise RackError("no program given: splitrack run [--on pN] -- PROGRAM [ARGS...]")
+    name = _rack_name(args)
+    try:
+        rack, owned = Rack.attach(name), False
+    except RackError:
+        rack, owned = Rack(args.spec, name=args.name).start(), True
+    try:
+        pcomps = [cid for cid, rec in rack.components.items() if rec["kind"] == "p"]
+        if args.on and args.on not in pcomps:
+            raise RackError(f"no pComponent {args.on!r} in rack {name!r} "
+                            f"(it has {', '.join(pcomps)})")
+        with rack.endpoint() as ep:
+            on = args.on or ep.call_args("global", Op.GPM_PLACE)[0]["id"]
+        return run_program(rack.run.path, on, command)
+    except LaunchError as exc:
+        raise RackError(str(exc)) from None
+    finally:
+        if owned:
+            rack.stop()
 
-    return fit.main(args)
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    return importlib.import_module(f"benchmarks.{args.kind}").main(args)
 
 
 def _print_status(rows: list[dict[str, Any]]) -> None:
@@ -179,11 +206,25 @@ def build_parser() -> argparse.ArgumentParser:
     rack_args(p, "take the rack name from this spec")
     p.set_defaults(func=cmd_down)
 
+    p = sub.add_parser("run", help="run a program as a process on the rack",
+                       description="Run PROGRAM as an emulated process on a pComponent "
+                                   "(GPM picks one unless --on). Uses the running rack, or "
+                                   "starts one for the command and stops it afterwards. "
+                                   "Exit status: the program's (128+N if killed by signal "
+                                   "N, 127 if it cannot be started).")
+    rack_args(p, "TOML rack spec (default: the embedded default rack)")
+    p.add_argument("--on", metavar="pN", help="the pComponent to run on (default: GPM picks)")
+    p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
+    p.set_defaults(func=cmd_run)
+
     p = sub.add_parser("bench", help="benchmarks with their baselines measured in the same run")
-    p.add_argument("kind", choices=["fit"], help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER")
+    p.add_argument("kind", choices=["fit", "extcache"],
+                   help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER; extcache: hits, misses, "
+                        "zero-fills and evictions vs raw pyzmq")
     p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
-    p.add_argument("--rounds", type=int, default=None, help="round trips per repetition")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="round trips (fit) or misses (extcache) per repetition")
     p.add_argument("--reps", type=int, default=None, help="repetitions (FIT and raw interleaved)")
     p.set_defaults(func=cmd_bench)
     return parser

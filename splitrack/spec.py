@@ -23,10 +23,10 @@ from importlib import resources
 from typing import Any
 
 _RACK_KEYS = {"name": "default", "transport": "zmq", "endpoints": "ipc", "mode": "ddio",
-              "shortcuts": True}
+              "shortcuts": True, "line": 4096}
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
-    "p": {"id": True, "extcache": True, "ways": True},
+    "p": {"id": True, "extcache": True, "ways": True, "eviction": False},
     "m": {"id": True, "memory": True},
     "n": {"id": True, "nics": True},
     "s": {"id": True, "root": True},
@@ -49,6 +49,7 @@ class RackSpec:
     endpoints: str
     mode: str
     shortcuts: bool
+    line: int
     components: list[dict[str, Any]] = field(default_factory=list)
     source: str = "<embedded default>"
 
@@ -113,6 +114,10 @@ def _validate(data: dict, label: str, base: str | None, name: str | None) -> Rac
         for i, entry in enumerate(entries):
             spec.components.append(_component(entry, kind, f"{section}[{i}]", base))
     _check_rack(spec)
+    for comp in spec.components:
+        if comp["kind"] == "p" and comp["extcache"] < comp["ways"] * spec.line:
+            raise _Bad(f"{comp['id']}.extcache", f"{comp['extcache']} B cannot hold one set of "
+                       f"{comp['ways']} lines of {spec.line} B")
     return spec
 
 
@@ -133,6 +138,9 @@ def _rack_section(section: Any) -> dict[str, Any]:
         raise _Bad("rack.shortcuts", f"must be true or false, not {rack['shortcuts']!r}")
     if not isinstance(rack["name"], str):
         raise _Bad("rack.name", "must be a string")
+    rack["line"] = _size(rack["line"], "rack.line")
+    if rack["line"] & (rack["line"] - 1) or not 512 <= rack["line"] <= 65536:
+        raise _Bad("rack.line", f"{rack['line']} is not a power of two in 512..65536 bytes")
     return rack
 
 
@@ -158,6 +166,9 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
     if kind == "p":
         out["extcache"] = _size(entry["extcache"], f"{where}.extcache")
         out["ways"] = _positive_int(entry["ways"], f"{where}.ways")
+        out["eviction"] = entry.get("eviction", "lru")
+        if out["eviction"] not in ("lru", "fifo"):
+            raise _Bad(f"{where}.eviction", f"{out['eviction']!r} is not one of lru, fifo")
     elif kind == "m":
         out["memory"] = _size(entry["memory"], f"{where}.memory")
     elif kind == "n":

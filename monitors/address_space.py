@@ -1,0 +1,52 @@
+"""One process's address space at an mComponent: its vRegions and page table.
+
+Interface:
+    space = AddressSpace(pcomponent="p0")
+    space.add_region(start, length)           # EEXIST if it overlaps another
+    space.remove_region(start) -> [frames]    # the frames it held, to be freed
+    space.check(vpage)                        # EFAULT unless inside a region
+    space.pages: {vpage: frame}               # filled on first write-back
+Pure data: the arena and the ops are in mmonitor.py.
+"""
+
+import bisect
+import errno
+
+
+class AddressSpace:
+    def __init__(self, pcomponent: str, line: int):
+        self.pcomponent = pcomponent
+        self.line = line
+        self.starts: list[int] = []            # sorted region starts (bytes)
+        self.ends: dict[int, int] = {}         # start -> end (exclusive)
+        self.pages: dict[int, int] = {}        # vpage -> frame index
+
+    @property
+    def reserved(self) -> int:
+        return sum(end - start for start, end in self.ends.items())
+
+    def add_region(self, start: int, length: int) -> None:
+        if start < 0 or length <= 0 or start % self.line or length % self.line:
+            raise OSError(errno.EINVAL, "regions are whole, aligned lines")
+        i = bisect.bisect_right(self.starts, start)
+        if (i > 0 and self.ends[self.starts[i - 1]] > start) or \
+                (i < len(self.starts) and self.starts[i] < start + length):
+            raise OSError(errno.EEXIST, f"region at {start:#x} overlaps another")
+        self.starts.insert(i, start)
+        self.ends[start] = start + length
+
+    def remove_region(self, start: int) -> list[int]:
+        end = self.ends.pop(start, None)
+        if end is None:
+            raise OSError(errno.EFAULT, f"no region starts at {start:#x}")
+        self.starts.remove(start)
+        first, last = start // self.line, end // self.line
+        # walk whichever is smaller: the region's pages or the pages the process has
+        candidates = range(first, last) if last - first <= len(self.pages) else list(self.pages)
+        return [self.pages.pop(p) for p in candidates if first <= p < last and p in self.pages]
+
+    def check(self, vpage: int) -> None:
+        addr = vpage * self.line
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i < 0 or self.ends[self.starts[i]] <= addr:
+            raise OSError(errno.EFAULT, f"address {addr:#x} is outside the process's regions")

@@ -1,0 +1,394 @@
+/*
+ * extcache.c -- the pComponent's extCache. Contract: extcache.h.
+ *
+ * Invariants:
+ * - A tag is valid only while its line holds that (pid, vpage)'s bytes.
+ * - Tags and lines of a set change only under that set's lock.
+ * - Within a set, a (pid, vpage) is cached in at most one way.
+ * - Counter slot `slot` is written only by the process that owns it.
+ */
+#define _GNU_SOURCE
+#include "extcache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+
+#define XC_MAGIC 0x31435845u /* "EXC1" */
+#define XC_VERSION 1u
+#define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+
+typedef struct {
+    uint32_t pid;
+    uint32_t used;
+    xc_counters_t c;
+} xc_slot_t;
+
+typedef struct {
+    uint32_t magic, version;
+    uint32_t line_size, ways, nsets, policy;
+    uint64_t size, sets_off, tags_off, lines_off;
+    uint64_t clock;                 /* LRU/FIFO stamps; atomic */
+    pthread_mutex_t slots_lock;
+    xc_counters_t departed;         /* folded-in counters of ended processes */
+    xc_slot_t slots[XC_MAX_SLOTS];
+} xc_header_t;
+
+typedef struct {
+    pthread_mutex_t lock;
+    char pad[64 - sizeof(pthread_mutex_t) % 64];
+} xc_set_t;
+
+typedef struct {
+    uint64_t vpage;
+    uint64_t stamp;
+    uint32_t pid;
+    uint16_t home;
+    uint8_t valid;
+    uint8_t dirty;
+} xc_tag_t;
+
+static inline xc_header_t *H(void *base) { return (xc_header_t *)base; }
+static inline xc_set_t *set_at(void *b, uint32_t s) {
+    return (xc_set_t *)((char *)b + H(b)->sets_off) + s;
+}
+static inline xc_tag_t *tag_at(void *b, uint32_t s, uint32_t w) {
+    return (xc_tag_t *)((char *)b + H(b)->tags_off) + (uint64_t)s * H(b)->ways + w;
+}
+static inline char *line_at(void *b, uint32_t s, uint32_t w) {
+    return (char *)b + H(b)->lines_off + ((uint64_t)s * H(b)->ways + w) * H(b)->line_size;
+}
+
+static int init_robust_mutex(pthread_mutex_t *m) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int rc = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return -rc;
+}
+
+/* Lock, repairing a mutex whose owner died: the set is consistent at every
+ * point where a process can die (tags are invalidated before lines change). */
+static void lock(pthread_mutex_t *m) {
+    if (pthread_mutex_lock(m) == EOWNERDEAD)
+        pthread_mutex_consistent(m);
+}
+
+static void unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
+
+uint64_t xc_segment_size(uint64_t capacity, uint32_t line_size, uint32_t ways) {
+    if (line_size < 64 || (line_size & (line_size - 1)) || ways == 0)
+        return 0;
+    uint64_t lines = capacity / line_size;
+    uint64_t nsets = lines / ways;
+    if (nsets == 0 || nsets > UINT32_MAX)
+        return 0;
+    uint64_t off = ALIGN_UP(sizeof(xc_header_t), 64);
+    off += nsets * sizeof(xc_set_t);
+    off = ALIGN_UP(off + nsets * ways * sizeof(xc_tag_t), 4096);
+    return off + nsets * ways * line_size;
+}
+
+int xc_format(void *base, uint64_t size, uint64_t capacity, uint32_t line_size, uint32_t ways,
+              uint32_t policy) {
+    uint64_t need = xc_segment_size(capacity, line_size, ways);
+    if (need == 0 || need > size || policy > XC_FIFO)
+        return -EINVAL;
+    xc_header_t *h = H(base);
+    memset(h, 0, sizeof *h);
+    h->line_size = line_size;
+    h->ways = ways;
+    h->nsets = (uint32_t)(capacity / line_size / ways);
+    h->policy = policy;
+    h->size = size;
+    h->sets_off = ALIGN_UP(sizeof(xc_header_t), 64);
+    h->tags_off = h->sets_off + (uint64_t)h->nsets * sizeof(xc_set_t);
+    h->lines_off = ALIGN_UP(h->tags_off + (uint64_t)h->nsets * ways * sizeof(xc_tag_t), 4096);
+    int rc = init_robust_mutex(&h->slots_lock);
+    for (uint32_t s = 0; rc == 0 && s < h->nsets; s++)
+        rc = init_robust_mutex(&set_at(base, s)->lock);
+    if (rc)
+        return rc;
+    memset(tag_at(base, 0, 0), 0, (uint64_t)h->nsets * ways * sizeof(xc_tag_t));
+    h->version = XC_VERSION;
+    __atomic_store_n(&h->magic, XC_MAGIC, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int xc_check(void *base, uint64_t size) {
+    xc_header_t *h = H(base);
+    if (size < sizeof *h || __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != XC_MAGIC ||
+        h->version != XC_VERSION || h->size != size)
+        return -EINVAL;
+    return 0;
+}
+
+uint32_t xc_line_size(void *base) { return H(base)->line_size; }
+uint32_t xc_ways(void *base) { return H(base)->ways; }
+uint32_t xc_nsets(void *base) { return H(base)->nsets; }
+
+uint32_t xc_set_of(void *base, uint32_t pid, uint64_t vpage) {
+    uint64_t x = vpage * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
+    return (uint32_t)((x ^ (x >> 29)) % H(base)->nsets);
+}
+
+/* ---- counters ----------------------------------------------------------- */
+
+static void add(xc_counters_t *to, const xc_counters_t *c) {
+    to->hits += c->hits; to->misses += c->misses; to->evictions += c->evictions;
+    to->writebacks += c->writebacks; to->zerofills += c->zerofills;
+    to->fetches += c->fetches; to->flushes += c->flushes;
+}
+
+int xc_slot_acquire(void *base, uint32_t pid) {
+    xc_header_t *h = H(base);
+    int found = -ENOSPC;
+    lock(&h->slots_lock);
+    for (int i = 0; i < XC_MAX_SLOTS; i++) {
+        if (h->slots[i].used && h->slots[i].pid == pid) { found = i; break; }
+        if (!h->slots[i].used && found < 0) found = i;
+    }
+    if (found >= 0 && !h->slots[found].used) {
+        memset(&h->slots[found], 0, sizeof h->slots[found]);
+        h->slots[found].pid = pid;
+        h->slots[found].used = 1;
+    }
+    unlock(&h->slots_lock);
+    return found;
+}
+
+int xc_slot_release(void *base, uint32_t pid) {
+    xc_header_t *h = H(base);
+    int rc = -ENOENT;
+    lock(&h->slots_lock);
+    for (int i = 0; i < XC_MAX_SLOTS; i++)
+        if (h->slots[i].used && h->slots[i].pid == pid) {
+            add(&h->departed, &h->slots[i].c);
+            h->slots[i].used = 0;
+            rc = 0;
+        }
+    unlock(&h->slots_lock);
+    return rc;
+}
+
+int xc_counters(void *base, uint32_t pid, xc_counters_t *out) {
+    xc_header_t *h = H(base);
+    memset(out, 0, sizeof *out);
+    int rc = pid ? -ENOENT : 0;
+    lock(&h->slots_lock);
+    if (pid == 0)
+        add(out, &h->departed);
+    for (int i = 0; i < XC_MAX_SLOTS; i++)
+        if (h->slots[i].used && (pid == 0 || h->slots[i].pid == pid)) {
+            add(out, &h->slots[i].c);
+            rc = 0;
+        }
+    unlock(&h->slots_lock);
+    return rc;
+}
+
+int xc_count(void *base, int slot, int which, uint64_t n) {
+    if (slot < 0 || slot >= XC_MAX_SLOTS || which < 0 || which > 6)
+        return -EINVAL;
+    uint64_t *c = &H(base)->slots[slot].c.hits;
+    __atomic_fetch_add(&c[which], n, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static inline xc_counters_t *ctr(void *base, int slot) {
+    static xc_counters_t sink; /* a process without a slot still works, uncounted */
+    return (slot >= 0 && slot < XC_MAX_SLOTS) ? &H(base)->slots[slot].c : &sink;
+}
+
+/* ---- lookup and hits ---------------------------------------------------- */
+
+static inline int find(void *base, uint32_t s, uint32_t pid, uint64_t vpage) {
+    uint32_t ways = H(base)->ways;
+    for (uint32_t w = 0; w < ways; w++) {
+        xc_tag_t *t = tag_at(base, s, w);
+        if (t->valid && t->vpage == vpage && t->pid == pid)
+            return (int)w;
+    }
+    return -1;
+}
+
+static inline uint64_t tick(void *base) {
+    return __atomic_add_fetch(&H(base)->clock, 1, __ATOMIC_RELAXED);
+}
+
+/* Copy one line's part; returns 1 on hit, 0 on miss. */
+static int access_line(void *base, int slot, uint32_t pid, uint64_t vaddr, char *buf,
+                       uint64_t len, int write) {
+    xc_header_t *h = H(base);
+    uint64_t vpage = vaddr / h->line_size, off = vaddr % h->line_size;
+    uint32_t s = xc_set_of(base, pid, vpage);
+    lock(&set_at(base, s)->lock);
+    int w = find(base, s, pid, vpage);
+    if (w >= 0) {
+        xc_tag_t *t = tag_at(base, s, (uint32_t)w);
+        if (write) {
+            memcpy(line_at(base, s, (uint32_t)w) + off, buf, len);
+            t->dirty = 1;
+        } else {
+            memcpy(buf, line_at(base, s, (uint32_t)w) + off, len);
+        }
+        if (h->policy == XC_LRU)
+            t->stamp = tick(base);
+    }
+    unlock(&set_at(base, s)->lock);
+    xc_counters_t *c = ctr(base, slot);
+    if (w >= 0) c->hits++; else c->misses++;
+    return w >= 0;
+}
+
+static int64_t access_range(void *base, int slot, uint32_t pid, uint64_t vaddr, char *buf,
+                            uint64_t len, int write) {
+    uint64_t line = H(base)->line_size, done = 0;
+    while (done < len) {
+        uint64_t a = vaddr + done;
+        uint64_t n = line - a % line;
+        if (n > len - done) n = len - done;
+        if (!access_line(base, slot, pid, a, buf + done, n, write))
+            break;
+        done += n;
+    }
+    return (int64_t)done;
+}
+
+int64_t xc_read(void *base, int slot, uint32_t pid, uint64_t vaddr, void *dst, uint64_t len) {
+    return access_range(base, slot, pid, vaddr, (char *)dst, len, 0);
+}
+
+int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void *src,
+                 uint64_t len) {
+    return access_range(base, slot, pid, vaddr, (char *)src, len, 1);
+}
+
+/* ---- the miss transaction ----------------------------------------------- */
+
+static uint32_t choose_victim(void *base, uint32_t s) {
+    uint32_t ways = H(base)->ways, best = 0;
+    uint64_t oldest = UINT64_MAX;
+    for (uint32_t w = 0; w < ways; w++) {
+        xc_tag_t *t = tag_at(base, s, w);
+        if (!t->valid)
+            return w;
+        if (t->stamp < oldest) { oldest = t->stamp; best = w; }
+    }
+    return best;
+}
+
+int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,
+                  void *victim_buf) {
+    uint32_t s = xc_set_of(base, pid, vpage);
+    memset(victim, 0, sizeof *victim);
+    lock(&set_at(base, s)->lock);
+    if (find(base, s, pid, vpage) >= 0) {
+        unlock(&set_at(base, s)->lock);
+        return 1;
+    }
+    uint32_t w = choose_victim(base, s);
+    xc_tag_t *t = tag_at(base, s, w);
+    if (t->valid && t->dirty) {
+        victim->pid = t->pid;
+        victim->home = t->home;
+        victim->vpage = t->vpage;
+        memcpy(victim_buf, line_at(base, s, w), H(base)->line_size);
+    }
+    (void)slot;
+    return 0; /* the set stays locked until xc_miss_end / xc_miss_abort */
+}
+
+int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t home,
+                const void *data) {
+    uint32_t s = xc_set_of(base, pid, vpage);
+    uint32_t w = choose_victim(base, s); /* same choice as in xc_miss_begin: nothing changed */
+    xc_tag_t *t = tag_at(base, s, w);
+    xc_counters_t *c = ctr(base, slot);
+    if (t->valid) {
+        c->evictions++;
+        if (t->dirty) c->writebacks++;
+    }
+    t->valid = 0; /* a process dying below leaves the way empty, never torn */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (data) {
+        memcpy(line_at(base, s, w), data, H(base)->line_size);
+        c->fetches++;
+    } else {
+        memset(line_at(base, s, w), 0, H(base)->line_size);
+        c->zerofills++;
+    }
+    t->pid = pid;
+    t->vpage = vpage;
+    t->home = (uint16_t)home;
+    t->dirty = 0;
+    t->stamp = tick(base);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    t->valid = 1;
+    unlock(&set_at(base, s)->lock);
+    return 0;
+}
+
+int xc_miss_abort(void *base, uint32_t pid, uint64_t vpage) {
+    unlock(&set_at(base, xc_set_of(base, pid, vpage))->lock);
+    return 0;
+}
+
+/* ---- flush and invalidate ------------------------------------------------ */
+
+int xc_clean(void *base, uint32_t pid, uint64_t vpage, void *out, uint32_t *home) {
+    uint32_t s = xc_set_of(base, pid, vpage);
+    int rc = 0;
+    lock(&set_at(base, s)->lock);
+    int w = find(base, s, pid, vpage);
+    if (w >= 0 && tag_at(base, s, (uint32_t)w)->dirty) {
+        memcpy(out, line_at(base, s, (uint32_t)w), H(base)->line_size);
+        tag_at(base, s, (uint32_t)w)->dirty = 0;
+        *home = tag_at(base, s, (uint32_t)w)->home;
+        rc = 1;
+    }
+    unlock(&set_at(base, s)->lock);
+    return rc;
+}
+
+static int64_t drop_where(void *base, uint32_t pid, uint64_t first, uint64_t npages) {
+    xc_header_t *h = H(base);
+    int64_t dropped = 0;
+    for (uint32_t s = 0; s < h->nsets; s++) {
+        lock(&set_at(base, s)->lock);
+        for (uint32_t w = 0; w < h->ways; w++) {
+            xc_tag_t *t = tag_at(base, s, w);
+            if (t->valid && t->pid == pid && t->vpage - first < npages) {
+                t->valid = 0;
+                dropped++;
+            }
+        }
+        unlock(&set_at(base, s)->lock);
+    }
+    return dropped;
+}
+
+int64_t xc_invalidate(void *base, uint32_t pid, uint64_t vpage, uint64_t npages) {
+    xc_header_t *h = H(base);
+    if (npages > (uint64_t)h->nsets * h->ways)
+        return drop_where(base, pid, vpage, npages);
+    int64_t dropped = 0;
+    for (uint64_t p = vpage; p < vpage + npages; p++) {
+        uint32_t s = xc_set_of(base, pid, p);
+        lock(&set_at(base, s)->lock);
+        int w = find(base, s, pid, p);
+        if (w >= 0) {
+            tag_at(base, s, (uint32_t)w)->valid = 0;
+            dropped++;
+        }
+        unlock(&set_at(base, s)->lock);
+    }
+    return dropped;
+}
+
+int64_t xc_drop_pid(void *base, uint32_t pid) {
+    return drop_where(base, pid, 0, UINT64_MAX);
+}

@@ -1,0 +1,135 @@
+"""The Python binding of the C extCache (extcache.h): one segment, mapped.
+
+Interface:
+    ExtCache.create(path, capacity, line_size, ways, policy)   the pMonitor, once
+    ExtCache.open(path)                                       every process of the pComponent
+    xc.read_into(slot, pid, vaddr, buf) -> bytes copied before the first miss
+    xc.write_from(slot, pid, vaddr, data) -> likewise
+    xc.miss_begin / miss_end / miss_abort, xc.clean, xc.invalidate, xc.drop_pid
+    xc.slot_acquire(pid) / slot_release(pid), xc.counters(pid=0)
+    xc.close()
+C return codes become exceptions here and nowhere else: a negative errno is a
+broken invariant in the caller and raises OSError.
+"""
+
+import mmap
+import os
+from typing import Any
+
+from native._extcache import ffi, lib
+
+POLICIES = {"lru": lib.XC_LRU, "fifo": lib.XC_FIFO}
+COUNTERS = ("hits", "misses", "evictions", "writebacks", "zerofills", "fetches", "flushes")
+FLUSHES = COUNTERS.index("flushes")
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        raise OSError(-rc, f"extCache {what}: {os.strerror(-rc)}")
+    return rc
+
+
+class ExtCache:
+    def __init__(self, path: str, mm: mmap.mmap):
+        self.path = path
+        self._mm = mm
+        self._keep = ffi.from_buffer(mm)
+        self.base = ffi.cast("void *", self._keep)
+        self.line_size = lib.xc_line_size(self.base)
+        self.ways = lib.xc_ways(self.base)
+        self.nsets = lib.xc_nsets(self.base)
+        self.victim = ffi.new("xc_victim_t *")
+        self.victim_buf = bytearray(self.line_size)
+        self._victim_cbuf = ffi.from_buffer(self.victim_buf)
+        self._home = ffi.new("uint32_t *")
+
+    @classmethod
+    def create(cls, path: str, capacity: int, line_size: int, ways: int,
+               policy: str = "lru") -> "ExtCache":
+        size = lib.xc_segment_size(capacity, line_size, ways)
+        if size == 0:
+            raise ValueError(f"no extCache of {capacity} B in {ways}-way sets of {line_size} B")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        _check(lib.xc_format(ffi.from_buffer(mm), size, capacity, line_size, ways,
+                             POLICIES[policy]), "format")
+        return cls(path, mm)
+
+    @classmethod
+    def open(cls, path: str) -> "ExtCache":
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        _check(lib.xc_check(ffi.from_buffer(mm), size), f"segment {path}")
+        return cls(path, mm)
+
+    # ---- hits ------------------------------------------------------------------
+    def read_into(self, slot: int, pid: int, vaddr: int, buf: Any) -> int:
+        return lib.xc_read(self.base, slot, pid, vaddr, ffi.from_buffer(buf), len(buf))
+
+    def write_from(self, slot: int, pid: int, vaddr: int, data: Any) -> int:
+        return lib.xc_write(self.base, slot, pid, vaddr, ffi.from_buffer(data), len(data))
+
+    # ---- the miss transaction ------------------------------------------------------
+    def miss_begin(self, slot: int, pid: int, vpage: int) -> tuple[int, int, int] | None:
+        """Lock the set; None if the line is there after all (nothing locked), else
+        the dirty victim (pid, home, vpage) whose bytes are in victim_buf, or
+        (0, 0, 0) if there is none."""
+        if _check(lib.xc_miss_begin(self.base, slot, pid, vpage, self.victim,
+                                    self._victim_cbuf), "miss"):
+            return None
+        v = self.victim
+        return v.pid, v.home, v.vpage
+
+    def miss_end(self, slot: int, pid: int, vpage: int, home: int, data: Any = None) -> None:
+        cdata = ffi.NULL if data is None else ffi.from_buffer(data)
+        _check(lib.xc_miss_end(self.base, slot, pid, vpage, home, cdata), "install")
+
+    def miss_abort(self, pid: int, vpage: int) -> None:
+        lib.xc_miss_abort(self.base, pid, vpage)
+
+    # ---- flush, invalidate, exit ------------------------------------------------------
+    def clean(self, pid: int, vpage: int, out: Any) -> int | None:
+        """Copy a dirty line to `out` and mark it clean: its home, or None if clean/absent."""
+        if lib.xc_clean(self.base, pid, vpage, ffi.from_buffer(out), self._home):
+            return self._home[0]
+        return None
+
+    def invalidate(self, pid: int, vpage: int, npages: int) -> int:
+        return _check(lib.xc_invalidate(self.base, pid, vpage, npages), "invalidate")
+
+    def drop_pid(self, pid: int) -> int:
+        return _check(lib.xc_drop_pid(self.base, pid), "drop")
+
+    def set_of(self, pid: int, vpage: int) -> int:
+        return lib.xc_set_of(self.base, pid, vpage)
+
+    # ---- counters -------------------------------------------------------------------
+    def slot_acquire(self, pid: int) -> int:
+        return _check(lib.xc_slot_acquire(self.base, pid), "no free counter slot")
+
+    def slot_release(self, pid: int) -> bool:
+        return lib.xc_slot_release(self.base, pid) == 0
+
+    def count(self, slot: int, which: int, n: int = 1) -> None:
+        lib.xc_count(self.base, slot, which, n)
+
+    def counters(self, pid: int = 0) -> dict[str, int]:
+        out = ffi.new("xc_counters_t *")
+        if lib.xc_counters(self.base, pid, out) < 0:
+            return {}
+        return {name: getattr(out, name) for name in COUNTERS}
+
+    def close(self) -> None:
+        self._keep = self.base = None
+        try:
+            self._mm.close()
+        except BufferError:  # a view is still alive somewhere; the mapping goes at exit
+            pass

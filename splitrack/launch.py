@@ -1,0 +1,70 @@
+"""Run a program as an emulated process on a pComponent (`splitrack run`).
+
+Interface:
+    run_program(run_dir, "p0", ["python", "prog.py"]) -> exit status
+
+The client side of the pMonitor's launch socket (RUN_DIR/pN.spawn, see
+monitors/pmonitor.py): it sends argv, environment and working directory as one
+length-prefixed JSON message with this process's stdin, stdout and stderr
+attached (SCM_RIGHTS), so the program reads and writes the caller's terminal
+or pipes although the pMonitor is its parent. It reads back the PID, forwards
+SIGINT, SIGTERM and SIGHUP to it, and returns its exit status, shell style:
+128+N for a program killed by signal N, 127 if it cannot be started.
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+
+EXIT_CANNOT_RUN = 127
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class LaunchError(RuntimeError):
+    """The program could not be started, or its pMonitor vanished while it ran."""
+
+
+def run_program(run_dir: str, pcomponent: str, argv: Sequence[str]) -> int:
+    path = os.path.join(run_dir, f"{pcomponent}.spawn")
+    request = json.dumps({"argv": list(argv), "env": dict(os.environ),
+                          "cwd": os.getcwd()}).encode()
+    message = len(request).to_bytes(4, "little") + request
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            raise LaunchError(f"cannot reach {pcomponent}'s launcher at {path}: "
+                              f"{exc.strerror}") from None
+        sent = socket.send_fds(sock, [message], [0, 1, 2])
+        sock.sendall(message[sent:])
+        replies = sock.makefile("rb")
+        started = _reply(replies, pcomponent)
+        if "error" in started:
+            print(f"splitrack: cannot run {argv[0]!r}: {started['error']}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+        pid = started["pid"]
+        previous = {sig: signal.signal(sig, lambda signum, _: _forward(pid, signum))
+                    for sig in _FORWARDED}
+        try:
+            status = _reply(replies, pcomponent)["exit"]
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return status if status >= 0 else 128 - status
+
+
+def _reply(replies, pcomponent: str) -> dict:
+    line = replies.readline()
+    if not line:
+        raise LaunchError(f"{pcomponent} stopped while the program ran")
+    return json.loads(line)
+
+
+def _forward(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

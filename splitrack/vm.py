@@ -1,0 +1,240 @@
+"""Virtual memory for a program on the rack (the split kernel's memory path).
+
+A program run with `splitrack run` keeps data in rack memory like this:
+
+    from splitrack import vm
+    addr = vm.alloc(1 << 20)          # a vRegion; GMM picks its home mComponent
+    vm.write(addr, b"hello")
+    vm.read(addr, 5)                  # -> bytearray(b"hello")
+    vm.flush(addr, 5)                 # dirty lines -> the home mComponent
+    vm.invalidate(addr, 5)            # drop cached lines (dirty data is discarded)
+    vm.free(addr)
+
+Every byte goes through the pComponent's extCache (native/extcache.c), shared
+by all processes of the pComponent:
+- hit: served by C from the shared segment, no message;
+- first touch of a page: zero-filled in the extCache, no message (LegoOS
+  p-local zero-fill);
+- miss: one M_MISS to the home mComponent; a dirty victim bound for the same
+  mComponent rides in that message (piggyback), otherwise it is written back
+  first with M_WRITEBACK; the set stays locked meanwhile (extcache.h).
+An address outside the process's regions is OSError(EFAULT); no rack memory
+left is OSError(ENOMEM). The process is known to its pMonitor (P_ATTACH),
+which frees everything it held when it exits or crashes.
+
+Outside `splitrack run`, `VirtualMemory.attach(rack, "p0")` makes the calling
+process an emulated process of p0 (tests and benchmarks do this).
+"""
+
+import bisect
+import errno
+import itertools
+import os
+from typing import Any
+
+from fit_rpc import GLOBAL_ID, Endpoint, Op
+from fit_rpc.pages import MISS, pack_writeback
+from native.extcache import FLUSHES, ExtCache
+
+_ADDRESS_SPACES = itertools.count(1)   # each VirtualMemory gets its own 1 TiB of addresses
+_WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
+
+
+class VirtualMemory:
+    def __init__(self, pcomponent: str, global_address: str, pid: int | None = None):
+        self.pid = pid or os.getpid()
+        self.pcomponent = pcomponent
+        self.ep = Endpoint(f"{pcomponent}.{self.pid}", None, directory=global_address)
+        info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid})
+        self.xc = ExtCache.open(info["extcache"])
+        self.line = info["line"]
+        self.m_ids: list[str] = info["m_ids"]
+        self.slot = self.xc.slot_acquire(self.pid)
+        self._starts: list[int] = []                  # sorted region starts
+        self._regions: dict[int, tuple[int, int]] = {}  # start -> (end, home index)
+        self._touched: set[int] = set()               # pages ever installed
+        # virtual addresses are never reused, even by a second attach in one process
+        self._next = next(_ADDRESS_SPACES) << 40
+
+    @classmethod
+    def attach(cls, rack: Any, pcomponent: str) -> "VirtualMemory":
+        return cls(pcomponent, rack.components[GLOBAL_ID]["address"])
+
+    @classmethod
+    def from_env(cls) -> "VirtualMemory":
+        try:
+            return cls(os.environ["SPLITRACK_PCOMPONENT"], os.environ["SPLITRACK_GLOBAL"])
+        except KeyError:
+            raise RuntimeError("not running on a rack: start this program with "
+                               "`splitrack run -- ...`") from None
+
+    # ---- regions --------------------------------------------------------------------
+    def alloc(self, size: int) -> int:
+        """A new region of at least `size` bytes; returns its virtual address."""
+        if size <= 0:
+            raise OSError(errno.EINVAL, f"cannot allocate {size} bytes")
+        length = -(-size // self.line) * self.line
+        home, _ = self.ep.call_args(GLOBAL_ID, Op.GMM_PLACE, {"size": length})
+        start = self._next
+        self.ep.call_args(home["id"], Op.M_ALLOC,
+                          {"pid": self.pid, "start": start, "length": length})
+        self._next += length + self.line  # a guard page between regions
+        bisect.insort(self._starts, start)
+        self._regions[start] = (start + length, self.m_ids.index(home["id"]))
+        return start
+
+    def free(self, addr: int) -> None:
+        """Free the region that starts at `addr`; its cached lines are dropped."""
+        if addr not in self._regions:
+            raise OSError(errno.EFAULT, f"no region starts at {addr:#x}")
+        end, home = self._regions.pop(addr)
+        self._starts.remove(addr)
+        self.xc.invalidate(self.pid, addr // self.line, (end - addr) // self.line)
+        self.ep.call_args(self.m_ids[home], Op.M_FREE, {"pid": self.pid, "start": addr})
+
+    def regions(self) -> list[tuple[int, int, str]]:
+        """(start, length, home mComponent) of every region."""
+        return [(s, self._regions[s][0] - s, self.m_ids[self._regions[s][1]])
+                for s in self._starts]
+
+    # ---- bytes -----------------------------------------------------------------------
+    def read(self, addr: int, n: int) -> bytearray:
+        out = bytearray(n)
+        self.read_into(addr, out)
+        return out
+
+    def read_into(self, addr: int, buf: Any) -> None:
+        view = memoryview(buf).cast("B")
+        done = self.xc.read_into(self.slot, self.pid, addr, view)
+        while done < len(view):
+            self._fault(addr + done)
+            done += self.xc.read_into(self.slot, self.pid, addr + done, view[done:])
+
+    def write(self, addr: int, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        done = self.xc.write_from(self.slot, self.pid, addr, view)
+        while done < len(view):
+            self._fault(addr + done)
+            done += self.xc.write_from(self.slot, self.pid, addr + done, view[done:])
+
+    def flush(self, addr: int, n: int) -> int:
+        """Write the dirty lines of [addr, addr+n) back to their home; returns how many."""
+        pending: dict[int, tuple[list[int], list[bytes]]] = {}
+        buf = bytearray(self.line)
+        flushed = 0
+        for vpage in range(addr // self.line, -(-(addr + n) // self.line)):
+            home = self.xc.clean(self.pid, vpage, buf)
+            if home is None:
+                continue
+            pages, lines = pending.setdefault(home, ([], []))
+            pages.append(vpage)
+            lines.append(bytes(buf))
+            flushed += 1
+            if len(pages) == _WRITEBACK_BATCH:
+                self._writeback(home, self.pid, pages, lines)
+                pages.clear()
+                lines.clear()
+        for home, (pages, lines) in pending.items():
+            if pages:
+                self._writeback(home, self.pid, pages, lines)
+        self.xc.count(self.slot, FLUSHES, flushed)
+        return flushed
+
+    def invalidate(self, addr: int, n: int) -> int:
+        """Drop the cached lines of [addr, addr+n) without writing them back."""
+        first = addr // self.line
+        return self.xc.invalidate(self.pid, first, -(-(addr + n) // self.line) - first)
+
+    def counters(self) -> dict[str, int]:
+        return self.xc.counters(self.pid)
+
+    def close(self) -> None:
+        self.ep.close()
+        self.xc.close()
+
+    def __enter__(self) -> "VirtualMemory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- the miss path -------------------------------------------------------------------
+    def _fault(self, addr: int) -> None:
+        """Bring the line holding `addr` into the extCache (EFAULT if unmapped)."""
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0 or self._regions[self._starts[i]][0] <= addr:
+            raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
+        home = self._regions[self._starts[i]][1]
+        vpage = addr // self.line
+        victim = self.xc.miss_begin(self.slot, self.pid, vpage)
+        if victim is None:
+            return  # cached after all
+        vpid, vhome, vvpage = victim
+        try:
+            if vpage not in self._touched:          # never written anywhere: zeros, here
+                if vpid:
+                    self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
+                self.xc.miss_end(self.slot, self.pid, vpage, home, None)
+                self._touched.add(vpage)
+                return
+            if vpid and vhome == home:              # LegoOS piggyback
+                request = MISS.pack(self.pid, vpage, vpid, vvpage) + self.xc.victim_buf
+            else:
+                if vpid:
+                    self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
+                request = MISS.pack(self.pid, vpage, 0, 0)
+            line = self.ep.call(self.m_ids[home], Op.M_MISS, request)
+            self.xc.miss_end(self.slot, self.pid, vpage, home, line)
+        except BaseException:
+            self.xc.miss_abort(self.pid, vpage)
+            raise
+
+    def _writeback(self, home: int, pid: int, vpages: list[int], lines: list[Any]) -> None:
+        self.ep.call(self.m_ids[home], Op.M_WRITEBACK, pack_writeback(pid, vpages, lines))
+
+
+# ---- the module-level API of an emulated process ----------------------------------------
+_vm: VirtualMemory | None = None
+
+
+def _this() -> VirtualMemory:
+    global _vm
+    if _vm is None:
+        _vm = VirtualMemory.from_env()
+    return _vm
+
+
+def alloc(size: int) -> int:
+    return _this().alloc(size)
+
+
+def free(addr: int) -> None:
+    _this().free(addr)
+
+
+def read(addr: int, n: int) -> bytearray:
+    return _this().read(addr, n)
+
+
+def read_into(addr: int, buf: Any) -> None:
+    _this().read_into(addr, buf)
+
+
+def write(addr: int, data: Any) -> None:
+    _this().write(addr, data)
+
+
+def flush(addr: int, n: int) -> int:
+    return _this().flush(addr, n)
+
+
+def invalidate(addr: int, n: int) -> int:
+    return _this().invalidate(addr, n)
+
+
+def counters() -> dict[str, int]:
+    return _this().counters()
+
+
+__all__ = ["VirtualMemory", "alloc", "free", "read", "read_into", "write", "flush",
+           "invalidate", "counters"]

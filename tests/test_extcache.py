@@ -1,0 +1,160 @@
+"""The C extCache through its binding, on a private segment (no rack needed):
+geometry, hits, the miss transaction, LRU vs FIFO, dirty victims, counters."""
+
+import os
+
+import pytest
+
+from native.extcache import ExtCache
+
+LINE = 4096
+PID = 4242
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def _make(lines=8, ways=2, policy="lru"):
+        xc = ExtCache.create(str(tmp_path / f"xc{len(made)}"), lines * LINE, LINE, ways, policy)
+        made.append(xc)
+        return xc
+
+    yield _make
+    for xc in made:
+        xc.close()
+
+
+def install(xc, slot, vpage, byte, pid=PID):
+    assert xc.miss_begin(slot, pid, vpage) is not None
+    xc.miss_end(slot, pid, vpage, 0, bytes([byte]) * LINE)
+
+
+def same_set_pages(xc, n, pid=PID):
+    target = xc.set_of(pid, 0)
+    return [p for p in range(10_000) if xc.set_of(pid, p) == target][:n]
+
+
+def test_geometry(make):
+    xc = make(lines=64, ways=4)
+    assert (xc.line_size, xc.ways, xc.nsets) == (LINE, 4, 16)
+
+
+def test_bad_geometry_is_refused(tmp_path):
+    with pytest.raises(ValueError):
+        ExtCache.create(str(tmp_path / "bad"), LINE, 3000, 2)
+
+
+def test_other_processes_open_the_same_segment(make):
+    xc = make()
+    other = ExtCache.open(xc.path)
+    slot = xc.slot_acquire(PID)
+    install(xc, slot, 5, 7)
+    buf = bytearray(LINE)
+    assert other.read_into(-1, PID, 5 * LINE, buf) == LINE and buf == bytes([7]) * LINE
+    other.close()
+
+
+def test_miss_then_hit_and_ranges_stop_at_the_first_miss(make):
+    xc = make()
+    slot = xc.slot_acquire(PID)
+    buf = bytearray(3 * LINE)
+    assert xc.read_into(slot, PID, 0, buf) == 0
+    install(xc, slot, 0, 1)
+    install(xc, slot, 2, 3)
+    assert xc.read_into(slot, PID, 100, buf) == LINE - 100  # page 1 missing
+    assert xc.write_from(slot, PID, 10, b"ab") == 2
+    small = bytearray(4)
+    xc.read_into(slot, PID, 9, small)
+    assert small == b"\x01ab\x01"
+    c = xc.counters(PID)
+    assert c["misses"] == 2 and c["hits"] >= 3 and c["fetches"] == 2
+
+
+def test_lru_evicts_the_least_recently_used(make):
+    xc = make(lines=8, ways=2, policy="lru")
+    slot = xc.slot_acquire(PID)
+    a, b, c = same_set_pages(xc, 3)
+    install(xc, slot, a, 1)
+    install(xc, slot, b, 2)
+    xc.read_into(slot, PID, a * LINE, bytearray(1))  # a is now more recent than b
+    install(xc, slot, c, 3)
+    assert xc.read_into(slot, PID, a * LINE, bytearray(1)) == 1
+    assert xc.read_into(slot, PID, b * LINE, bytearray(1)) == 0
+
+
+def test_fifo_evicts_the_oldest_install(make):
+    xc = make(lines=8, ways=2, policy="fifo")
+    slot = xc.slot_acquire(PID)
+    a, b, c = same_set_pages(xc, 3)
+    install(xc, slot, a, 1)
+    install(xc, slot, b, 2)
+    xc.read_into(slot, PID, a * LINE, bytearray(1))  # does not matter for FIFO
+    install(xc, slot, c, 3)
+    assert xc.read_into(slot, PID, a * LINE, bytearray(1)) == 0
+    assert xc.read_into(slot, PID, b * LINE, bytearray(1)) == 1
+
+
+def test_dirty_victim_is_handed_out_for_write_back(make):
+    xc = make(lines=8, ways=2)
+    slot = xc.slot_acquire(PID)
+    a, b, c = same_set_pages(xc, 3)
+    install(xc, slot, a, 1)
+    install(xc, slot, b, 2)
+    xc.write_from(slot, PID, a * LINE, b"dirty")
+    xc.read_into(slot, PID, b * LINE, bytearray(1))  # b more recent: a is the victim
+    victim = xc.miss_begin(slot, PID, c)
+    assert victim == (PID, 0, a)
+    assert bytes(xc.victim_buf[:5]) == b"dirty"
+    xc.miss_end(slot, PID, c, 0, None)  # zero-fill
+    counts = xc.counters(PID)
+    assert (counts["evictions"], counts["writebacks"], counts["zerofills"]) == (1, 1, 1)
+
+
+def test_aborted_miss_changes_nothing(make):
+    xc = make(lines=8, ways=2)
+    slot = xc.slot_acquire(PID)
+    a, b, c = same_set_pages(xc, 3)
+    install(xc, slot, a, 1)
+    install(xc, slot, b, 2)
+    assert xc.miss_begin(slot, PID, c) == (0, 0, 0)
+    xc.miss_abort(PID, c)
+    assert xc.read_into(slot, PID, a * LINE, bytearray(1)) == 1
+    assert xc.read_into(slot, PID, b * LINE, bytearray(1)) == 1
+
+
+def test_clean_invalidate_and_drop_pid(make):
+    xc = make(lines=16, ways=4)
+    slot = xc.slot_acquire(PID)
+    for p in range(4):
+        install(xc, slot, p, p)
+    xc.write_from(slot, PID, LINE, b"x")
+    out = bytearray(LINE)
+    assert xc.clean(PID, 1, out) == 0 and out[0:1] == b"x"
+    assert xc.clean(PID, 1, out) is None  # clean now
+    assert xc.invalidate(PID, 0, 2) == 2
+    install(xc, slot, 9, 9, pid=PID + 1)
+    assert xc.drop_pid(PID) == 2
+    assert xc.read_into(-1, PID + 1, 9 * LINE, bytearray(1)) == 1
+
+
+def test_counter_slots_fold_into_totals(make):
+    xc = make()
+    slot = xc.slot_acquire(PID)
+    install(xc, slot, 0, 0)
+    assert xc.slot_release(PID)
+    assert xc.counters(PID) == {}
+    assert xc.counters()["fetches"] == 1
+
+
+def test_a_process_killed_holding_a_set_lock_does_not_wedge_the_others(make):
+    xc = make(lines=8, ways=2)
+    pid = os.fork()
+    if pid == 0:  # the child takes the set lock (miss in flight) and dies with it
+        child = ExtCache.open(xc.path)
+        child.miss_begin(-1, 77, 0)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    slot = xc.slot_acquire(PID)
+    install(xc, slot, 0, 5, pid=77)  # the same set: would hang without robust locks
+    assert xc.read_into(slot, 77, 0, bytearray(1)) == 1

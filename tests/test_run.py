@@ -1,0 +1,195 @@
+"""`splitrack run`: programs as processes on pComponents, launched by the pMonitor."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fit_rpc import Op
+from helpers import alive, small_spec, wait_gone
+from splitrack import Rack
+
+SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
+LINE = 4096
+
+# A program that hammers rack memory and checks every byte against a local model.
+HAMMER = textwrap.dedent("""
+    import random, sys
+    from splitrack import vm
+    rng = random.Random(int(sys.argv[1]))
+    size = 48 * 4096
+    addr = vm.alloc(size)
+    model = bytearray(size)
+    for i in range(int(sys.argv[2])):
+        off = rng.randrange(size - 6000)
+        data = rng.randbytes(rng.randrange(1, 6000))
+        vm.write(addr + off, data)
+        model[off:off + len(data)] = data
+        if i % 50 == 0:
+            vm.flush(addr, size)
+        if i % 10 == 0:
+            off = rng.randrange(size - 6000)
+            assert vm.read(addr + off, 6000) == model[off:off + 6000], "stale bytes"
+    assert vm.read(addr, size) == model, "stale bytes at the end"
+    print("ok", vm.counters()["evictions"])
+""")
+
+
+@pytest.fixture(scope="module")
+def rack_env(tmp_path_factory):
+    """A running rack (tiny extCaches) and the environment to reach it by name."""
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="srr-", dir="/tmp")
+    spec = small_spec(str(tmp_path_factory.mktemp("s")), name="runs")
+    for p in spec["pcomponent"]:
+        p.update(extcache=16 * LINE, ways=2)
+    try:
+        with Rack(spec, run_root=root) as rack:
+            yield rack, dict(os.environ, SPLITRACK_RUN_ROOT=root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(env, *args, **kw):
+    return subprocess.run([SPLITRACK, "run", "--name", "runs", *args], env=env,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+def processes(rack, p="p0"):
+    with rack.endpoint() as ep:
+        return ep.call_args(p, Op.P_PROCESSES)[0]["processes"]
+
+
+def wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def test_exit_status_and_output_propagate(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--on", "p1", "--", sys.executable, "-c",
+               "import os, sys; print('pc', os.environ['SPLITRACK_PCOMPONENT']); "
+               "print('err', file=sys.stderr); sys.exit(7)")
+    assert proc.returncode == 7
+    assert proc.stdout == "pc p1\n" and proc.stderr == "err\n"
+
+
+def test_stdin_reaches_the_program(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--", sys.executable, "-c", "print(input()[::-1])", input="kcar\n")
+    assert proc.stdout == "rack\n"
+
+
+def test_program_is_a_child_of_its_pmonitor(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--on", "p0", "--", sys.executable, "-c", "import os; print(os.getppid())")
+    assert int(proc.stdout) == rack.components["p0"]["pid"]
+
+
+def test_gpm_places_the_program_when_no_on_is_given(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--", sys.executable, "-c",
+               "import os; print(os.environ['SPLITRACK_PCOMPONENT'])")
+    assert proc.returncode == 0 and proc.stdout.strip() in ("p0", "p1")
+
+
+def test_killed_program_gives_128_plus_signal(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)")
+    assert proc.returncode == 128 + 9
+
+
+def test_missing_program_and_bad_pcomponent(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--", "/nonexistent/program")
+    assert proc.returncode == 127 and "No such file" in proc.stderr
+    proc = run(env, "--on", "p7", "--", "true")
+    assert proc.returncode == 1 and "no pComponent 'p7'" in proc.stderr
+    proc = run(env)
+    assert proc.returncode == 1 and "no program given" in proc.stderr
+
+
+def test_sigint_is_forwarded_to_the_program(rack_env):
+    rack, env = rack_env
+    child = subprocess.Popen(
+        [SPLITRACK, "run", "--name", "runs", "--", sys.executable, "-c",
+         "import time; print('ready', flush=True); time.sleep(60)"],
+        env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=30) == 128 + signal.SIGINT  # KeyboardInterrupt traceback
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_two_processes_hammer_one_shared_extcache(rack_env):
+    rack, env = rack_env
+    procs = [subprocess.Popen([SPLITRACK, "run", "--name", "runs", "--on", "p0", "--",
+                               sys.executable, "-c", HAMMER, str(seed), "400"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for seed in (1, 2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out.startswith("ok ") and int(out.split()[1]) > 100  # evictions happened
+
+
+def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
+    rack, env = rack_env
+    wait_until(lambda: not processes(rack))  # earlier tests' processes are released
+    with rack.endpoint() as ep:
+        frames_before = ep.call_args("m0", Op.STATS)[0]["memory"]["frames_used"]
+    crasher = textwrap.dedent("""
+        import os
+        from splitrack import vm
+        addr = vm.alloc(64 * 4096)
+        for i in range(64):
+            vm.write(addr + i * 4096, b"x" * 4096)
+            if i == 40:
+                vm.flush(addr, 64 * 4096)
+            if i == 50:
+                os.kill(os.getpid(), 9)   # dies with dirty lines and a page table at m0
+    """)
+    survivor = subprocess.Popen([SPLITRACK, "run", "--name", "runs", "--on", "p0", "--",
+                                 sys.executable, "-c", HAMMER, "3", "600"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    crash = run(env, "--on", "p0", "--", sys.executable, "-c", crasher)
+    assert crash.returncode == 128 + 9
+    out, err = survivor.communicate(timeout=120)
+    assert survivor.returncode == 0, err
+    wait_until(lambda: not processes(rack))
+    with rack.endpoint() as ep:
+        memory = ep.call_args("m0", Op.STATS)[0]["memory"]
+        p0 = ep.call_args("p0", Op.STATS)[0]["extcache"]
+    assert memory["frames_used"] == frames_before and memory["processes"] == 0
+    assert p0["released_processes"] >= 2 and p0["processes"] == {}
+
+
+def test_run_starts_a_rack_when_none_is_up_and_stops_it(run_root, tmp_path):
+    env = dict(os.environ, SPLITRACK_RUN_ROOT=run_root, XDG_DATA_HOME=str(tmp_path / "d"))
+    spec = tmp_path / "solo.toml"
+    spec.write_text('[rack]\nname = "solo"\n[[pcomponent]]\nid = "p0"\nextcache = "1MiB"\n'
+                    'ways = 4\n[[mcomponent]]\nid = "m0"\nmemory = "4MiB"\n')
+    program = ("import os, json; from splitrack import vm; a = vm.alloc(8192); "
+               "vm.write(a, b'hi'); "
+               "print(json.dumps([os.getppid(), bytes(vm.read(a, 2)).decode()]))")
+    proc = subprocess.run([SPLITRACK, "run", "--spec", str(spec), "--", sys.executable, "-c",
+                           program], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    pmonitor, data = json.loads(proc.stdout)
+    assert data == "hi"
+    assert not wait_gone([pmonitor]) and not alive(pmonitor)
+    assert os.listdir(run_root) == [".lock"]

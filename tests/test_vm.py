@@ -1,0 +1,281 @@
+"""Virtual memory through the extCache and mComponents, against real racks.
+
+The test process attaches itself as an emulated process of p0
+(VirtualMemory.attach), exactly as a program started by `splitrack run` does.
+"""
+
+import errno
+import os
+import random
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from fit_rpc import Op
+from helpers import small_spec
+from splitrack import Rack
+from splitrack.vm import VirtualMemory
+
+LINE = 4096
+
+
+def tiny_spec(storage, name="vm", **rack):
+    """A rack whose extCaches hold 8 lines in 4 sets: evictions all the time."""
+    spec = small_spec(storage, name=name, **rack)
+    for p in spec["pcomponent"]:
+        p.update(extcache=8 * LINE, ways=2)
+    spec["mcomponent"] = [{"id": "m0", "memory": "8MiB"}, {"id": "m1", "memory": "8MiB"}]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def tiny_rack():
+    root = tempfile.mkdtemp(prefix="srv-", dir="/tmp")
+    try:
+        with Rack(tiny_spec(os.path.join(root, "s")), run_root=root) as rack:
+            yield rack
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def vm(tiny_rack):
+    memory = VirtualMemory.attach(tiny_rack, "p0")
+    yield memory
+    for start, _, _ in memory.regions():
+        memory.free(start)
+    memory.close()
+
+
+def mstats(rack, m="m0"):
+    with rack.endpoint() as ep:
+        return ep.call_args(m, Op.STATS)[0]
+
+
+def delta(vm, before):
+    return {k: v - before[k] for k, v in vm.counters().items()}
+
+
+def test_write_read_across_lines_with_constant_evictions(vm):
+    before = vm.counters()
+    rng = random.Random(1)
+    size = 64 * LINE  # 8x the cache
+    addr = vm.alloc(size)
+    model = bytearray(size)
+    for _ in range(200):
+        off = rng.randrange(size - 10_000)
+        data = rng.randbytes(rng.randrange(1, 10_000))
+        vm.write(addr + off, data)
+        model[off:off + len(data)] = data
+    assert vm.read(addr, size) == model
+    c = delta(vm, before)
+    assert c["evictions"] > 50 and c["writebacks"] > 0 and c["zerofills"] > 0
+
+
+def test_first_touch_is_zero_filled_without_mcomponent_traffic(tiny_rack, vm):
+    addr = vm.alloc(4 * LINE)
+    home = vm.regions()[0][2]
+    before = mstats(tiny_rack, home)["memory"]["misses"]
+    counts = vm.counters()
+    assert vm.read(addr, 4 * LINE) == bytes(4 * LINE)
+    assert delta(vm, counts)["zerofills"] == 4
+    assert mstats(tiny_rack, home)["memory"]["misses"] == before
+    assert vm.ep.counters.snapshot()["links"].get(home, {}).get("M_MISS") is None
+
+
+def test_flush_then_invalidate_reads_back_from_the_mcomponent(tiny_rack, vm):
+    addr = vm.alloc(3 * LINE)
+    home = vm.regions()[0][2]
+    counts = vm.counters()
+    vm.write(addr + 100, b"persist me")
+    assert vm.flush(addr, 3 * LINE) == 1
+    assert vm.invalidate(addr, 3 * LINE) >= 1
+    before = mstats(tiny_rack, home)["memory"]["misses"]
+    assert vm.read(addr + 100, 10) == b"persist me"
+    assert mstats(tiny_rack, home)["memory"]["misses"] == before + 1
+    assert delta(vm, counts)["flushes"] == 1
+
+
+def test_invalidate_discards_dirty_data(vm):
+    addr = vm.alloc(LINE)
+    vm.write(addr, b"old")
+    vm.flush(addr, LINE)
+    vm.write(addr, b"new")
+    vm.invalidate(addr, LINE)
+    assert vm.read(addr, 3) == b"old"
+
+
+def test_dirty_victim_for_the_same_mcomponent_rides_in_the_miss(tiny_rack, vm):
+    """LegoOS piggyback: evicting a dirty line on a miss to the same home costs
+    one message, not two."""
+    addr = vm.alloc(64 * LINE)
+    home = vm.regions()[0][2]
+    for p in range(64):               # every page touched and written back once
+        vm.write(addr + p * LINE, bytes([p]) * 8)
+    vm.flush(addr, 64 * LINE)
+    vm.invalidate(addr, 64 * LINE)
+    links = vm.ep.counters.snapshot()["links"][home]
+    wb_before = links["M_WRITEBACK"]["tx_msgs"]
+    miss_before = links.get("M_MISS", {}).get("tx_msgs", 0)
+    counts = vm.counters()
+    for p in range(64):               # dirty every line we bring in
+        vm.write(addr + p * LINE + 8, b"d")
+    links = vm.ep.counters.snapshot()["links"][home]
+    assert links["M_MISS"]["tx_msgs"] - miss_before == 64
+    assert links["M_WRITEBACK"]["tx_msgs"] == wb_before  # victims went piggyback
+    assert delta(vm, counts)["writebacks"] >= 56         # 64 misses, 8 lines of room
+    for p in range(64):
+        assert vm.read(addr + p * LINE, 9) == bytes([p]) * 8 + b"d"
+
+
+def test_two_mcomponents_hold_regions(tiny_rack, vm):
+    a = vm.alloc(1 << 20)
+    b = vm.alloc(1 << 20)
+    homes = [home for _, _, home in vm.regions()]
+    assert sorted(homes) == ["m0", "m1"]  # GMM spreads by load
+    vm.write(a, b"on " + homes[0].encode())
+    vm.write(b, b"on " + homes[1].encode())
+    vm.flush(a, 8)
+    vm.flush(b, 8)
+    vm.invalidate(a, 8)
+    vm.invalidate(b, 8)
+    assert vm.read(a, 5) == b"on " + homes[0].encode()
+    assert vm.read(b, 5) == b"on " + homes[1].encode()
+    for m in ("m0", "m1"):
+        assert mstats(tiny_rack, m)["memory"]["misses"] >= 1
+
+
+def test_address_outside_the_regions_is_efault(vm):
+    addr = vm.alloc(2 * LINE)
+    for bad in (addr + 2 * LINE, addr - 1, 12345):
+        with pytest.raises(OSError) as info:
+            vm.read(bad, 1)
+        assert info.value.errno == errno.EFAULT
+    with pytest.raises(OSError) as info:
+        vm.write(addr + 2 * LINE - 1, b"xy")  # straddles the end
+    assert info.value.errno == errno.EFAULT
+    vm.free(addr)
+    with pytest.raises(OSError) as info:
+        vm.read(addr, 1)
+    assert info.value.errno == errno.EFAULT
+    with pytest.raises(OSError) as info:
+        vm.free(addr)
+    assert info.value.errno == errno.EFAULT
+
+
+def test_mcomponent_refuses_pages_of_another_process(tiny_rack, vm):
+    addr = vm.alloc(LINE)
+    vm.write(addr, b"secret")
+    vm.flush(addr, LINE)
+    home = vm.regions()[0][2]
+    from fit_rpc.pages import MISS
+
+    with tiny_rack.endpoint() as intruder:  # not p0.<pid>: may not act for vm.pid
+        with pytest.raises(PermissionError):
+            intruder.call(home, Op.M_MISS, MISS.pack(vm.pid, addr // LINE, 0, 0))
+
+
+def test_no_memory_left_is_enomem(vm):
+    with pytest.raises(OSError) as info:
+        vm.alloc(64 << 20)  # more than m0 + m1 hold
+    assert info.value.errno == errno.ENOMEM
+    a = vm.alloc(6 << 20)
+    with pytest.raises(OSError) as info:
+        vm.alloc(6 << 20)  # the other mComponent has 8 MiB... and then neither has
+        vm.alloc(6 << 20)
+    assert info.value.errno == errno.ENOMEM
+    vm.free(a)
+
+
+def test_freeing_returns_the_memory(tiny_rack, vm):
+    before = {m: mstats(tiny_rack, m)["memory"]["reserved"] for m in ("m0", "m1")}
+    a = vm.alloc(1 << 20)
+    vm.write(a, b"x" * 3 * LINE)
+    vm.flush(a, 3 * LINE)
+    vm.free(a)
+    after = {m: mstats(tiny_rack, m)["memory"] for m in ("m0", "m1")}
+    assert {m: after[m]["reserved"] for m in after} == before
+
+
+def _has_regions(machine):
+    return bool(machine.regions)
+
+
+class MemoryModel(RuleBasedStateMachine):
+    """Random allocs, writes, reads, flushes, invalidates and frees against a
+    plain bytearray per region; the tiny extCache evicts all the time."""
+
+    rack: Rack = None  # set by the test
+
+    @initialize(pages=st.integers(1, 12))
+    def attach(self, pages):
+        self.vm = VirtualMemory.attach(self.rack, "p0")
+        self.regions: dict[int, bytearray] = {}
+        self.alloc(pages)
+
+    @precondition(lambda self: len(self.regions) < 4)
+    @rule(pages=st.integers(1, 12))
+    def alloc(self, pages):
+        self.regions[self.vm.alloc(pages * LINE)] = bytearray(pages * LINE)
+
+    @precondition(_has_regions)
+    @rule(data=st.data())
+    def write(self, data):
+        addr, model = data.draw(st.sampled_from(sorted(self.regions.items())))
+        off = data.draw(st.integers(0, len(model) - 1))
+        length = data.draw(st.integers(1, min(len(model) - off, 9000)))
+        blob = random.Random(data.draw(st.integers(0, 2**32))).randbytes(length)
+        self.vm.write(addr + off, blob)
+        model[off:off + len(blob)] = blob
+
+    @precondition(_has_regions)
+    @rule(data=st.data())
+    def read(self, data):
+        addr, model = data.draw(st.sampled_from(sorted(self.regions.items())))
+        off = data.draw(st.integers(0, len(model) - 1))
+        n = data.draw(st.integers(1, len(model) - off))
+        assert self.vm.read(addr + off, n) == model[off:off + n]
+
+    @precondition(_has_regions)
+    @rule(data=st.data())
+    def flush_and_invalidate(self, data):
+        addr, model = data.draw(st.sampled_from(sorted(self.regions.items())))
+        self.vm.flush(addr, len(model))
+        self.vm.invalidate(addr, len(model))
+
+    @precondition(_has_regions)
+    @rule(data=st.data())
+    def free(self, data):
+        addr = data.draw(st.sampled_from(sorted(self.regions)))
+        self.vm.free(addr)
+        del self.regions[addr]
+
+    @invariant()
+    def everything_reads_back(self):
+        for addr, model in getattr(self, "regions", {}).items():
+            assert self.vm.read(addr, len(model)) == model
+
+    def teardown(self):
+        for addr in list(getattr(self, "regions", {})):
+            self.vm.free(addr)
+        if hasattr(self, "vm"):
+            self.vm.close()
+
+
+def test_random_operations_against_a_bytearray_model(tiny_rack):
+    MemoryModel.rack = tiny_rack
+    run = MemoryModel.TestCase
+    run.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+                            derandomize=True, database=None,
+                            suppress_health_check=list(HealthCheck))
+    run().runTest()
