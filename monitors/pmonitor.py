@@ -21,7 +21,6 @@ process and in total.
 """
 
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -35,16 +34,10 @@ from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from monitors.core import Monitor
 from native.extcache import ExtCache
-from splitrack.rundir import identify
+from splitrack.rundir import RunDir, identify
 
 _SPAWN_MAX_BYTES = 1 << 20
 RELEASE_TIMEOUT_S = 0.5   # an mComponent that cannot take a release in this is stopping
-
-
-def extcache_path(run_dir: str, cid: str) -> str:
-    """Where pN's extCache segment lives (tmpfs); unique per run directory."""
-    tag = hashlib.sha1(os.path.abspath(run_dir).encode()).hexdigest()[:10]
-    return f"/dev/shm/splitrack.{tag}.{cid}"
 
 
 class PMonitor(Monitor):
@@ -52,7 +45,7 @@ class PMonitor(Monitor):
 
     def setup(self) -> None:
         self.run_dir = os.getcwd()  # the launcher starts monitors in the run directory
-        path = extcache_path(self.run_dir, self.id)
+        path = RunDir.at(self.run_dir).extcache_path(self.id)
         if os.path.exists(path):
             os.unlink(path)  # left by a crashed rack of this run directory
         self.xc = ExtCache.create(path, self.config["extcache"], self.rack["line"],

@@ -162,9 +162,21 @@ def _print_stats(stats: dict[str, dict[str, Any]]) -> None:
                 total[1] += c["tx_bytes"]
         if snap["errors"]:
             print("  errors: " + ", ".join(f"{k}={v}" for k, v in sorted(snap["errors"].items())))
+        if "extcache" in snap:
+            xc = snap["extcache"]
+            print(f"  extCache ({xc['sets']} sets x {xc['ways']} ways x {xc['line']} B) total: "
+                  + _counts(xc["total"]))
+            for pid, counts in sorted(xc["processes"].items()):
+                print(f"    process {pid}: " + _counts(counts))
+        if "memory" in snap:
+            print("  memory: " + _counts(snap["memory"]))
     print("links (counted once, at the sender):")
     for link, (msgs, nbytes) in sorted(by_kind.items()):
         print(f"  {link:<16}{msgs:>10} msgs {nbytes:>13} B")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in counts.items())
 
 
 def _kind(cid: str) -> str:

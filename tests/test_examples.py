@@ -19,7 +19,7 @@ def run_example(name, run_root, tmp_path):
 
 def test_every_example_has_a_test():
     assert sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".py")) == \
-        ["hello_rack.py", "storage.py"]
+        ["hello_rack.py", "storage.py", "vm_hello.py"]
 
 
 def test_hello_rack(run_root, tmp_path):
@@ -36,7 +36,21 @@ def test_storage(run_root, tmp_path):
     assert stored.read_text() == "hello, split kernel\n"
 
 
-@pytest.mark.parametrize("name", ["hello_rack.py", "storage.py"])
+def test_vm_hello_on_the_rack(run_root, tmp_path):
+    env = dict(os.environ, SPLITRACK_RUN_ROOT=run_root, XDG_DATA_HOME=str(tmp_path / "data"))
+    splitrack = os.path.join(os.path.dirname(sys.executable), "splitrack")
+    proc = subprocess.run([splitrack, "run", "--on", "p0", "--", sys.executable,
+                           os.path.join(EXAMPLES, "vm_hello.py")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "flushed lines: 1"
+    assert lines[1] == "hello from the split kernel"
+    counts = eval(lines[2])  # a dict literal printed by the example
+    assert counts["zerofills"] == 1 and counts["fetches"] == 1 and counts["flushes"] == 1
+
+
+@pytest.mark.parametrize("name", ["hello_rack.py", "storage.py", "vm_hello.py"])
 def test_examples_have_docstrings(name):
     with open(os.path.join(EXAMPLES, name)) as f:
         assert f.read().startswith('"""')
