@@ -2,7 +2,8 @@
 
     core.py        the life every monitor shares (bind, register, serve, stop)
     gmonitor.py    global: GPM, GMM, GSM (registry.py) and GNM (gnm/)
-    pmonitor.py    pComponent      mmonitor.py  mComponent
+    pmonitor.py    pComponent (extCache, processes)
+    mmonitor.py    mComponent (address_space.py: vRegions and page tables)
     nmonitor.py    nComponent      smonitor.py  sComponent (storage_root.py)
     __main__.py    `python -m monitors --run-dir D --id ID`
 
