@@ -226,7 +226,12 @@ class Rack:
 
     def _failure(self, cid: str, what: str) -> str:
         proc = self._children.get(cid)
-        code = proc.poll() if proc else None
+        code = None
+        if proc is not None:
+            try:
+                code = proc.wait(timeout=1)  # its stdout closed: it is exiting
+            except subprocess.TimeoutExpired:
+                pass
         try:
             with open(self.run.log_path(cid), errors="replace") as f:
                 tail = "".join(f.readlines()[-8:])

@@ -57,8 +57,13 @@ def rack_env(tmp_path_factory):
         shutil.rmtree(root, ignore_errors=True)
 
 
+# Programs start in a scratch directory: `python -c` puts its working directory
+# first on sys.path, and the source checkout's packages lack the built extension.
+SCRATCH = "/tmp"
+
+
 def run(env, *args, **kw):
-    return subprocess.run([SPLITRACK, "run", "--name", "runs", *args], env=env,
+    return subprocess.run([SPLITRACK, "run", "--name", "runs", *args], env=env, cwd=SCRATCH,
                           capture_output=True, text=True, timeout=120, **kw)
 
 
@@ -123,7 +128,7 @@ def test_sigint_is_forwarded_to_the_program(rack_env):
     child = subprocess.Popen(
         [SPLITRACK, "run", "--name", "runs", "--", sys.executable, "-c",
          "import time; print('ready', flush=True); time.sleep(60)"],
-        env=env, stdout=subprocess.PIPE, text=True)
+        env=env, cwd=SCRATCH, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "ready\n"
         child.send_signal(signal.SIGINT)
@@ -138,7 +143,7 @@ def test_two_processes_hammer_one_shared_extcache(rack_env):
     rack, env = rack_env
     procs = [subprocess.Popen([SPLITRACK, "run", "--name", "runs", "--on", "p0", "--",
                                sys.executable, "-c", HAMMER, str(seed), "400"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for seed in (1, 2)]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -164,7 +169,7 @@ def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
     """)
     survivor = subprocess.Popen([SPLITRACK, "run", "--name", "runs", "--on", "p0", "--",
                                  sys.executable, "-c", HAMMER, "3", "600"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     crash = run(env, "--on", "p0", "--", sys.executable, "-c", crasher)
     assert crash.returncode == 128 + 9
@@ -187,7 +192,8 @@ def test_run_starts_a_rack_when_none_is_up_and_stops_it(run_root, tmp_path):
                "vm.write(a, b'hi'); "
                "print(json.dumps([os.getppid(), bytes(vm.read(a, 2)).decode()]))")
     proc = subprocess.run([SPLITRACK, "run", "--spec", str(spec), "--", sys.executable, "-c",
-                           program], env=env, capture_output=True, text=True, timeout=60)
+                           program], env=env, cwd=SCRATCH, capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 0, proc.stderr
     pmonitor, data = json.loads(proc.stdout)
     assert data == "hi"
