@@ -37,12 +37,14 @@ from fit_rpc.errors import (
     UnknownOp,
     from_code,
 )
-from fit_rpc.header import HEADER_SIZE, ONEWAY, REPLY, REQUEST
+from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.ops import Op, op_name
 from fit_rpc.transport import Arrival, Frame, Transport
 from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES
 
 log = logging.getLogger("fit_rpc")
+_unpack_header = header.HEADER.unpack_from
+_pack_header = header.HEADER.pack
 
 GLOBAL_ID = "global"
 
@@ -116,15 +118,17 @@ class Endpoint:
         UnknownDestination (no such id), MessageTooLarge (nothing sent), or the
         OSError the peer answered with.
         """
-        timeout = FIT_CALL_TIMEOUT_S if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        if timeout is None:
+            timeout = FIT_CALL_TIMEOUT_S
         self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
         self._transmit(peer, REQUEST, op, seq, payload, timeout)
-        self._awaiting.add(seq)
+        deadline = time.monotonic() + timeout
+        awaiting = self._awaiting
+        awaiting.add(seq)
         try:
             return self._await_reply(peer, op, seq, deadline)
         finally:
-            self._awaiting.discard(seq)
+            awaiting.discard(seq)
 
     def call_args(self, peer: str, op: int, args: dict[str, Any] | None = None,
                   data: Frame = b"", timeout: float | None = None
@@ -139,13 +143,13 @@ class Endpoint:
 
     def _transmit(self, peer: str, kind: int, op: int, seq: int, payload: Frame,
                   timeout: float) -> None:
-        if len(payload) > FIT_MAX_PAYLOAD_BYTES:
-            raise MessageTooLarge(f"payload of {len(payload)} bytes exceeds "
-                                  f"{FIT_MAX_PAYLOAD_BYTES}")
+        n = len(payload)
+        if n > FIT_MAX_PAYLOAD_BYTES:
+            raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
         address = self._addresses.get(peer) or self.resolve(peer, timeout)
-        frame = header.pack(kind, op, seq, len(payload)) + payload
+        frame = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n) + payload
         self.transport.send(peer, address, frame, timeout)
-        self.counters.tx(peer, op, len(frame))
+        self.counters.tx(peer, op, n + HEADER_SIZE)
 
     def _await_reply(self, peer: str, op: int, seq: int, deadline: float) -> memoryview:
         transport = self.transport
@@ -171,9 +175,6 @@ class Endpoint:
                 self.counters.error("stale_reply")
 
     def _take_reply(self, peer: str, frames: list) -> memoryview:
-        if len(frames) != 1:
-            self.counters.error("malformed")
-            raise MalformedMessage(f"reply from {peer} has {len(frames)} frames")
         frame = frames[0]
         kind, op, err, _, payload = header.parse(frame)
         self.counters.rx(peer, op, len(frame))
@@ -273,9 +274,9 @@ def _scheme(address: str | None) -> str | None:
 
 
 def _seq_of(frames: list) -> int:
-    """The seq of a reply, or -1 if it has none (malformed: handled by _take_reply)."""
-    frame = frames[0] if frames else b""
-    return header.HEADER.unpack_from(frame)[5] if len(frame) >= HEADER_SIZE else -1
+    """The seq of a reply, or -1 if it has no header (then it is nobody's)."""
+    frame = frames[0]
+    return _unpack_header(frame)[5] if len(frame) >= HEADER_SIZE else -1
 
 
 def _salvage(frames: list) -> tuple[int, int, int]:

@@ -143,8 +143,8 @@ def test_two_processes_hammer_one_shared_extcache(rack_env):
     rack, env = rack_env
     procs = [subprocess.Popen([SPLITRACK, "run", "--name", "runs", "--on", "p0", "--",
                                sys.executable, "-c", HAMMER, str(seed), "400"],
-                              env=env, cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for seed in (1, 2)]
+                              env=env, cwd=SCRATCH, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
@@ -169,8 +169,8 @@ def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
     """)
     survivor = subprocess.Popen([SPLITRACK, "run", "--name", "runs", "--on", "p0", "--",
                                  sys.executable, "-c", HAMMER, "3", "600"],
-                                env=env, cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                env=env, cwd=SCRATCH, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     crash = run(env, "--on", "p0", "--", sys.executable, "-c", crasher)
     assert crash.returncode == 128 + 9
     out, err = survivor.communicate(timeout=120)
