@@ -2,7 +2,10 @@
 
     fit.py       `splitrack bench fit`: FIT request/reply RTT between two monitor
                  processes vs raw pyzmq DEALER/ROUTER between two plain processes
+    extcache.py  `splitrack bench extcache`: extCache hits, misses, zero-fills and
+                 evictions from a process on p0 vs raw pyzmq
     raw_zmq.py   the raw pyzmq baseline (server process and client)
+    report.py    print the table, write the JSON
 
 Benchmarks are not tests: they print tables and machine-readable JSON and never
 assert on wall-clock time.

@@ -15,15 +15,14 @@ JSON (--json FILE): {"bench": "extcache", "config": {...}, "results": [{"op", "s
 """
 
 import argparse
-import json
 import os
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
 from benchmarks.raw_zmq import RawClient, RawServer
+from benchmarks.report import finish
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 from splitrack.vm import VirtualMemory
@@ -133,9 +132,4 @@ def print_table(report: dict[str, Any]) -> None:
 
 def main(args: argparse.Namespace) -> int:
     report = run(args.spec, rounds=args.rounds or MISS_ROUNDS, reps=args.reps or REPS)
-    print_table(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return finish(report, args, print_table)

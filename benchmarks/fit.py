@@ -16,15 +16,14 @@ JSON (--json FILE): {"bench": "fit", "results": [{"size", "transport", "fit_p50_
 
 import argparse
 import array
-import json
 import os
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
 from benchmarks.raw_zmq import RawClient, RawServer
+from benchmarks.report import finish
 from fit_rpc import Op
 from splitrack.params import (
     BENCH_FIT_REPS,
@@ -92,9 +91,4 @@ def print_table(report: dict[str, Any]) -> None:
 def main(args: argparse.Namespace) -> int:
     report = run(args.spec, rounds=args.rounds or BENCH_FIT_ROUNDS,
                  reps=args.reps or BENCH_FIT_REPS)
-    print_table(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return finish(report, args, print_table)

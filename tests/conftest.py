@@ -5,14 +5,12 @@ when the test fails); monitors also die with the pytest process
 (PR_SET_PDEATHSIG), so an interrupted run leaks nothing.
 """
 
-import os
 import shutil
 import tempfile
 
 import pytest
 
-from helpers import small_spec
-from splitrack import Rack
+from helpers import running_rack, small_spec
 
 
 @pytest.fixture
@@ -27,12 +25,8 @@ def run_root(monkeypatch):
 @pytest.fixture(scope="module")
 def rack():
     """One running rack shared by a test module (its run root is private)."""
-    root = tempfile.mkdtemp(prefix="srm-", dir="/tmp")
-    try:
-        with Rack(small_spec(os.path.join(root, "storage")), run_root=root) as r:
-            yield r
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with running_rack(small_spec) as r:
+        yield r
 
 
 @pytest.fixture

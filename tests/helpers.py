@@ -1,8 +1,17 @@
 """Helpers shared by the tests (importable as `helpers`)."""
 
+import contextlib
 import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
 
 import psutil
+
+from splitrack import Rack
+
+SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
 
 
 def small_spec(storage: str, name: str = "t", **rack) -> dict:
@@ -37,3 +46,22 @@ def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
             pass
     _, left = psutil.wait_procs(procs, timeout=timeout)
     return [p.pid for p in left]
+
+
+@contextlib.contextmanager
+def running_rack(make_spec, prefix: str = "srm-") -> Iterator[Rack]:
+    """A rack of make_spec(storage_dir), in a private short run root, always stopped."""
+    root = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    try:
+        with Rack(make_spec(os.path.join(root, "storage")), run_root=root) as rack:
+            yield rack
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def write_spec(path, name: str, extra: str = "") -> str:
+    """A minimal spec file (p0 and m0) named `name`, plus `extra` TOML."""
+    path.write_text(f'[rack]\nname = "{name}"\n'
+                    '[[pcomponent]]\nid = "p0"\nextcache = "1MiB"\nways = 4\n'
+                    '[[mcomponent]]\nid = "m0"\nmemory = "16MiB"\n' + extra)
+    return str(path)

@@ -11,11 +11,9 @@ import psutil
 import pytest
 
 from fit_rpc import Op
-from helpers import alive, small_spec, wait_gone
+from helpers import SPLITRACK, alive, small_spec, wait_gone, write_spec
 from splitrack import Rack, RackError
 from splitrack.rundir import RunDir
-
-SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
 
 
 def cli(*args, check=True):
@@ -128,32 +126,19 @@ def test_monitors_die_with_a_killed_launcher(run_root, tmp_path):
 
 
 def test_cli_up_detach_status_stats_down(run_root, tmp_path):
-    spec_file = tmp_path / "rack.toml"
-    spec_file.write_text(textwrap.dedent(f"""
-        [rack]
-        name = "clitest"
-        [[pcomponent]]
-        id = "p0"
-        extcache = "1MiB"
-        ways = 4
-        [[mcomponent]]
-        id = "m0"
-        memory = "16MiB"
-        [[scomponent]]
-        id = "s0"
-        root = "{tmp_path / 'store'}"
-    """))
-    up = cli("up", "--spec", str(spec_file), "--detach")
+    spec_file = write_spec(tmp_path / "rack.toml", "clitest",
+                           f'[[scomponent]]\nid = "s0"\nroot = "{tmp_path / "store"}"\n')
+    up = cli("up", "--spec", spec_file, "--detach")
     assert "rack 'clitest' is up" in up.stdout
     try:
-        again = cli("up", "--spec", str(spec_file), "--detach", check=False)
+        again = cli("up", "--spec", spec_file, "--detach", check=False)
         assert again.returncode == 1 and "already up" in again.stderr
         status = json.loads(cli("status", "--name", "clitest", "--json").stdout)
         assert status["up"] and [c["id"] for c in status["components"]] == \
             ["global", "p0", "m0", "s0"]
         assert all(c["state"] == "ok" for c in status["components"])
         pids = [c["pid"] for c in status["components"]]
-        table = cli("status", "--spec", str(spec_file)).stdout
+        table = cli("status", "--spec", spec_file).stdout
         assert "ipc://" in table and "p0" in table
         stats = json.loads(cli("stats", "--name", "clitest", "--json").stdout)
         assert stats["global"]["links"]["p0"]["REGISTER"]["rx_msgs"] == 1
@@ -174,19 +159,8 @@ def test_cli_up_detach_status_stats_down(run_root, tmp_path):
 
 
 def test_cli_foreground_up_stops_on_sigint(run_root, tmp_path):
-    spec_file = tmp_path / "fg.toml"
-    spec_file.write_text(textwrap.dedent("""
-        [rack]
-        name = "fg"
-        [[pcomponent]]
-        id = "p0"
-        extcache = "1MiB"
-        ways = 4
-        [[mcomponent]]
-        id = "m0"
-        memory = "16MiB"
-    """))
-    up = subprocess.Popen([SPLITRACK, "up", "--spec", str(spec_file)], stdout=subprocess.PIPE,
+    spec_file = write_spec(tmp_path / "fg.toml", "fg")
+    up = subprocess.Popen([SPLITRACK, "up", "--spec", spec_file], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:
         assert "is up" in up.stdout.readline()

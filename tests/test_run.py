@@ -11,10 +11,8 @@ import time
 import pytest
 
 from fit_rpc import Op
-from helpers import alive, small_spec, wait_gone
-from splitrack import Rack
+from helpers import SPLITRACK, alive, running_rack, small_spec, wait_gone, write_spec
 
-SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
 LINE = 4096
 
 # A program that hammers rack memory and checks every byte against a local model.
@@ -40,21 +38,18 @@ HAMMER = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def rack_env(tmp_path_factory):
-    """A running rack (tiny extCaches) and the environment to reach it by name."""
-    import shutil
-    import tempfile
-
-    root = tempfile.mkdtemp(prefix="srr-", dir="/tmp")
-    spec = small_spec(str(tmp_path_factory.mktemp("s")), name="runs")
+def _tiny_caches(storage):
+    spec = small_spec(storage, name="runs")
     for p in spec["pcomponent"]:
         p.update(extcache=16 * LINE, ways=2)
-    try:
-        with Rack(spec, run_root=root) as rack:
-            yield rack, dict(os.environ, SPLITRACK_RUN_ROOT=root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def rack_env():
+    """A running rack (tiny extCaches) and the environment to reach it by name."""
+    with running_rack(_tiny_caches) as rack:
+        yield rack, dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
 
 
 # Programs start in a scratch directory: `python -c` puts its working directory
@@ -185,13 +180,11 @@ def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
 
 def test_run_starts_a_rack_when_none_is_up_and_stops_it(run_root, tmp_path):
     env = dict(os.environ, SPLITRACK_RUN_ROOT=run_root, XDG_DATA_HOME=str(tmp_path / "d"))
-    spec = tmp_path / "solo.toml"
-    spec.write_text('[rack]\nname = "solo"\n[[pcomponent]]\nid = "p0"\nextcache = "1MiB"\n'
-                    'ways = 4\n[[mcomponent]]\nid = "m0"\nmemory = "4MiB"\n')
+    spec = write_spec(tmp_path / "solo.toml", "solo")
     program = ("import os, json; from splitrack import vm; a = vm.alloc(8192); "
                "vm.write(a, b'hi'); "
                "print(json.dumps([os.getppid(), bytes(vm.read(a, 2)).decode()]))")
-    proc = subprocess.run([SPLITRACK, "run", "--spec", str(spec), "--", sys.executable, "-c",
+    proc = subprocess.run([SPLITRACK, "run", "--spec", spec, "--", sys.executable, "-c",
                            program], env=env, cwd=SCRATCH, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -5,10 +5,7 @@ The test process attaches itself as an emulated process of p0
 """
 
 import errno
-import os
 import random
-import shutil
-import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -22,7 +19,7 @@ from hypothesis.stateful import (
 )
 
 from fit_rpc import Op
-from helpers import small_spec
+from helpers import running_rack, small_spec
 from splitrack import Rack
 from splitrack.vm import VirtualMemory
 
@@ -40,12 +37,8 @@ def tiny_spec(storage, name="vm", **rack):
 
 @pytest.fixture(scope="module")
 def tiny_rack():
-    root = tempfile.mkdtemp(prefix="srv-", dir="/tmp")
-    try:
-        with Rack(tiny_spec(os.path.join(root, "s")), run_root=root) as rack:
-            yield rack
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with running_rack(tiny_spec) as rack:
+        yield rack
 
 
 @pytest.fixture
