@@ -120,9 +120,9 @@ class Endpoint:
         """
         if timeout is None:
             timeout = FIT_CALL_TIMEOUT_S
+        deadline = time.monotonic() + timeout  # sending, too, counts against the timeout
         self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
         self._transmit(peer, REQUEST, op, seq, payload, timeout)
-        deadline = time.monotonic() + timeout
         awaiting = self._awaiting
         awaiting.add(seq)
         try:

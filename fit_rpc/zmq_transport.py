@@ -143,6 +143,8 @@ class ZmqTransport(Transport):
             sock.close(0)
 
     def close(self) -> None:
+        if self._ctx.closed:
+            return
         for peer in list(self._dealers):
             self.forget(peer)
         if self._inbox is not None:

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from typing import Any
 
 import psutil
@@ -48,7 +49,7 @@ class Rack:
         self.detach = detach
         self.components: dict[str, dict[str, Any]] = {}  # id -> state record
         self._children: dict[str, subprocess.Popen] = {}
-        self._endpoints: list[Endpoint] = []
+        self._endpoints: weakref.WeakSet[Endpoint] = weakref.WeakSet()  # closed at stop()
         self._clients = 0
 
     # ---- lifecycle -------------------------------------------------------------
@@ -63,7 +64,7 @@ class Rack:
         rack.spec = None  # not needed to inspect or stop a running rack
         rack.name, rack.run, rack.detach = name, run, True
         rack.components = {c["id"]: c for c in state["components"]}
-        rack._children, rack._endpoints, rack._clients = {}, [], 0
+        rack._children, rack._endpoints, rack._clients = {}, weakref.WeakSet(), 0
         return rack
 
     def start(self) -> "Rack":
@@ -86,7 +87,7 @@ class Rack:
     def stop(self) -> None:
         """Stop the rack's processes (SIGTERM, then SIGKILL after a grace period)
         and remove its run directory. Safe to call twice."""
-        for ep in self._endpoints:
+        for ep in list(self._endpoints):
             ep.close()
         self._endpoints.clear()
         with self.run.lock():
@@ -149,7 +150,7 @@ class Rack:
             ep.call_args(GLOBAL_ID, Op.REGISTER, {"id": cid, "kind": "client",
                                                   "address": ep.address, "pid": os.getpid(),
                                                   "resources": {}})
-        self._endpoints.append(ep)
+        self._endpoints.add(ep)
         return ep
 
     def spec_endpoints(self) -> str:
