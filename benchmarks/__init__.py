@@ -6,6 +6,7 @@
                  evictions from a process on p0 vs raw pyzmq
     raw_zmq.py   the raw pyzmq baseline (server process and client)
     report.py    print the table, write the JSON
+    test_hot_paths.py  pytest-benchmark cases for rack-less hot paths
 
 Benchmarks are not tests: they print tables and machine-readable JSON and never
 assert on wall-clock time.

@@ -68,6 +68,7 @@ class MMonitor(Monitor):
         pid = self._own_pid(msg, need(args, "pid", int))
         start, length = need(args, "start", int), need(args, "length", int)
         if self._reserved() + length > self.memory:
+            self._report_load()  # GMM reserved these bytes when it chose us: set it right
             raise OSError(errno.ENOMEM, f"{self.id} has {self.memory - self._reserved()} of "
                           f"{self.memory} bytes free; asked for {length}")
         space = self.spaces.get(pid) or AddressSpace(_pcomponent(msg.src), self.line)

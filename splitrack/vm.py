@@ -23,7 +23,8 @@ left is OSError(ENOMEM). The process is known to its pMonitor (P_ATTACH),
 which frees everything it held when it exits or crashes.
 
 Outside `splitrack run`, `VirtualMemory.attach(rack, "p0")` makes the calling
-process an emulated process of p0 (tests and benchmarks do this).
+process an emulated process of p0 (tests and benchmarks do this). One thread
+of a process uses it at a time (its FIT endpoint is not thread-safe).
 """
 
 import bisect
