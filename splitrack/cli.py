@@ -209,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("stats", help="per-component and per-link FIT counters")
+    p = sub.add_parser("stats", help="per-component and per-link FIT counters, extCache and "
+                                     "memory counters")
     rack_args(p, "take the rack name from this spec")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_stats)
@@ -226,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "N, 127 if it cannot be started).")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
     p.add_argument("--on", metavar="pN", help="the pComponent to run on (default: GPM picks)")
-    p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
+    p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
+                   help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="benchmarks with their baselines measured in the same run")
