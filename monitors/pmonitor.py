@@ -55,7 +55,7 @@ class PMonitor(Monitor):
         self.children: dict[int, subprocess.Popen] = {}
         self.released = 0
         self._reported = 0    # the process count GPM last heard
-        self._gone: set[str] = set()  # mComponents that did not take a release
+        self._gone: set[str] = set()  # mComponents that did not take a release (when stopping)
         self.ep.on(Op.P_ATTACH, self.p_attach)
         self.ep.on(Op.P_PROCESSES, self.p_processes)
         self._spawn_sock = self._start_spawn_server()
@@ -116,8 +116,8 @@ class PMonitor(Monitor):
         dropped = self.xc.drop_pid(pid)
         self.xc.slot_release(pid)
         for m in self.m_ids:
-            if m in self._gone:
-                continue
+            if self.stopping and m in self._gone:
+                continue  # stopping with the rack: do not wait on it once per process
             try:
                 self.ep.send(m, Op.M_RELEASE, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S)
             except OSError as exc:  # that mComponent is gone (the rack is stopping?)

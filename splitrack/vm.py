@@ -72,8 +72,8 @@ class VirtualMemory:
     # ---- regions --------------------------------------------------------------------
     def alloc(self, size: int) -> int:
         """A new region of at least `size` bytes; returns its virtual address."""
-        if size <= 0:
-            raise OSError(errno.EINVAL, f"cannot allocate {size} bytes")
+        if not isinstance(size, int) or size <= 0:
+            raise OSError(errno.EINVAL, f"cannot allocate {size!r} bytes")
         length = -(-size // self.line) * self.line
         home, _ = self.ep.call_args(GLOBAL_ID, Op.GMM_PLACE, {"size": length})
         start = self._next
@@ -106,6 +106,8 @@ class VirtualMemory:
 
     def read_into(self, addr: int, buf: Any) -> None:
         view = memoryview(buf).cast("B")
+        if addr < 0:
+            raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
         done = self.xc.read_into(self.slot, self.pid, addr, view)
         while done < len(view):
             self._fault(addr + done)
@@ -113,6 +115,8 @@ class VirtualMemory:
 
     def write(self, addr: int, data: Any) -> None:
         view = memoryview(data).cast("B")
+        if addr < 0:
+            raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
         done = self.xc.write_from(self.slot, self.pid, addr, view)
         while done < len(view):
             self._fault(addr + done)

@@ -150,7 +150,7 @@ def test_two_mcomponents_hold_regions(tiny_rack, vm):
 
 def test_address_outside_the_regions_is_efault(vm):
     addr = vm.alloc(2 * LINE)
-    for bad in (addr + 2 * LINE, addr - 1, 12345):
+    for bad in (addr + 2 * LINE, addr - 1, 12345, -4096):
         with pytest.raises(OSError) as info:
             vm.read(bad, 1)
         assert info.value.errno == errno.EFAULT
@@ -178,16 +178,23 @@ def test_mcomponent_refuses_pages_of_another_process(tiny_rack, vm):
             intruder.call(home, Op.M_MISS, MISS.pack(vm.pid, addr // LINE, 0, 0))
 
 
+def test_bad_sizes_are_einval(vm):
+    for size in (0, -1, 1.5, "4096"):
+        with pytest.raises(OSError) as info:
+            vm.alloc(size)
+        assert info.value.errno == errno.EINVAL
+
+
 def test_no_memory_left_is_enomem(vm):
     with pytest.raises(OSError) as info:
         vm.alloc(64 << 20)  # more than m0 + m1 hold
     assert info.value.errno == errno.ENOMEM
-    a = vm.alloc(6 << 20)
+    vm.alloc(6 << 20)
+    vm.alloc(6 << 20)  # one on each mComponent: 2 MiB left on each
     with pytest.raises(OSError) as info:
-        vm.alloc(6 << 20)  # the other mComponent has 8 MiB... and then neither has
         vm.alloc(6 << 20)
     assert info.value.errno == errno.ENOMEM
-    vm.free(a)
+    assert sorted(home for _, _, home in vm.regions()) == ["m0", "m1"]
 
 
 def test_freeing_returns_the_memory(tiny_rack, vm):
