@@ -195,6 +195,9 @@ def test_no_memory_left_is_enomem(vm):
         vm.alloc(6 << 20)
     assert info.value.errno == errno.ENOMEM
     assert sorted(home for _, _, home in vm.regions()) == ["m0", "m1"]
+    with pytest.raises(OSError) as info:  # the mComponent itself refuses, too
+        vm.ep.call_args("m0", Op.M_ALLOC, {"pid": vm.pid, "start": 1 << 50, "length": 4 << 20})
+    assert info.value.errno == errno.ENOMEM
 
 
 def test_freeing_returns_the_memory(tiny_rack, vm):
