@@ -54,19 +54,22 @@ def test_second_up_of_the_same_rack_says_already_up(run_root, tmp_path):
 
 def test_stale_run_dir_is_cleaned_without_touching_other_processes(run_root, tmp_path):
     spec = small_spec(str(tmp_path / "s"))
+    # a stranger that got one of the crashed rack's PIDs must survive: our own child
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     rack = Rack(spec, detach=True).start()
     try:
         for rec in rack.components.values():  # the rack crashes: every process dies
             os.kill(rec["pid"], signal.SIGKILL)
         assert not wait_gone([r["pid"] for r in rack.components.values()])
-        # a stranger that got one of the PIDs must survive: fake that with our own child
-        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        segment = RunDir("t").extcache_path("p0")
+        assert os.path.exists(segment)         # a crash leaves its extCache behind
         state = RunDir("t").read_state()
         state["components"][1]["pid"] = stranger.pid
         RunDir("t").write_state(state)
         with Rack(spec) as again:
             assert all(r["state"] == "ok" for r in again.status())
         assert alive(stranger.pid)
+        assert not os.path.exists(segment)     # the new rack's stop removed it again
     finally:
         stranger.kill()
         stranger.wait()
