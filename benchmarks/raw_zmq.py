@@ -37,7 +37,8 @@ class RawServer:
         self.address = address
         extra = [] if reply_bytes is None else [str(reply_bytes)]
         self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.raw_zmq", address, *extra],
-                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     cwd="/")  # the installed package, not a checkout's copy
         if self.proc.stdout.readline().strip() != b"READY":
             self.proc.kill()
             self.proc.wait()
