@@ -23,6 +23,7 @@ import numpy as np
 
 from benchmarks.raw_zmq import RawClient, RawServer
 from benchmarks.report import finish
+from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 from splitrack.vm import VirtualMemory
@@ -68,7 +69,9 @@ def _measure(vm: VirtualMemory, raw: RawClient, line: int, rounds: int,
     buf = bytearray(line)
     misses: list[float] = []
     raw_samples: list[float] = []
-    raw.measure(28, 200)
+    raw.measure(28, BENCH_WARMUP_ROUNDS)  # the same warm-up for both sides
+    _timed(BENCH_WARMUP_ROUNDS, lambda: vm.read_into(addr, buf),
+           before=lambda: vm.invalidate(addr, line))
     for _ in range(reps):  # interleaved with the raw baseline: the same noise for both
         raw_samples += raw.measure(28, rounds)
         misses += _timed(rounds, lambda: vm.read_into(addr, buf),
