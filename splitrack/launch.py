@@ -32,28 +32,50 @@ def run_program(run_dir: str, pcomponent: str, argv: Sequence[str]) -> int:
     request = json.dumps({"argv": list(argv), "env": dict(os.environ),
                           "cwd": os.getcwd()}).encode()
     message = len(request).to_bytes(4, "little") + request
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            raise LaunchError(f"cannot reach {pcomponent}'s launcher at {path}: "
-                              f"{exc.strerror}") from None
-        sent = socket.send_fds(sock, [message], [0, 1, 2])
-        sock.sendall(message[sent:])
-        replies = sock.makefile("rb")
-        started = _reply(replies, pcomponent)
-        if "error" in started:
-            print(f"splitrack: cannot run {argv[0]!r}: {started['error']}", file=sys.stderr)
-            return EXIT_CANNOT_RUN
-        pid = started["pid"]
-        previous = {sig: signal.signal(sig, lambda signum, _: _forward(pid, signum))
-                    for sig in _FORWARDED}
-        try:
+    # Signals are caught from before the launch, so none is lost in the window
+    # between the program's start and the moment its PID is known here.
+    program = _Program()
+    previous = {sig: signal.signal(sig, program.signal) for sig in _FORWARDED}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(path)
+            except OSError as exc:
+                raise LaunchError(f"cannot reach {pcomponent}'s launcher at {path}: "
+                                  f"{exc.strerror}") from None
+            sent = socket.send_fds(sock, [message], [0, 1, 2])
+            sock.sendall(message[sent:])
+            replies = sock.makefile("rb")
+            started = _reply(replies, pcomponent)
+            if "error" in started:
+                print(f"splitrack: cannot run {argv[0]!r}: {started['error']}", file=sys.stderr)
+                return EXIT_CANNOT_RUN
+            program.started(started["pid"])
             status = _reply(replies, pcomponent)["exit"]
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return status if status >= 0 else 128 - status
+
+
+class _Program:
+    """Forwards signals to the program; holds them until its PID is known."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.pending: list[int] = []
+
+    def signal(self, signum: int, frame: object) -> None:
+        if self.pid is None:
+            self.pending.append(signum)
+        else:
+            _forward(self.pid, signum)
+
+    def started(self, pid: int) -> None:
+        self.pid = pid
+        for signum in self.pending:
+            _forward(pid, signum)
+        self.pending.clear()
 
 
 def _reply(replies, pcomponent: str) -> dict:
