@@ -25,7 +25,7 @@ from splitrack.rack import Rack, RackError
 from splitrack.rundir import RunDir
 from splitrack.spec import SpecError, load_spec
 
-EXIT_OK, EXIT_ERROR, EXIT_DEGRADED = 0, 1, 2
+EXIT_OK, EXIT_ERROR, EXIT_DEGRADED, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _rack_name(args: argparse.Namespace) -> str:
@@ -37,34 +37,42 @@ def _rack_name(args: argparse.Namespace) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     rack = Rack(args.spec, name=args.name, detach=args.detach)
     started = time.monotonic()
+    if not args.detach:  # from here on, Ctrl-C or SIGTERM means: stop the rack
+        signal.signal(signal.SIGTERM, _interrupt)
     rack.start()
-    print(f"rack {rack.name!r} is up in {time.monotonic() - started:.2f} s "
-          f"(run dir {rack.run.path})")
-    _print_status(rack.status())
-    if args.detach:
-        print(f"detached; `splitrack down --name {rack.name}` stops it")
-        return EXIT_OK
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    print("Ctrl-C stops the rack", file=sys.stderr)
     try:
-        alive = set(rack.alive())
-        while alive:
-            time.sleep(UP_POLL_INTERVAL_S)
-            now = set(rack.alive())
-            for cid in sorted(alive - now):
-                print(f"splitrack: {cid} exited (log: {rack.components[cid]['log']})",
-                      file=sys.stderr)
-            alive = now
+        print(f"rack {rack.name!r} is up in {time.monotonic() - started:.2f} s "
+              f"(run dir {rack.run.path})")
+        _print_status(rack.status())
+        if args.detach:
+            print(f"detached; `splitrack down --name {rack.name}` stops it")
+            return EXIT_OK
+        sys.stdout.flush()  # whoever reads our stdout sees the rack before we wait
+        print("Ctrl-C stops the rack", file=sys.stderr)
+        _wait_while_alive(rack)
     except KeyboardInterrupt:
         pass
     finally:
-        rack.stop()
-    print(f"rack {rack.name!r} stopped")
+        if not args.detach:
+            rack.stop()
+            print(f"rack {rack.name!r} stopped")
     return EXIT_OK
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _wait_while_alive(rack: Rack) -> None:
+    """Until every monitor has exited (e.g. `splitrack down` from elsewhere)."""
+    alive = set(rack.alive())
+    while alive:
+        time.sleep(UP_POLL_INTERVAL_S)
+        now = set(rack.alive())
+        for cid in sorted(alive - now):
+            print(f"splitrack: {cid} exited (log: {rack.components[cid]['log']})",
+                  file=sys.stderr)
+        alive = now
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -252,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RackError, SpecError) as exc:
         print(f"splitrack: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt:  # what was started has been stopped on the way out
+        print("splitrack: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

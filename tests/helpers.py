@@ -5,6 +5,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -65,3 +66,11 @@ def write_spec(path, name: str, extra: str = "") -> str:
                     '[[pcomponent]]\nid = "p0"\nextcache = "1MiB"\nways = 4\n'
                     '[[mcomponent]]\nid = "m0"\nmemory = "16MiB"\n' + extra)
     return str(path)
+
+
+def wait_until(condition, timeout: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)

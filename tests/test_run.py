@@ -6,12 +6,19 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from fit_rpc import Op
-from helpers import SPLITRACK, alive, running_rack, small_spec, wait_gone, write_spec
+from helpers import (
+    SPLITRACK,
+    alive,
+    running_rack,
+    small_spec,
+    wait_gone,
+    wait_until,
+    write_spec,
+)
 
 LINE = 4096
 
@@ -65,13 +72,6 @@ def run(env, *args, **kw):
 def processes(rack, p="p0"):
     with rack.endpoint() as ep:
         return ep.call_args(p, Op.P_PROCESSES)[0]["processes"]
-
-
-def wait_until(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def test_exit_status_and_output_propagate(rack_env):
