@@ -154,13 +154,14 @@ class PMonitor(Monitor):
             try:
                 request, fds = _recv_request(conn)
             except (OSError, ValueError) as exc:
+                self.log.warning("bad launch request: %s", exc)
                 _send(conn, {"error": f"bad launch request: {exc}"})
                 return
             try:
                 proc = subprocess.Popen(
                     request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
                     cwd=request.get("cwd"), env={**request["env"], **self._runtime_env()})
-            except (OSError, KeyError, TypeError, IndexError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
                 _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
                 return
             finally:
@@ -185,17 +186,19 @@ class PMonitor(Monitor):
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     """One JSON launch request (u32 length first) with three fds attached."""
     data, fds, _, _ = socket.recv_fds(conn, _SPAWN_MAX_BYTES, 3)
-    if len(fds) != 3:
+    try:
+        if len(fds) != 3:
+            raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "little"):
+            chunk = conn.recv(_SPAWN_MAX_BYTES)
+            if not chunk:
+                raise ValueError("launch request cut short")
+            data += chunk
+        return json.loads(data[4:4 + int.from_bytes(data[:4], "little")]), fds
+    except BaseException:
         for fd in fds:
             os.close(fd)
-        raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
-    need_bytes = int.from_bytes(data[:4], "little") + 4 if len(data) >= 4 else 4
-    while len(data) < need_bytes:
-        chunk = conn.recv(_SPAWN_MAX_BYTES)
-        if not chunk:
-            raise ValueError("launch request cut short")
-        data += chunk
-    return json.loads(data[4:need_bytes]), fds
+        raise
 
 
 def _send(conn: socket.socket, obj: dict[str, Any]) -> None:

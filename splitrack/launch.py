@@ -43,8 +43,11 @@ def run_program(run_dir: str, pcomponent: str, argv: Sequence[str]) -> int:
             except OSError as exc:
                 raise LaunchError(f"cannot reach {pcomponent}'s launcher at {path}: "
                                   f"{exc.strerror}") from None
-            sent = socket.send_fds(sock, [message], [0, 1, 2])
-            sock.sendall(message[sent:])
+            try:
+                sent = socket.send_fds(sock, [message], [0, 1, 2])
+                sock.sendall(message[sent:])
+            except BrokenPipeError:
+                pass  # the launcher refused the request early; its reply says why
             replies = sock.makefile("rb")
             started = _reply(replies, pcomponent)
             if "error" in started:
