@@ -91,6 +91,7 @@ class Endpoint:
         self._seq = 0
         self._awaiting: set[int] = set()
         self._early: dict[int, list] = {}
+        self._at_close: list[Callable[[], None]] = []
 
     # ---- configuration -------------------------------------------------------
     def on(self, op: int, handler: Handler) -> None:
@@ -255,7 +256,16 @@ class Endpoint:
         self.transport.reply(route, frame)
         self.counters.tx(src, op, len(frame))
 
+    def at_close(self, fn: Callable[[], None]) -> None:
+        """Run fn() first thing in close() (e.g. a last one-way message)."""
+        self._at_close.append(fn)
+
     def close(self) -> None:
+        while self._at_close:
+            try:
+                self._at_close.pop()()
+            except OSError as exc:  # a farewell that cannot be delivered is not an error
+                log.debug("%s: at close: %s", self.id, exc)
         self.transport.close()
 
     def __enter__(self) -> "Endpoint":

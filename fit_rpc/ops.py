@@ -22,6 +22,7 @@ class Op(IntEnum):
     RESOLVE = 0x0202
     LIST = 0x0203
     LOAD_REPORT = 0x0204
+    UNREGISTER = 0x0205
     GPM_PLACE = 0x0211
     GMM_PLACE = 0x0221
     GSM_LOOKUP = 0x0231

@@ -28,6 +28,7 @@ class GlobalMonitor(Monitor):
         for op, fn in (
             (Op.REGISTER, self.register_component), (Op.RESOLVE, self.resolve),
             (Op.LIST, self.list_components), (Op.LOAD_REPORT, self.load_report),
+            (Op.UNREGISTER, self.unregister_client),
             (Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
             (Op.GSM_LOOKUP, self.gsm_lookup), (Op.GNM_OWNER, self.gnm_owner),
             (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip),
@@ -57,6 +58,13 @@ class GlobalMonitor(Monitor):
         self.registry.add(Component(cid, kind, need(args, "address", str),
                                     need(args, "pid", int), resources))
         self.log.info("registered %s at %s", cid, args["address"])
+
+    def unregister_client(self, args: dict[str, Any], data: memoryview) -> None:
+        """Clients leave the directory when they close; components never do."""
+        component = self.registry.get(need(args, "id", str))
+        if component.kind != "client":
+            raise OSError(errno.EPERM, f"{component.id} is a component, not a client")
+        del self.registry.components[component.id]
 
     def resolve(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"address": self.registry.get(need(args, "id", str)).address}

@@ -28,7 +28,7 @@ from typing import Any
 
 import psutil
 
-from fit_rpc import GLOBAL_ID, Endpoint, Op
+from fit_rpc import GLOBAL_ID, Endpoint, Op, codec
 from splitrack.params import HEALTH_TIMEOUT_S, MONITOR_READY_TIMEOUT_S, MONITOR_STOP_GRACE_S
 from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify
 from splitrack.spec import RackSpec, load_spec
@@ -137,7 +137,8 @@ class Rack:
         """A FIT endpoint that resolves component ids through `global`.
 
         serve=True gives it an inbox and registers it (kind "client"), so
-        components can call it back; it then must serve while it waits.
+        components can call it back; it then must serve while it waits. Closing
+        it unregisters it.
         """
         self._clients += 1
         cid = f"cli.{os.getpid()}.{self._clients}"
@@ -150,6 +151,8 @@ class Rack:
             ep.call_args(GLOBAL_ID, Op.REGISTER, {"id": cid, "kind": "client",
                                                   "address": ep.address, "pid": os.getpid(),
                                                   "resources": {}})
+            ep.at_close(lambda: ep.send(GLOBAL_ID, Op.UNREGISTER, codec.encode({"id": cid}),
+                                        timeout=HEALTH_TIMEOUT_S))
         self._endpoints.add(ep)
         return ep
 

@@ -86,6 +86,15 @@ def test_push_both_directions(rack):
     assert link["ECHO"]["rx_msgs"] == 20          # pushed to us by p0
     assert link["ECHO"]["tx_msgs"] == 20          # our replies
     assert link["PING_PEER"]["tx_msgs"] == 1      # our call to p0
+    with rack.endpoint() as other:
+        def listed():
+            return {c["id"] for c in other.call_args("global", Op.LIST)[0]["components"]}
+
+        assert ep.id in listed()
+        ep.close()                                # a closed client leaves the directory
+        wait_until(lambda: ep.id not in listed())
+        with pytest.raises(PermissionError):
+            other.call_args("global", Op.UNREGISTER, {"id": "p0"})
 
 
 def test_monitor_to_monitor_calls_are_counted_per_link(client):
