@@ -105,22 +105,19 @@ class VirtualMemory:
         return out
 
     def read_into(self, addr: int, buf: Any) -> None:
-        view = memoryview(buf).cast("B")
-        if addr < 0:
-            raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
-        done = self.xc.read_into(self.slot, self.pid, addr, view)
-        while done < len(view):
-            self._fault(addr + done)
-            done += self.xc.read_into(self.slot, self.pid, addr + done, view[done:])
+        self._access(addr, memoryview(buf).cast("B"), self.xc.read_into)
 
     def write(self, addr: int, data: Any) -> None:
-        view = memoryview(data).cast("B")
+        self._access(addr, memoryview(data).cast("B"), self.xc.write_from)
+
+    def _access(self, addr: int, view: memoryview, copy: Any) -> None:
+        """Copy through the extCache (C) line by line, faulting lines in as needed."""
         if addr < 0:
             raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
-        done = self.xc.write_from(self.slot, self.pid, addr, view)
+        done = copy(self.slot, self.pid, addr, view)
         while done < len(view):
             self._fault(addr + done)
-            done += self.xc.write_from(self.slot, self.pid, addr + done, view[done:])
+            done += copy(self.slot, self.pid, addr + done, view[done:])
 
     def flush(self, addr: int, n: int) -> int:
         """Write the dirty lines of [addr, addr+n) back to their home; returns how many."""

@@ -1,6 +1,7 @@
 """FIT endpoint tests against real monitor processes of a running rack."""
 
 import array
+import contextlib
 import errno
 import os
 import signal
@@ -22,6 +23,20 @@ from fit_rpc import (
 from helpers import alive, small_spec, wait_until
 from splitrack import Rack
 from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+
+
+@contextlib.contextmanager
+def raw_dealer(address):
+    """A plain pyzmq DEALER, outside FIT, to send a monitor anything at all."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(address)
+    try:
+        yield sock
+    finally:
+        sock.close(0)
+        ctx.term()
 
 
 def test_round_trip_echo_all_components(rack, client):
@@ -120,11 +135,7 @@ def test_bad_ping_arguments_are_einval(client):
     ([header.pack(header.REQUEST, Op.PING_PEER, 9, 7) + b"\x03\0\0\0{{{"], "args not JSON"),
 ])
 def test_malformed_frames_get_ebadmsg_and_monitor_keeps_serving(rack, client, frames, why):
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.RCVTIMEO, 5000)
-    sock.connect(rack.components["m0"]["address"])
-    try:
+    with raw_dealer(rack.components["m0"]["address"]) as sock:
         before = client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
         sock.send_multipart(frames)
         kind, op, err, seq, payload = header.parse(sock.recv())
@@ -132,16 +143,10 @@ def test_malformed_frames_get_ebadmsg_and_monitor_keeps_serving(rack, client, fr
         after = client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
         assert after == before + 1
         assert bytes(client.call("m0", Op.ECHO, b"ok")) == b"ok"
-    finally:
-        sock.close(0)
-        ctx.term()
 
 
 def test_reply_sent_to_an_inbox_is_counted_not_answered(rack, client):
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.connect(rack.components["m0"]["address"])
-    try:
+    with raw_dealer(rack.components["m0"]["address"]) as sock:
         def malformed():
             return client.call_args("m0", Op.STATS)[0]["errors"].get("malformed", 0)
 
@@ -150,26 +155,16 @@ def test_reply_sent_to_an_inbox_is_counted_not_answered(rack, client):
         wait_until(lambda: malformed() == before + 1)  # another connection: no ordering
         assert bytes(client.call("m0", Op.ECHO, b"ok")) == b"ok"
         assert sock.poll(200) == 0  # a reply is never answered (no reply loops)
-    finally:
-        sock.close(0)
-        ctx.term()
 
 
 def test_oversized_frame_from_a_raw_sender_gets_emsgsize(rack, client):
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.RCVTIMEO, 5000)
-    sock.connect(rack.components["n0"]["address"])
-    try:
+    with raw_dealer(rack.components["n0"]["address"]) as sock:
         n = FIT_MAX_PAYLOAD_BYTES + 1
         sock.send(header.pack(header.REQUEST, Op.ECHO, 77, n) + b"\0" * n)
         kind, op, err, seq, _ = header.parse(sock.recv())
         assert (err, seq) == (errno.EMSGSIZE, 77)
         assert client.call_args("n0", Op.STATS)[0]["errors"]["too_large"] >= 1
         assert bytes(client.call("n0", Op.ECHO, b"ok")) == b"ok"
-    finally:
-        sock.close(0)
-        ctx.term()
 
 
 def test_stopped_monitor_gives_timeout_not_hang(run_root, tmp_path):
