@@ -4,8 +4,10 @@ What is measured, per payload size (128 B and 4 KiB by default):
 - FIT: the first pComponent's monitor calls ECHO on the first mComponent's
   monitor (PING_PEER), so both ends are real monitor processes of a real rack
   and the clock runs inside the caller, as a component would see it;
-- raw: a plain pyzmq DEALER in this process against a plain ROUTER echo process,
-  one frame each way: what FIT costs before FIT adds anything.
+- raw: a plain pyzmq DEALER in a plain process against a plain ROUTER echo
+  process, one frame each way: what FIT costs before FIT adds anything. Like
+  the FIT caller, the raw caller is a process of its own (not this one), so
+  both pairs are placed on the machine's cores alike.
 The two are interleaved in `reps` repetitions so that the machine's noise hits
 both alike. Reported: p50 and p99 of all samples, and the ratio of the p50s.
 Also reported: how long `Rack.start()` took (the rack is started here).
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.raw_zmq import RawClient, RawServer
+from benchmarks.raw_zmq import RawServer, measure_in_process
 from benchmarks.report import finish
 from fit_rpc import Op
 from splitrack.params import (
@@ -46,29 +48,23 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
         ep = rack.endpoint()
         raw_address = f"ipc://{rack.run.path}/raw-echo.sock"
         with RawServer(raw_address):
-            raw = RawClient(raw_address)
-            try:
-                results = [_measure_size(ep, caller, target, raw, size, rounds, reps)
-                           for size in sizes]
-            finally:
-                raw.close()
+            results = [_measure_size(ep, caller, target, raw_address, size, rounds, reps)
+                       for size in sizes]
     return {"bench": "fit", "caller": caller, "target": target, "rounds": rounds, "reps": reps,
             "rack_up_s": round(rack_up_s, 3), "results": results}
 
 
-def _measure_size(ep: Any, caller: str, target: str, raw: RawClient, size: int,
+def _measure_size(ep: Any, caller: str, target: str, raw_address: str, size: int,
                   rounds: int, reps: int) -> dict[str, Any]:
     fit_samples: list[float] = []
     raw_samples: list[float] = []
-    raw.measure(size, BENCH_WARMUP_ROUNDS)
-    for rep in range(reps):
-        warmup = BENCH_WARMUP_ROUNDS if rep == 0 else 0
+    for _ in range(reps):  # each side warms up in every repetition, alike
         _, data = ep.call_args(caller, Op.PING_PEER,
                                {"target": target, "size": size, "count": rounds,
-                                "warmup": warmup},
+                                "warmup": BENCH_WARMUP_ROUNDS},
                                timeout=60 + rounds * 0.01)
         fit_samples.extend(array.array("d", bytes(data)))
-        raw_samples.extend(raw.measure(size, rounds))
+        raw_samples.extend(measure_in_process(raw_address, size, rounds, BENCH_WARMUP_ROUNDS))
     fit_p50, fit_p99 = np.percentile(fit_samples, [50, 99])
     raw_p50, raw_p99 = np.percentile(raw_samples, [50, 99])
     return {"size": size, "transport": "zmq",

@@ -3,11 +3,16 @@
     python -m benchmarks.raw_zmq ADDRESS [N]  a plain ROUTER echo server; prints
                                              READY, echoes (or answers N bytes)
                                              until an empty frame
-    RawClient(address).measure(size, n)      n round trips, RTTs in µs
+    RawClient(address).measure(size, n)      n round trips from this process, RTTs in µs
+    measure_in_process(address, size, n, warmup)
+                                             the same from a separate plain process,
+                                             when the thing compared runs in its own
+                                             process too (FIT's caller is a monitor)
 
 Synchronous, one frame each way, as the FIT transport does (BASELINES.md).
 """
 
+import array
 import subprocess
 import sys
 import time
@@ -75,5 +80,23 @@ class RawClient:
         self.ctx.term()
 
 
+def measure_in_process(address: str, size: int, n: int, warmup: int) -> list[float]:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.raw_zmq", "--client", address,
+                          str(size), str(n), str(warmup)], stdout=subprocess.PIPE, check=True,
+                         stdin=subprocess.DEVNULL, cwd="/")
+    return list(array.array("d", out.stdout))
+
+
+def _client_main(address: str, size: int, n: int, warmup: int) -> None:
+    client = RawClient(address)
+    client.measure(size, warmup)
+    samples = array.array("d", client.measure(size, n))
+    client.close()
+    sys.stdout.buffer.write(samples.tobytes())
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    if sys.argv[1] == "--client":
+        _client_main(sys.argv[2], *(int(a) for a in sys.argv[3:6]))
+    else:
+        serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
