@@ -192,10 +192,12 @@ class Rack:
                 cmd += ["--global", global_address]
             if not self.detach:
                 cmd += ["--die-with-parent", str(os.getpid())]
+            # A process group of its own: a terminal's Ctrl-C reaches only us, and we
+            # stop the rack. Not a session of its own: that would also put each
+            # monitor in its own scheduler autogroup, which costs ~20% FIT RTT under load.
             with open(self.run.log_path(cid), "ab") as logf:
                 proc = subprocess.Popen(cmd, cwd=self.run.path, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=logf,
-                                        start_new_session=True)
+                                        stdout=subprocess.PIPE, stderr=logf, process_group=0)
             self._children[cid] = proc
             self.components[cid] = {
                 "id": cid, "kind": "global" if cid == GLOBAL_ID else cid[0], "pid": proc.pid,
