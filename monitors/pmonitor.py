@@ -158,9 +158,12 @@ class PMonitor(Monitor):
                 _send(conn, {"error": f"bad launch request: {exc}"})
                 return
             try:
+                # A session of its own: the caller's terminal is not its controlling
+                # terminal, so it may read and write it without job control stopping it.
                 proc = subprocess.Popen(
                     request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                    cwd=request.get("cwd"), env={**request["env"], **self._runtime_env()})
+                    cwd=request.get("cwd"), env={**request["env"], **self._runtime_env()},
+                    start_new_session=True)
             except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
                 _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
                 return
