@@ -2,10 +2,12 @@
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -192,3 +194,37 @@ def test_run_starts_a_rack_when_none_is_up_and_stops_it(run_root, tmp_path):
     assert data == "hi"
     assert not wait_gone([pmonitor]) and not alive(pmonitor)
     assert os.listdir(run_root) == [".lock"]
+
+
+def test_program_reads_the_callers_terminal(run_root, tmp_path):
+    """In a terminal, `splitrack run` starts the rack in the terminal's session; the
+    program must still read the terminal (job control must not stop it)."""
+    import pty
+
+    spec = write_spec(tmp_path / "tty.toml", "tty")
+    pid, master = pty.fork()  # the child leads a new session with the pty as terminal
+    if pid == 0:
+        os.chdir(SCRATCH)
+        os.execve(SPLITRACK, [SPLITRACK, "run", "--spec", spec, "--", sys.executable, "-c",
+                              "print('got', input('say: '))"],
+                  dict(os.environ, SPLITRACK_RUN_ROOT=run_root,
+                       XDG_DATA_HOME=str(tmp_path / "d")))
+    def read_until(expected, seen=b""):
+        deadline = time.monotonic() + 30
+        while expected not in seen:
+            ready, _, _ = select.select([master], [], [], max(0, deadline - time.monotonic()))
+            assert ready, f"no {expected!r} on the terminal; got {seen!r}"
+            seen += os.read(master, 1024)
+        return seen
+
+    try:
+        read_until(b"say: ")
+        os.write(master, b"hello\n")
+        read_until(b"got hello")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.close(master)
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
