@@ -144,9 +144,11 @@ class Rack:
         cid = f"cli.{os.getpid()}.{self._clients}"
         bind = None
         if serve:
-            bind = ("tcp://127.0.0.1:0" if self.spec_endpoints() == "tcp"
-                    else f"ipc://{self.run.path}/{cid}.sock")
+            tcp = self.components[GLOBAL_ID]["address"].startswith("tcp://")
+            bind = "tcp://127.0.0.1:0" if tcp else f"ipc://{self.run.path}/{cid}.sock"
         ep = Endpoint(cid, bind, directory=self.components[GLOBAL_ID]["address"])
+        for peer, rec in self.components.items():  # known already: status works without global
+            ep.add_peer(peer, rec["address"])
         if serve:
             ep.call_args(GLOBAL_ID, Op.REGISTER, {"id": cid, "kind": "client",
                                                   "address": ep.address, "pid": os.getpid(),
@@ -155,10 +157,6 @@ class Rack:
                                         timeout=HEALTH_TIMEOUT_S))
         self._endpoints.add(ep)
         return ep
-
-    def spec_endpoints(self) -> str:
-        address = self.components[GLOBAL_ID]["address"]
-        return "tcp" if address.startswith("tcp://") else "ipc"
 
     # ---- internals ------------------------------------------------------------------
     def _clear_stale(self) -> None:

@@ -198,6 +198,11 @@ def test_killed_monitor_gives_clear_error_and_rack_still_stops(run_root, tmp_pat
         assert info.value.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH)
         states = {r["id"]: r["state"] for r in rack.status()}
         assert states["m0"] == "dead" and states["p0"] == "ok"
+        os.kill(rack.components["global"]["pid"], signal.SIGKILL)  # the directory, too
+        rack._children["global"].wait()
+        states = {r["id"]: r["state"] for r in rack.status()}
+        assert states == {"global": "dead", "m0": "dead", "p0": "ok", "p1": "ok", "n0": "ok",
+                          "s0": "ok"}
         pids = [c["pid"] for c in rack.components.values()]
     for pid in pids:
         assert not alive(pid)
