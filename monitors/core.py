@@ -4,7 +4,7 @@ Life of a monitor (started by the launcher as `python -m monitors --id ID ...`):
   1. bind its FIT inbox (ipc://RUN_DIR/ID.sock, or tcp) and install its handlers;
   2. register with the global process (REGISTER: id, kind, address, pid, resources);
   3. print one line `READY <address>` on stdout, then stdout goes to /dev/null;
-  4. serve requests until SIGTERM or SIGINT, then close its inbox and exit 0.
+  4. serve requests until SIGTERM, SIGINT or SIGHUP, then clean up and exit 0.
 
 Every monitor answers HEALTH, STATS and PING_PEER (docs/protocol.md, 0x01xx);
 a subclass adds its component's ops in setup() and its resources in
@@ -26,9 +26,11 @@ from typing import Any, ClassVar
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from splitrack.params import MONITOR_IDLE_CHECK_S
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
 
 class Stop(BaseException):
-    """Raised by the SIGTERM/SIGINT handler to leave the serve loop."""
+    """Raised by the SIGTERM/SIGINT/SIGHUP handler to leave the serve loop."""
 
 
 class Monitor:
@@ -77,8 +79,8 @@ class Monitor:
             self.stopping = True
             raise Stop()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
+        for signum in _STOP_SIGNALS:  # SIGHUP too: a closed terminal must not leak the rack
+            signal.signal(signum, stop)
         try:
             self.setup()
             self.register()
@@ -89,8 +91,8 @@ class Monitor:
             pass
         finally:
             self.log.info("stopping")
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            for signum in _STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_DFL)
             self.close()
         return 0
 

@@ -37,8 +37,9 @@ def _rack_name(args: argparse.Namespace) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     rack = Rack(args.spec, name=args.name, detach=args.detach)
     started = time.monotonic()
-    if not args.detach:  # from here on, Ctrl-C or SIGTERM means: stop the rack
+    if not args.detach:  # from here on, Ctrl-C, SIGTERM or a closed terminal stop the rack
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGHUP, _interrupt)
     rack.start()
     try:
         print(f"rack {rack.name!r} is up in {time.monotonic() - started:.2f} s "

@@ -161,7 +161,8 @@ def test_cli_up_detach_status_stats_down(run_root, tmp_path):
     assert gone.returncode == 1 and "not up" in gone.stdout
 
 
-def test_cli_foreground_up_stops_on_sigint(run_root, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_cli_foreground_up_stops_on_a_signal(run_root, tmp_path, signum):
     spec_file = write_spec(tmp_path / "fg.toml", "fg")
     up = subprocess.Popen([SPLITRACK, "up", "--spec", spec_file], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
@@ -170,7 +171,7 @@ def test_cli_foreground_up_stops_on_sigint(run_root, tmp_path):
         pids = [int(line.split()[2]) for line in (up.stdout.readline() for _ in range(4))
                 if line.split()[0] in ("global", "p0", "m0")]
         assert len(pids) == 3 and all(alive(pid) for pid in pids)
-        up.send_signal(signal.SIGINT)
+        up.send_signal(signum)
         out, err = up.communicate(timeout=30)
         assert up.returncode == 0, err
         assert "rack 'fg' stopped" in out
@@ -188,3 +189,13 @@ def test_cli_errors_are_one_line(run_root, tmp_path):
     assert proc.stderr.strip() == (f"splitrack: error: {bad}: rack.mode: 'warp' is not one of "
                                    "dma, ddio")
     assert "usage" in cli("--help").stdout
+
+
+def test_a_hung_up_monitor_stops_cleanly(run_root, tmp_path):
+    """SIGHUP (a closed terminal) stops a monitor like SIGTERM: p0 removes its extCache."""
+    with Rack(small_spec(str(tmp_path / "s"))) as rack:
+        segment = rack.run.extcache_path("p0")
+        assert os.path.exists(segment)
+        os.kill(rack.components["p0"]["pid"], signal.SIGHUP)
+        assert rack._children["p0"].wait(timeout=10) == 0
+        assert not os.path.exists(segment)
