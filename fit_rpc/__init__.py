@@ -6,6 +6,7 @@ is docs/protocol.md. Public face:
     Endpoint, Message     endpoint.py    calls, one-way sends, handlers
     Op, op_name           ops.py         operation codes
     codec                 codec.py       the "args" payload layout
+    pages                 pages.py       struct layouts of the memory path's messages
     FitError and kin      errors.py      typed errors carrying errno codes
     Transport             transport.py   the interface a transport implements
 """

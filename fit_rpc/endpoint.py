@@ -252,7 +252,7 @@ class Endpoint:
                err: int = 0) -> None:
         if len(payload) > FIT_MAX_PAYLOAD_BYTES:
             err, payload = errno.EMSGSIZE, b"reply exceeds the FIT payload limit"
-        frame = header.pack(REPLY, op, seq, len(payload), err) + payload
+        frame = _pack_header(MAGIC, VERSION, REPLY, op, err, seq, len(payload)) + payload
         self.transport.reply(route, frame)
         self.counters.tx(src, op, len(frame))
 
@@ -294,7 +294,7 @@ def _salvage(frames: list) -> tuple[int, int, int]:
     so that even a malformed request's sender gets its error reply matched."""
     frame = frames[0] if len(frames) == 1 else b""
     if len(frame) >= HEADER_SIZE:
-        _, _, kind, op, _, seq, _ = header.HEADER.unpack_from(frame)
+        _, _, kind, op, _, seq, _ = _unpack_header(frame)
         if kind in (REQUEST, ONEWAY):
             return kind, op, seq
     return REQUEST, 0, 0
