@@ -28,6 +28,7 @@ class Op(IntEnum):
     GSM_LOOKUP = 0x0231
     GNM_OWNER = 0x0241
     GNM_IS_RACK_IP = 0x0242
+    GNM_ALLOCATE = 0x0243      # which NIC a process's unbound sockets use
     # pComponent: its processes
     P_ATTACH = 0x0301
     P_PROCESSES = 0x0302
@@ -37,6 +38,8 @@ class Op(IntEnum):
     M_MISS = 0x0403
     M_WRITEBACK = 0x0404
     M_RELEASE = 0x0405
+    M_DMA_READ = 0x0406        # dDMA: an nComponent loads bytes of a process's memory
+    M_DMA_WRITE = 0x0407       # dDMA: an nComponent stores bytes into a process's memory
     # sComponent file service
     S_OPEN = 0x0501
     S_READ = 0x0502
@@ -48,6 +51,24 @@ class Op(IntEnum):
     S_RMDIR = 0x0508
     S_LISTDIR = 0x0509
     S_RENAME = 0x050A
+    # nComponent: the Proxy and its bsdSocketSkeletons (stub -> skeleton)
+    N_BIND = 0x0601            # create a skeleton with a kernel socket bound on a NIC
+    N_CONNECT = 0x0602         # connect a skeleton's kernel socket (creates one if needed)
+    N_LISTEN = 0x0603
+    N_START = 0x0604           # one-way: an accepted skeleton gets its stub's receive buffer
+    N_SEND = 0x0605            # one-way: DDIO send, the bytes ride in the message
+    N_SEND_DMA = 0x0606        # one-way: DMA send, the bytes wait in the mComponent
+    N_CREDIT = 0x0607          # one-way: the stub consumed received bytes (window reopens)
+    N_SHUTDOWN = 0x0608        # one-way
+    N_CLOSE = 0x0609           # one-way
+    N_SOCKOPT = 0x060A         # setsockopt/getsockopt on the kernel socket
+    N_RELEASE = 0x060B         # one-way, from a pMonitor: a process ended
+    # bsdSocketStub (skeleton -> stub; all one-way)
+    STUB_DATA = 0x0701         # DDIO: received bytes for the stub's receive buffer
+    STUB_DATA_DMA = 0x0702     # DMA: received bytes are in the mComponent
+    STUB_ACCEPT = 0x0703       # a listener's new connection
+    STUB_SENT = 0x0704         # send credit back: the kernel took these bytes
+    STUB_CLOSED = 0x0705       # EOF (errno 0) or an error on the connection
 
 
 _NAMES = {int(op): op.name for op in Op}

@@ -7,12 +7,13 @@ file only maps ops (docs/protocol.md, 0x02xx) onto them.
 """
 
 import errno
+import json
 import os
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Op
 from fit_rpc.codec import handler, need
-from gnm import NicRegistry
+from gnm import NicAllocator, NicRegistry
 from monitors.core import Monitor
 from monitors.registry import Component, Registry
 
@@ -25,13 +26,14 @@ class GlobalMonitor(Monitor):
     def setup(self) -> None:
         self.registry = Registry()
         self.nics = NicRegistry()
+        self.allocator = NicAllocator(self.rack["nic_policy"], self.nics, self._configured_nics())
         for op, fn in (
             (Op.REGISTER, self.register_component), (Op.RESOLVE, self.resolve),
             (Op.LIST, self.list_components), (Op.LOAD_REPORT, self.load_report),
             (Op.UNREGISTER, self.unregister_client),
             (Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
             (Op.GSM_LOOKUP, self.gsm_lookup), (Op.GNM_OWNER, self.gnm_owner),
-            (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip),
+            (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip), (Op.GNM_ALLOCATE, self.gnm_allocate),
         ):
             self.ep.on(op, handler(fn))
 
@@ -39,7 +41,14 @@ class GlobalMonitor(Monitor):
         self.registry.add(Component(GLOBAL_ID, "global", self.ep.address, os.getpid()))
 
     def extra_stats(self) -> dict[str, Any]:
-        return {"registered": sorted(self.registry.components), "nics": self.nics.by_component()}
+        return {"registered": sorted(self.registry.components), "nics": self.nics.by_component(),
+                "nic_policy": self.allocator.policy, "nic_loads": self.allocator.loads()}
+
+    def _configured_nics(self) -> dict[str, str]:
+        """Each pComponent's NIC from the spec ([[pcomponent]] nic), if it has one."""
+        with open(os.path.join(os.getcwd(), "spec.json")) as f:  # monitors run in the run dir
+            spec = json.load(f)
+        return {c["id"]: c["nic"] for c in spec["components"] if c["kind"] == "p" and c.get("nic")}
 
     def register_component(self, args: dict[str, Any], data: memoryview) -> None:
         cid, kind = need(args, "id", str), need(args, "kind", str)
@@ -73,7 +82,11 @@ class GlobalMonitor(Monitor):
         return {"components": [c.as_dict() for c in self.registry.components.values()]}
 
     def load_report(self, args: dict[str, Any], data: memoryview) -> None:
-        self.registry.get(need(args, "id", str)).load.update(need(args, "load", dict))
+        component = self.registry.get(need(args, "id", str))
+        load = need(args, "load", dict)
+        if component.kind == "n" and "nics" in load:  # validated before anything is stored
+            self.allocator.report(component.id, load["nics"])
+        component.load.update(load)
 
     def gpm_place(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"id": self.registry.place_process()}
@@ -89,6 +102,10 @@ class GlobalMonitor(Monitor):
 
     def gnm_is_rack_ip(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"rack": self.nics.is_rack_ip(need(args, "ip", str))}
+
+    def gnm_allocate(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        ip = self.allocator.allocate(need(args, "process", str))
+        return {"ip": ip, "id": self.nics.owner(ip)}
 
 
 __all__ = ["GlobalMonitor"]

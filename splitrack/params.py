@@ -18,6 +18,19 @@ MONITOR_STOP_GRACE_S = 3.0                # SIGTERM, then SIGKILL after this
 HEALTH_TIMEOUT_S = 1.0                    # `splitrack status` per-component probe
 UP_POLL_INTERVAL_S = 0.5                  # foreground `splitrack up` checks its monitors
 
+# --- the network path (bsdSocketStub <-> bsdSocketSkeleton) ---------------------------
+SOCKET_BUFFER_BYTES = 128 * 1024          # a stub's receive (and send) buffer in rack memory;
+                                          # also the window of bytes in flight each way
+SOCKET_CREDIT_BYTES = 32 * 1024           # credit goes back once this much was consumed
+SOCKET_SLOTS_PER_REGION = 16              # stub buffers per vRegion the runtime allocates
+SKELETON_RECV_CHUNK_BYTES = 256 * 1024    # at most this much per kernel recv
+SKELETON_LINGER_S = 10.0                  # a closed skeleton keeps sending its data this long
+STUB_PUSH_TIMEOUT_S = 1.0                 # a stub that takes no push in this is gone
+CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
+NCOMPONENT_DRAM_DEFAULT = "64MiB"         # nComponent DRAM for socket buffers (spec: dram)
+NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
+GNM_STICKY_MAX = 4096                     # processes whose NIC GNM remembers
+
 # --- benchmarks ----------------------------------------------------------------
 BENCH_FIT_SIZES_BYTES = (128, 4096)
 BENCH_FIT_ROUNDS = 5000                   # round trips per repetition

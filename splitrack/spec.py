@@ -12,6 +12,12 @@ A spec is pure data (Mininet's topology): nothing here starts anything.
 Validation names the bad field in one line, e.g.
     SpecError: rack.toml: ncomponent[0].nics[1]: '127.0.0.300' is not an IPv4 address
 Sizes are bytes (int) or strings with a unit: "64MiB", "1GiB", "512KB".
+
+Network keys: rack.nic_policy (how GNM picks a NIC for a process's unbound
+sockets, docs/gnm.md), rack.loopback (the alias in 127.0.0.0/8 on which an
+nComponent serves the rack's 127.0.0.1), pcomponent.nic (that pComponent's
+NIC; required for every pComponent under nic_policy "explicit"),
+ncomponent.dram (its DRAM for socket buffers).
 """
 
 import ipaddress
@@ -22,13 +28,17 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from gnm import POLICIES as NIC_POLICIES
+from splitrack.params import NCOMPONENT_DRAM_DEFAULT, NCOMPONENT_DRAM_MIN_BYTES
+
 _RACK_KEYS = {"name": "default", "transport": "zmq", "endpoints": "ipc", "mode": "ddio",
-              "shortcuts": True, "line": 4096}
+              "shortcuts": True, "line": 4096, "nic_policy": "round-robin",
+              "loopback": "127.0.0.10"}
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
-    "p": {"id": True, "extcache": True, "ways": True, "eviction": False},
+    "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "nic": False},
     "m": {"id": True, "memory": True},
-    "n": {"id": True, "nics": True},
+    "n": {"id": True, "nics": True, "dram": False},
     "s": {"id": True, "root": True},
 }
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -50,6 +60,8 @@ class RackSpec:
     mode: str
     shortcuts: bool
     line: int
+    nic_policy: str
+    loopback: str
     components: list[dict[str, Any]] = field(default_factory=list)
     source: str = "<embedded default>"
 
@@ -138,6 +150,8 @@ def _rack_section(section: Any) -> dict[str, Any]:
         raise _Bad("rack.shortcuts", f"must be true or false, not {rack['shortcuts']!r}")
     if not isinstance(rack["name"], str):
         raise _Bad("rack.name", "must be a string")
+    _choice(rack, "nic_policy", NIC_POLICIES)
+    rack["loopback"] = _loopback(rack["loopback"])
     rack["line"] = _size(rack["line"], "rack.line")
     if rack["line"] & (rack["line"] - 1) or not 512 <= rack["line"] <= 65536:
         raise _Bad("rack.line", f"{rack['line']} is not a power of two in 512..65536 bytes")
@@ -169,10 +183,14 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
         out["eviction"] = entry.get("eviction", "lru")
         if out["eviction"] not in ("lru", "fifo"):
             raise _Bad(f"{where}.eviction", f"{out['eviction']!r} is not one of lru, fifo")
+        out["nic"] = _ip(entry["nic"], f"{where}.nic") if "nic" in entry else None
     elif kind == "m":
         out["memory"] = _size(entry["memory"], f"{where}.memory")
     elif kind == "n":
         out["nics"] = _nics(entry["nics"], f"{where}.nics")
+        out["dram"] = _size(entry.get("dram", NCOMPONENT_DRAM_DEFAULT), f"{where}.dram")
+        if out["dram"] < NCOMPONENT_DRAM_MIN_BYTES:
+            raise _Bad(f"{where}.dram", f"{out['dram']} B is less than 1MiB")
     else:
         root = entry["root"]
         if not isinstance(root, str) or not root:
@@ -204,14 +222,26 @@ def _nics(value: Any, where: str) -> list[str]:
         raise _Bad(where, "must be a non-empty list of IPv4 addresses")
     nics = []
     for i, ip in enumerate(value):
-        try:
-            addr = ipaddress.IPv4Address(ip)
-        except (ipaddress.AddressValueError, ValueError, TypeError):
-            raise _Bad(f"{where}[{i}]", f"{ip!r} is not an IPv4 address") from None
-        if str(addr) == RACK_LOOPBACK:
+        nics.append(_ip(ip, f"{where}[{i}]"))
+        if nics[-1] == RACK_LOOPBACK:
             raise _Bad(f"{where}[{i}]", "127.0.0.1 is the rack's own loopback, not a NIC")
-        nics.append(str(addr))
     return nics
+
+
+def _ip(value: Any, where: str) -> str:
+    if not isinstance(value, str):  # IPv4Address would take an int
+        raise _Bad(where, f"{value!r} is not an IPv4 address")
+    try:
+        return str(ipaddress.IPv4Address(value))
+    except (ipaddress.AddressValueError, ValueError, TypeError):
+        raise _Bad(where, f"{value!r} is not an IPv4 address") from None
+
+
+def _loopback(value: Any) -> str:
+    ip = _ip(value, "rack.loopback")
+    if ip == RACK_LOOPBACK or not ipaddress.IPv4Address(ip).is_loopback:
+        raise _Bad("rack.loopback", f"{ip} is not an address of 127.0.0.0/8 other than 127.0.0.1")
+    return ip
 
 
 def _check_rack(spec: RackSpec) -> None:
@@ -228,3 +258,16 @@ def _check_rack(spec: RackSpec) -> None:
     for kind, label in (("p", "pcomponent"), ("m", "mcomponent")):
         if kind not in seen.values():
             raise _Bad(label, f"a rack needs at least one {label}")
+    if spec.loopback in nic_owner:
+        raise _Bad("rack.loopback", f"{spec.loopback} is a NIC of {nic_owner[spec.loopback]}")
+    _check_pcomponent_nics(spec, nic_owner)
+
+
+def _check_pcomponent_nics(spec: RackSpec, nic_owner: dict[str, str]) -> None:
+    for comp in spec.components:
+        if comp["kind"] != "p":
+            continue
+        if comp["nic"] is None and spec.nic_policy == "explicit":
+            raise _Bad(f"{comp['id']}.nic", "missing (rack.nic_policy is 'explicit')")
+        if comp["nic"] is not None and comp["nic"] not in nic_owner:
+            raise _Bad(f"{comp['id']}.nic", f"{comp['nic']} is not a NIC of any ncomponent")

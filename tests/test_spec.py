@@ -17,11 +17,25 @@ def test_default_spec_is_the_documented_rack():
     assert spec.components[2]["memory"] == 1 << 30
     assert (spec.transport, spec.mode, spec.shortcuts, spec.endpoints) == ("zmq", "ddio", True,
                                                                            "ipc")
+    assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"]) == ("round-robin",
+                                                                       "127.0.0.10", 64 << 20, None)
 
 
 def test_to_json_puts_global_first():
     comps = default_spec().to_json()["components"]
     assert comps[0] == {"id": "global", "kind": "global"}
+
+
+def test_network_keys_reach_to_json(tmp_path):
+    spec = small_spec(str(tmp_path), nic_policy="explicit", loopback="127.0.0.9")
+    spec["pcomponent"][0]["nic"] = "127.0.0.11"
+    spec["pcomponent"][1]["nic"] = "127.0.0.12"
+    spec["ncomponent"][0]["dram"] = "1MiB"
+    out = load_spec(spec).to_json()
+    assert (out["rack"]["nic_policy"], out["rack"]["loopback"]) == ("explicit", "127.0.0.9")
+    comps = {c["id"]: c for c in out["components"]}
+    assert (comps["p0"]["nic"], comps["p1"]["nic"]) == ("127.0.0.11", "127.0.0.12")
+    assert comps["n0"]["dram"] == 1 << 20
 
 
 def test_spec_file_relative_root_is_relative_to_the_file(tmp_path):
@@ -66,6 +80,21 @@ def _err(mutate, tmp_path) -> str:
     (lambda s: s["ncomponent"].append({"id": "n1", "nics": ["127.0.0.12"]}),
      "n1.nics: 127.0.0.12 is also a NIC of n0"),
     (lambda s: s["scomponent"][0].update(root=""), "scomponent[0].root: must be a non-empty"),
+    (lambda s: s["rack"].update(nic_policy="random"),
+     "rack.nic_policy: 'random' is not one of round-robin, least-loaded, explicit"),
+    (lambda s: s["rack"].update(loopback="10.0.0.1"), "rack.loopback: 10.0.0.1 is not an address"),
+    (lambda s: s["rack"].update(loopback="127.0.0.1"), "rack.loopback: 127.0.0.1 is not an addr"),
+    (lambda s: s["rack"].update(loopback="localhost"), "rack.loopback: 'localhost' is not an IPv4"),
+    (lambda s: s["rack"].update(loopback="127.0.0.12"), "rack.loopback: 127.0.0.12 is a NIC of n0"),
+    (lambda s: s["pcomponent"][0].update(nic="127.0.0.99"),
+     "p0.nic: 127.0.0.99 is not a NIC of any ncomponent"),
+    (lambda s: s["pcomponent"][1].update(nic=11), "pcomponent[1].nic: 11 is not an IPv4 address"),
+    (lambda s: (s["rack"].update(nic_policy="explicit"),
+                s["pcomponent"][0].update(nic="127.0.0.11")),
+     "p1.nic: missing (rack.nic_policy is 'explicit')"),
+    (lambda s: s["ncomponent"][0].update(dram="512KiB"),
+     "ncomponent[0].dram: 524288 B is less than 1MiB"),
+    (lambda s: s["ncomponent"][0].update(dram="big"), "ncomponent[0].dram: 'big' is not a size"),
 ])
 def test_bad_field_is_named(tmp_path, mutate, expected):
     msg = _err(mutate, tmp_path)
