@@ -59,6 +59,11 @@ class ZmqTransport(Transport):
         self._inbox = inbox
         self.address = inbox.getsockopt_string(zmq.LAST_ENDPOINT)
 
+    @property
+    def pollable(self) -> zmq.Socket | None:
+        """The inbox, for a zmq.Poller that also watches kernel fds (the nMonitor)."""
+        return self._inbox
+
     def _dealer(self, peer: str, address: str) -> zmq.Socket:
         sock = self._dealers.get(peer)
         if sock is None:

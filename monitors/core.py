@@ -86,7 +86,7 @@ class Monitor:
             self.register()
             _announce_ready(self.ep.address)
             self.log.info("serving at %s", self.ep.address)
-            self.ep.serve_forever(tick=self._tick, every_s=MONITOR_IDLE_CHECK_S)
+            self.serve()
         except Stop:
             pass
         finally:
@@ -95,6 +95,10 @@ class Monitor:
                 signal.signal(signum, signal.SIG_DFL)
             self.close()
         return 0
+
+    def serve(self) -> None:
+        """The serve loop; the nMonitor's also polls kernel sockets."""
+        self.ep.serve_forever(tick=self._tick, every_s=MONITOR_IDLE_CHECK_S)
 
     def _tick(self) -> bool:
         self.tick()

@@ -10,7 +10,10 @@ Serves (docs/protocol.md, 0x04xx):
                       back reads as zeros without taking a frame; a dirty
                       victim may ride along (LegoOS piggyback);
 - M_WRITEBACK         lines into frames, a frame allocated on first write-back;
-- M_RELEASE           everything of a process (it ended; sent by its pMonitor).
+- M_RELEASE           everything of a process (it ended; sent by its pMonitor);
+- M_DMA_READ / M_DMA_WRITE
+                      byte ranges of a process's memory for an nComponent's
+                      dDMA engine (the DMA socket path); only nComponents may.
 A process reaches only its own pages: the request's pid must be the sender's
 (endpoint id "pN.PID"), and an address outside its regions is EFAULT. A dirty
 victim of another process of the same pComponent is accepted (the extCache is
@@ -25,6 +28,7 @@ from typing import Any
 from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
+from fit_rpc.netpath import DMA
 from fit_rpc.pages import MISS, unpack_writeback
 from monitors.address_space import AddressSpace
 from monitors.core import Monitor
@@ -43,12 +47,15 @@ class MMonitor(Monitor):
         self.spaces: dict[int, AddressSpace] = {}
         self.zero = bytes(self.line)
         self.counts = {"misses": 0, "zero_misses": 0, "writebacks": 0, "victims": 0,
-                       "victims_dropped": 0, "frames_used": 0}
+                       "victims_dropped": 0, "frames_used": 0, "dma_read_bytes": 0,
+                       "dma_write_bytes": 0}
         self.ep.on(Op.M_ALLOC, self.m_alloc)
         self.ep.on(Op.M_FREE, self.m_free)
         self.ep.on(Op.M_MISS, self.m_miss)
         self.ep.on(Op.M_WRITEBACK, self.m_writeback)
         self.ep.on(Op.M_RELEASE, self.m_release)
+        self.ep.on(Op.M_DMA_READ, self.m_dma_read)
+        self.ep.on(Op.M_DMA_WRITE, self.m_dma_write)
 
     def resources(self) -> dict[str, Any]:
         return {"memory": self.config["memory"]}
@@ -131,6 +138,55 @@ class MMonitor(Monitor):
             self._report_load()
         return codec.encode()
 
+    def m_dma_read(self, msg: Message) -> bytes:
+        pid, addr, n = self._dma_request(msg)
+        out = bytearray(n)
+        for vpage, lo, hi, at in self._pieces(self._space(pid), addr, n):
+            frame = self._space(pid).pages.get(vpage)
+            if frame is not None:   # a page never written reads as zeros
+                base = frame * self.line
+                out[at:at + hi - lo] = self.view[base + lo:base + hi]
+        self.counts["dma_read_bytes"] += n
+        return bytes(out)
+
+    def m_dma_write(self, msg: Message) -> bytes:
+        pid, addr, n = self._dma_request(msg)
+        data = msg.payload[DMA.size:]
+        if len(data) != n:
+            raise MalformedMessage(f"M_DMA_WRITE of {n} bytes carries {len(data)}")
+        space = self._space(pid)
+        for vpage, lo, hi, at in self._pieces(space, addr, n):
+            frame = space.pages.get(vpage)
+            if frame is None:
+                frame = space.pages[vpage] = self._take_frame()
+                self.view[frame * self.line:(frame + 1) * self.line] = self.zero
+            base = frame * self.line
+            self.view[base + lo:base + hi] = data[at:at + hi - lo]
+        self.counts["dma_write_bytes"] += n
+        return b""
+
+    def _dma_request(self, msg: Message) -> tuple[int, int, int]:
+        if not _is_ncomponent(msg.src):
+            raise OSError(errno.EPERM, f"{msg.src} is no nComponent: only dDMA engines may")
+        if len(msg.payload) < DMA.size:
+            raise MalformedMessage("dDMA request shorter than its header")
+        pid, addr, n = DMA.unpack_from(msg.payload)
+        if n > 1 << 20:
+            raise OSError(errno.EINVAL, f"dDMA of {n} bytes: at most 1 MiB at a time")
+        return pid, addr, n
+
+    def _pieces(self, space: AddressSpace, addr: int, n: int) -> list[tuple[int, int, int, int]]:
+        """[addr, addr+n) cut at page boundaries: (vpage, from, to, offset in the range);
+        EFAULT (before anything moves) if any page is outside the process's regions."""
+        out, at = [], 0
+        while at < n:
+            vpage, lo = divmod(addr + at, self.line)
+            hi = min(self.line, lo + n - at)
+            space.check(vpage)
+            out.append((vpage, lo, hi, at))
+            at += hi - lo
+        return out
+
     # ---- internals ------------------------------------------------------------------
     def _store(self, space: AddressSpace, vpage: int, data: memoryview) -> None:
         frame = space.pages.get(vpage)
@@ -184,6 +240,11 @@ class MMonitor(Monitor):
     def _report_load(self) -> None:
         self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
                      codec.encode({"id": self.id, "load": {"used": self._reserved()}}))
+
+
+def _is_ncomponent(src: str) -> bool:
+    """Component ids name their kind first (n0); a process's endpoint is "pN.PID"."""
+    return src.startswith("n") and "." not in src
 
 
 def _pcomponent(src: str) -> str:

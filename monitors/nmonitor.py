@@ -1,18 +1,344 @@
 """The nMonitor: the network component nN.
 
-At setup it registers its NICs (IPv4 addresses) with GNM. The Proxy,
-bsdSocketSkeletons, routing, dDMA and dDDIO come with the network work
-(issue 4). Today it starts, registers, answers HEALTH/STATS/PING_PEER, and
-stops cleanly.
+At setup it registers its NICs (IPv4 addresses) with GNM and maps its DRAM.
+Then one loop (serve) polls its FIT inbox and every kernel socket its
+bsdSocketSkeletons own, with one zmq.Poller: a stub's message and a kernel
+event are handled by the same thread, in arrival order.
+
+Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
+    N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it)
+    N_LISTEN    {sk, backlog}
+    N_CONNECT   {sk | src+opts+inbox+stub, dst, timeout, buffers} -> {sk, local}; the
+                reply waits for the kernel's handshake (a deferred FIT reply)
+    N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
+    N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
+    N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value]} -> {value}
+    N_RELEASE   one-way {pid}, from the process's pMonitor: it ended
+and it pushes to stubs STUB_DATA, STUB_DATA_DMA, STUB_ACCEPT, STUB_SENT,
+STUB_CLOSED (0x07xx). A stub that cannot take a push within
+STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
+N_RELEASE. A request about another process's skeleton is EPERM; about none, EBADF.
 """
 
+import errno
+import os
+import socket
+import time
 from typing import Any
 
+import zmq
+
+from fit_rpc import DEFERRED, GLOBAL_ID, Message, Op, codec
+from fit_rpc.codec import need
+from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.core import Monitor
+from monitors.data_paths import Ddio, Dma
+from monitors.proxy import Proxy
+from monitors.skeleton import Skeleton
+from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
+
+_IN, _OUT, _ERR = zmq.POLLIN, zmq.POLLOUT, zmq.POLLERR
+_INBOX_BATCH = 64   # inbox messages per poll round, so kernel sockets are not starved
 
 
 class NMonitor(Monitor):
     kind = "n"
 
+    def setup(self) -> None:
+        self.proxy = Proxy(self.config["nics"], self.rack["loopback"], self.config["dram"])
+        self.skels: dict[int, Skeleton] = {}
+        self.by_fd: dict[int, Skeleton] = {}
+        self.masks: dict[int, int] = {}
+        self.poller = zmq.Poller()
+        self.ddio = Ddio(self)
+        self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
+        self._next_sk = 0
+        self._load: dict[str, Any] = {}
+        self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0}
+        for op, fn in ((Op.N_BIND, self.n_bind), (Op.N_LISTEN, self.n_listen),
+                       (Op.N_CONNECT, self.n_connect), (Op.N_START, self.n_start),
+                       (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send_dma),
+                       (Op.N_CREDIT, self.n_credit), (Op.N_SHUTDOWN, self.n_shutdown),
+                       (Op.N_CLOSE, self.n_close), (Op.N_SOCKOPT, self.n_sockopt),
+                       (Op.N_RELEASE, self.n_release)):
+            self.ep.on(op, fn)
+
     def resources(self) -> dict[str, Any]:
         return {"nics": list(self.config["nics"])}
+
+    def extra_stats(self) -> dict[str, Any]:
+        live = [s for s in self.skels.values()]
+        return {"network": {
+            **self.counts, "skeletons": len(live),
+            "listeners": sum(s.listening for s in live),
+            "bytes_in": sum(s.bytes_in for s in live), "bytes_out": sum(s.bytes_out for s in live),
+            "dram_buffers_used": self.proxy.slots_used, "dram_buffers": self.proxy.slots_total,
+            "by_mode": {m: sum(1 for s in live if s.path is not None and s.path.name == m)
+                        for m in ("ddio", "dma")}}}
+
+    # ---- the loop: FIT inbox and kernel sockets ------------------------------------------
+    def serve(self) -> None:
+        inbox, poll, serve = self.ep.pollable, self.poller.poll, self.ep.serve
+        self.poller.register(inbox, _IN)
+        next_tick = time.monotonic() + MONITOR_IDLE_CHECK_S
+        while True:
+            wait_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
+            for what, ev in poll(wait_ms):
+                if what is inbox:
+                    for _ in range(_INBOX_BATCH):
+                        if not serve(0):
+                            break
+                else:
+                    self._kernel_event(what, ev)
+            if time.monotonic() >= next_tick:
+                if self._tick():
+                    return
+                next_tick = time.monotonic() + MONITOR_IDLE_CHECK_S
+
+    def _kernel_event(self, fd: int, ev: int) -> None:
+        skel = self.by_fd.get(fd)
+        if skel is None:
+            return
+        if ev & _IN or (ev & _ERR and skel.wants_read()):
+            skel.readable(fd)
+        if not skel.dead and ev & (_OUT | _ERR) and skel.wants_write():
+            skel.writable()
+        if not skel.dead and ev & ~(_IN | _OUT) and not (skel.wants_read() or skel.wants_write()):
+            self._mask(fd, 0)   # hang-up nobody waits on: stop polling it (no busy loop)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for skel in list(self.skels.values()):
+            if skel.owner in self.gone or skel.lingered(now):
+                self.closed(skel)
+            elif skel.connect_reply is not None and now > skel.connect_deadline:
+                self.connect_done(skel, errno.ETIMEDOUT)
+        self.counts["stubs_lost"] += len(self.gone)
+        self.gone.clear()
+        self._report_load()
+
+    def close(self) -> None:
+        for skel in list(self.skels.values()):
+            self.closed(skel)
+        super().close()
+        self.proxy.close()
+
+    # ---- what skeletons call (skeleton.Net) ---------------------------------------------
+    def push(self, skel: Skeleton, op: int, payload: bytes) -> None:
+        if skel.owner in self.gone:
+            return
+        try:
+            self.ep.send(skel.owner, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
+        except OSError as exc:
+            self.log.info("stub %s is gone (%s); closing its sockets", skel.owner, exc)
+            self.gone.add(skel.owner)
+
+    def watch(self, skel: Skeleton) -> None:
+        if skel.dead:
+            return
+        mask = (_IN if skel.wants_read() else 0) | (_OUT if skel.wants_write() else 0)
+        for s in skel.socks if skel.listening else skel.socks[:1]:
+            self._mask(s.fileno(), mask)
+
+    def accepted(self, listener: Skeleton, conn: socket.socket) -> None:
+        skel = self._new(listener.owner, [conn])
+        skel.parent = listener
+        listener.waiting.add(skel.sk)
+        self.counts["accepted"] += 1
+        peer, local = conn.getpeername(), conn.getsockname()
+        self.push(listener, Op.STUB_ACCEPT, SK.pack(listener.stub) + codec.encode(
+            {"sk": skel.sk, "peer": list(peer), "local": list(local)}))
+
+    def connect_done(self, skel: Skeleton, err: int) -> None:
+        msg, skel.connect_reply = skel.connect_reply, None
+        if err:
+            self.ep.respond_error(msg, OSError(err, os.strerror(err)))
+            self.closed(skel)
+            return
+        self.counts["connected"] += 1
+        self.ep.respond(msg, codec.encode({"sk": skel.sk, "local": list(skel.sock.getsockname())}))
+        self.watch(skel)
+
+    def closed(self, skel: Skeleton) -> None:
+        """The end of a skeleton: kernel sockets closed, rings back to DRAM."""
+        if skel.dead:
+            return
+        skel.dead = True
+        if skel.connect_reply is not None:
+            self.ep.respond_error(skel.connect_reply, OSError(errno.ECONNABORTED, "aborted"))
+        for s in skel.socks:
+            self._mask(s.fileno(), 0)
+            self.by_fd.pop(s.fileno(), None)
+            s.close()
+        if skel.rx is not None:
+            self.proxy.free(skel.rx, skel.tx)
+        del self.skels[skel.sk]
+        if skel.parent is not None:
+            skel.parent.waiting.discard(skel.sk)
+            self.watch(skel.parent)
+        for sk in list(skel.waiting):  # a listener's connections no stub accepted
+            self.closed(self.skels[sk])
+        self.counts["closed"] += 1
+
+    # ---- ops: creating skeletons -----------------------------------------------------------
+    def n_bind(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        self.ep.add_peer(msg.src, need(args, "inbox", str))
+        socks, port = self.proxy.bound(need(args, "ip", str), need(args, "port", int),
+                                       args.get("opts", []), bool(args.get("loopback")))
+        skel = self._new(msg.src, socks)
+        skel.stub = need(args, "stub", int)
+        return codec.encode({"sk": skel.sk, "port": port})
+
+    def n_listen(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        skel = self._own(msg, need(args, "sk", int))
+        skel.backlog = max(1, min(need(args, "backlog", int), socket.SOMAXCONN))
+        for s in skel.socks:
+            s.listen(skel.backlog)
+        skel.listening = True
+        self.watch(skel)
+        return codec.encode()
+
+    def n_connect(self, msg: Message) -> object:
+        args, _ = msg.args()
+        ip, port = need(args, "dst", list)
+        if "sk" in args:
+            skel = self._own(msg, need(args, "sk", int))
+        else:
+            self.ep.add_peer(msg.src, need(args, "inbox", str))
+            sock = self.proxy.for_connect(need(args, "src", str), args.get("opts", []))
+            skel = self._new(msg.src, [sock])
+            skel.stub = need(args, "stub", int)
+        try:
+            self._start(skel, need(args, "buffers", dict))
+            err = skel.sock.connect_ex((ip, port))
+        except OSError as exc:
+            self.closed(skel)
+            raise exc from None
+        if err in (errno.EINPROGRESS, errno.EAGAIN):
+            skel.connect_reply = msg
+            timeout = args.get("timeout")
+            skel.connect_deadline = time.monotonic() + (
+                CONNECT_TIMEOUT_S if timeout is None else float(timeout))
+            self.watch(skel)
+            return DEFERRED
+        if err:
+            self.closed(skel)
+            raise OSError(err, os.strerror(err))
+        self.counts["connected"] += 1
+        self.watch(skel)
+        return codec.encode({"sk": skel.sk, "local": list(skel.sock.getsockname())})
+
+    def n_start(self, msg: Message) -> None:
+        args, _ = msg.args()
+        skel = self._own(msg, need(args, "sk", int))
+        if skel.parent is not None:
+            skel.parent.waiting.discard(skel.sk)
+            self.watch(skel.parent)
+        skel.stub = need(args, "stub", int)
+        self._start(skel, need(args, "buffers", dict))
+
+    # ---- ops: the data path ----------------------------------------------------------------
+    def n_send(self, msg: Message) -> None:
+        (sk,) = SK.unpack_from(msg.payload)
+        skel = self._own(msg, sk)
+        if skel.tx is not None and not skel.broken:
+            skel.send(msg.payload[SK.size:])
+
+    def n_send_dma(self, msg: Message) -> None:
+        sk, n = SK_N.unpack_from(msg.payload)
+        skel = self._own(msg, sk)
+        if isinstance(skel.path, Dma) and not skel.broken:
+            skel.path.load(skel, n)
+
+    def n_credit(self, msg: Message) -> None:
+        sk, n = SK_N.unpack_from(msg.payload)
+        self._own(msg, sk).credit(n)
+
+    def n_shutdown(self, msg: Message) -> bytes:
+        sk, how = SK_ERR.unpack_from(msg.payload)
+        self._own(msg, sk).shutdown(how)
+        return b""
+
+    def n_close(self, msg: Message) -> bytes:
+        (sk,) = SK.unpack_from(msg.payload)
+        skel = self.skels.get(sk)
+        if skel is not None and skel.owner == msg.src:
+            skel.close()
+        return b""
+
+    def n_sockopt(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        skel = self._own(msg, need(args, "sk", int))
+        level, opt = need(args, "level", int), need(args, "opt", int)
+        if "value" in args:
+            for s in skel.socks:
+                self.proxy.apply(s, level, opt, need(args, "value", int))
+            return codec.encode()
+        return codec.encode({"value": self.proxy.query(skel.sock, level, opt)})
+
+    def n_release(self, msg: Message) -> None:
+        args, _ = msg.args()
+        owner = f"{msg.src}.{need(args, 'pid', int)}"   # only its own pMonitor may
+        for skel in [s for s in self.skels.values() if s.owner == owner]:
+            self.closed(skel)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _new(self, owner: str, socks: list[socket.socket]) -> Skeleton:
+        self._next_sk = self._next_sk % 0xFFFFFFFF + 1
+        skel = Skeleton(self, self._next_sk, owner, socks)
+        self.skels[skel.sk] = skel
+        for s in socks:
+            self.by_fd[s.fileno()] = skel
+        return skel
+
+    def _start(self, skel: Skeleton, buffers: dict[str, Any]) -> None:
+        mode = need(buffers, "mode", str)
+        if mode == "dma":
+            path: Any = Dma(self, _pid(skel.owner), need(buffers, "home", str),
+                            tuple(need(buffers, "rbuf", list)), tuple(need(buffers, "tbuf", list)))
+        elif mode == "ddio":
+            path = self.ddio
+        else:
+            raise OSError(errno.EINVAL, f"no data path {mode!r} (dma, ddio)")
+        rx, tx = self.proxy.rings()
+        skel.start(rx, tx, path, need(buffers, "window", int))
+
+    def _own(self, msg: Message, sk: int) -> Skeleton:
+        skel = self.skels.get(sk)
+        if skel is None:
+            raise OSError(errno.EBADF, f"no socket {sk} on {self.id}")
+        if skel.owner != msg.src:
+            raise OSError(errno.EPERM, f"socket {sk} belongs to {skel.owner}, not {msg.src}")
+        return skel
+
+    def _mask(self, fd: int, mask: int) -> None:
+        if self.masks.get(fd, 0) == mask:
+            return
+        if mask:
+            self.poller.register(fd, mask)
+            self.masks[fd] = mask
+        else:
+            self.poller.unregister(fd)
+            del self.masks[fd]
+
+    def _report_load(self) -> None:
+        nics: dict[str, dict[str, int]] = {ip: {"sockets": 0, "bytes": 0}
+                                           for ip in self.config["nics"]}
+        for skel in self.skels.values():
+            try:
+                ip = skel.sock.getsockname()[0]
+            except OSError:
+                continue
+            if ip in nics:
+                nics[ip]["sockets"] += 1
+                nics[ip]["bytes"] += skel.bytes_in + skel.bytes_out
+        if nics != self._load and not self.stopping:
+            self._load = nics
+            self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
+                         codec.encode({"id": self.id, "load": {"nics": nics}}), timeout=0.5)
+
+
+def _pid(owner: str) -> int:
+    return int(owner.partition(".")[2])

@@ -7,14 +7,15 @@ that every emulated process of pN maps, and it runs those processes:
   its stdin/stdout/stderr over a Unix socket (RUN_DIR/pN.spawn; file
   descriptors cannot cross ZeroMQ). The pMonitor starts the program as its own
   child with the rack runtime's environment (SPLITRACK_PCOMPONENT,
-  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR), answers its PID, and, when it ends, its
-  exit status. One thread per launched program does only that.
+  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, and
+  the drop-in socket module on PYTHONPATH), answers its PID, and, when it
+  ends, its exit status. One thread per launched program does only that.
 - track: a process announces itself with P_ATTACH when it first uses rack
   memory (a launched one, or any local process that attaches explicitly). Every
   MONITOR_IDLE_CHECK_S the pMonitor looks for tracked processes that ended
   (exit or crash) and releases all they held: their extCache lines (dropped,
-  not written back), their counter slot, and their pages at every mComponent
-  (M_RELEASE).
+  not written back), their counter slot, their sockets at every nComponent
+  (N_RELEASE) and their pages at every mComponent (M_RELEASE).
 Ops: P_ATTACH, P_PROCESSES (docs/protocol.md, 0x03xx). Counters: STATS
 carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
 process and in total.
@@ -37,6 +38,8 @@ from native.extcache import ExtCache
 from splitrack.rundir import RunDir, identify
 
 _SPAWN_MAX_BYTES = 1 << 20
+_DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "splitrack", "_dropin")   # holds the sitecustomize.py of rack programs
 RELEASE_TIMEOUT_S = 0.5   # an mComponent that cannot take a release in this is stopping
 
 
@@ -50,7 +53,8 @@ class PMonitor(Monitor):
             os.unlink(path)  # left by a crashed rack of this run directory
         self.xc = ExtCache.create(path, self.config["extcache"], self.rack["line"],
                                   self.config["ways"], self.config["eviction"])
-        self.m_ids = self._m_ids()
+        self.m_ids = self._ids("m")
+        self.n_ids = self._ids("n")
         self.tracked: dict[int, float] = {}      # pid -> create time
         self.children: dict[int, subprocess.Popen] = {}
         self.released = 0
@@ -115,22 +119,25 @@ class PMonitor(Monitor):
         self.tracked.pop(pid, None)
         dropped = self.xc.drop_pid(pid)
         self.xc.slot_release(pid)
-        for m in self.m_ids:
-            if self.stopping and m in self._gone:
+        for c in self.n_ids + self.m_ids:   # its sockets first: peers see EOF or reset
+            if self.stopping and c in self._gone:
                 continue  # stopping with the rack: do not wait on it once per process
+            op = Op.M_RELEASE if c.startswith("m") else Op.N_RELEASE
             try:
-                self.ep.send(m, Op.M_RELEASE, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S)
-            except OSError as exc:  # that mComponent is gone (the rack is stopping?)
-                self.log.warning("could not release process %d at %s: %s", pid, m, exc)
-                self._gone.add(m)
+                self.ep.send(c, op, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S)
+            except OSError as exc:  # that component is gone (the rack is stopping?)
+                self.log.warning("could not release process %d at %s: %s", pid, c, exc)
+                self._gone.add(c)
         self.released += 1
-        self.log.info("process %d ended: dropped %d extCache lines, released its pages",
+        self.log.info("process %d ended: dropped %d extCache lines, released its pages "
+                      "and sockets",
                       pid, dropped)
 
-    def _m_ids(self) -> list[str]:
+    def _ids(self, kind: str) -> list[str]:
+        """The ids of the rack's components of one kind (from the run directory's spec)."""
         with open(os.path.join(self.run_dir, "spec.json")) as f:
             spec = json.load(f)
-        return [c["id"] for c in spec["components"] if c["kind"] == "m"]
+        return [c["id"] for c in spec["components"] if c["kind"] == kind]
 
     # ---- launching (a thread per program; it touches no FIT socket) ------------------
     def _start_spawn_server(self) -> socket.socket:
@@ -162,7 +169,7 @@ class PMonitor(Monitor):
                 # terminal, so it may read and write it without job control stopping it.
                 proc = subprocess.Popen(
                     request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                    cwd=request.get("cwd"), env={**request["env"], **self._runtime_env()},
+                    cwd=request.get("cwd"), env=self._runtime_env(request),
                     start_new_session=True)
             except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
                 _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
@@ -181,9 +188,18 @@ class PMonitor(Monitor):
             except OSError:
                 pass  # the launcher is gone; the process's end is still released by tick()
 
-    def _runtime_env(self) -> dict[str, str]:
-        return {"SPLITRACK_PCOMPONENT": self.id, "SPLITRACK_RUN_DIR": self.run_dir,
-                "SPLITRACK_GLOBAL": self.global_address or ""}
+    def _runtime_env(self, request: dict[str, Any]) -> dict[str, str]:
+        """The program's environment: the caller's, plus what the rack runtime reads,
+        plus the drop-in socket module first on PYTHONPATH (splitrack/rsocket.py)."""
+        env = dict(request["env"])
+        mode = request.get("mode") or self.rack["mode"]
+        if mode not in ("dma", "ddio"):
+            raise ValueError(f"no data path {mode!r} (dma, ddio)")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_DROPIN, env.get("PYTHONPATH")) if p)
+        env.update(SPLITRACK_PCOMPONENT=self.id, SPLITRACK_RUN_DIR=self.run_dir,
+                   SPLITRACK_GLOBAL=self.global_address or "", SPLITRACK_MODE=mode,
+                   SPLITRACK_LOOPBACK=self.rack["loopback"])
+        return env
 
 
 def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:

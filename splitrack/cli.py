@@ -132,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                             f"(it has {', '.join(pcomps)})")
         with rack.endpoint() as ep:
             on = args.on or ep.call_args("global", Op.GPM_PLACE)[0]["id"]
-        return run_program(rack.run.path, on, command)
+        return run_program(rack.run.path, on, command, mode=args.mode)
     except LaunchError as exc:
         raise RackError(str(exc)) from None
     finally:
@@ -233,9 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(GPM picks one unless --on). Uses the running rack, or "
                                    "starts one for the command and stops it afterwards. "
                                    "Exit status: the program's (128+N if killed by signal "
-                                   "N, 127 if it cannot be started).")
+                                   "N, 127 if it cannot be started). A Python program's "
+                                   "socket module is the rack's: its TCP sockets are "
+                                   "bsdSocketStubs whose kernel sockets live on an "
+                                   "nComponent's NIC.")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
     p.add_argument("--on", metavar="pN", help="the pComponent to run on (default: GPM picks)")
+    p.add_argument("--mode", choices=["dma", "ddio"],
+                   help="the program's socket data path (default: the spec's rack.mode)")
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)

@@ -24,13 +24,15 @@ which frees everything it held when it exits or crashes.
 
 Outside `splitrack run`, `VirtualMemory.attach(rack, "p0")` makes the calling
 process an emulated process of p0 (tests and benchmarks do this). One thread
-of a process uses it at a time (its FIT endpoint is not thread-safe).
+of a process uses it at a time: every public method holds `vm.lock` (an
+RLock), which the bsdSocketStubs of the process share for its FIT endpoint.
 """
 
 import bisect
 import errno
 import itertools
 import os
+import threading
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
@@ -44,6 +46,7 @@ _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
 class VirtualMemory:
     def __init__(self, pcomponent: str, global_address: str, pid: int | None = None):
         self.pid = pid or os.getpid()
+        self.lock = threading.RLock()   # one thread in the extCache path and the endpoint
         self.pcomponent = pcomponent
         self.ep = Endpoint(f"{pcomponent}.{self.pid}", None, directory=global_address)
         info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid})
@@ -72,6 +75,10 @@ class VirtualMemory:
     # ---- regions --------------------------------------------------------------------
     def alloc(self, size: int) -> int:
         """A new region of at least `size` bytes; returns its virtual address."""
+        with self.lock:
+            return self._alloc(size)
+
+    def _alloc(self, size: int) -> int:
         if not isinstance(size, int) or size <= 0:
             raise OSError(errno.EINVAL, f"cannot allocate {size!r} bytes")
         length = -(-size // self.line) * self.line
@@ -86,6 +93,10 @@ class VirtualMemory:
 
     def free(self, addr: int) -> None:
         """Free the region that starts at `addr`; its cached lines are dropped."""
+        with self.lock:
+            self._free(addr)
+
+    def _free(self, addr: int) -> None:
         if addr not in self._regions:
             raise OSError(errno.EFAULT, f"no region starts at {addr:#x}")
         end, home = self._regions.pop(addr)
@@ -105,10 +116,12 @@ class VirtualMemory:
         return out
 
     def read_into(self, addr: int, buf: Any) -> None:
-        self._access(addr, memoryview(buf).cast("B"), self.xc.read_into)
+        with self.lock:
+            self._access(addr, memoryview(buf).cast("B"), self.xc.read_into)
 
     def write(self, addr: int, data: Any) -> None:
-        self._access(addr, memoryview(data).cast("B"), self.xc.write_from)
+        with self.lock:
+            self._access(addr, memoryview(data).cast("B"), self.xc.write_from)
 
     def _access(self, addr: int, view: memoryview, copy: Any) -> None:
         """Copy through the extCache (C) line by line, faulting lines in as needed."""
@@ -121,6 +134,10 @@ class VirtualMemory:
 
     def flush(self, addr: int, n: int) -> int:
         """Write the dirty lines of [addr, addr+n) back to their home; returns how many."""
+        with self.lock:
+            return self._flush(addr, n)
+
+    def _flush(self, addr: int, n: int) -> int:
         pending: dict[int, tuple[list[int], list[bytes]]] = {}
         buf = bytearray(self.line)
         flushed = 0
@@ -145,7 +162,20 @@ class VirtualMemory:
     def invalidate(self, addr: int, n: int) -> int:
         """Drop the cached lines of [addr, addr+n) without writing them back."""
         first = addr // self.line
-        return self.xc.invalidate(self.pid, first, -(-(addr + n) // self.line) - first)
+        with self.lock:
+            return self.xc.invalidate(self.pid, first, -(-(addr + n) // self.line) - first)
+
+    def written_elsewhere(self, addr: int, n: int) -> None:
+        """[addr, addr+n) was written at its home by someone else (an nComponent's
+        dDMA): drop the cached lines, and let the next read miss to the home."""
+        first, end = addr // self.line, -(-(addr + n) // self.line)
+        with self.lock:
+            self.xc.invalidate(self.pid, first, end - first)
+            self._touched.update(range(first, end))
+
+    def home_of(self, addr: int) -> str:
+        """The mComponent that holds the region starting at `addr`."""
+        return self.m_ids[self._regions[addr][1]]
 
     def counters(self) -> dict[str, int]:
         return self.xc.counters(self.pid)

@@ -1,0 +1,120 @@
+"""The nComponent's Proxy: it makes the kernel sockets that bsdSocketSkeletons own,
+and hands out the nComponent DRAM their rings live in.
+
+Interface (used by nmonitor.py only):
+    proxy = Proxy(nics=["127.0.0.11"], loopback="127.0.0.10", dram_bytes=64 << 20)
+    proxy.bound(ip, port, opts, with_loopback) -> [kernel sockets], port
+    proxy.for_connect(src_ip, opts) -> kernel socket bound to (src_ip, 0)
+    proxy.apply(sock, level, opt, value) / proxy.query(sock, level, opt)
+    proxy.rings() -> (rx, tx) NRings of SOCKET_BUFFER_BYTES each; ENOBUFS when DRAM is full
+    proxy.free(rx, tx)
+
+Routing: a socket leaves from the NIC it was bound on; an unbound one from the
+NIC GNM allocated to its process (the stub names it), or from the rack
+loopback alias when it connects to the rack's 127.0.0.1. An address that is
+no NIC of this nComponent (nor the loopback alias) is EADDRNOTAVAIL.
+Socket options: the ones a stub may set (ALLOWED); others are ENOPROTOOPT.
+"""
+
+import errno
+import mmap
+import socket
+
+from native.nring import NRing
+from splitrack.params import SOCKET_BUFFER_BYTES
+
+ALLOWED = {
+    (socket.SOL_SOCKET, socket.SO_REUSEADDR), (socket.SOL_SOCKET, socket.SO_REUSEPORT),
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE), (socket.SOL_SOCKET, socket.SO_RCVBUF),
+    (socket.SOL_SOCKET, socket.SO_SNDBUF), (socket.SOL_SOCKET, socket.SO_ERROR),
+    (socket.IPPROTO_TCP, socket.TCP_NODELAY),
+}
+_BIND_ATTEMPTS = 32   # 0.0.0.0 with port 0: a port free on both the NIC and the loopback alias
+
+
+class Proxy:
+    def __init__(self, nics: list[str], loopback: str, dram_bytes: int):
+        self.nics = set(nics)
+        self.loopback = loopback
+        self.arena = mmap.mmap(-1, dram_bytes)          # the nComponent's DRAM
+        self._free = [NRing(self.arena, i * SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES)
+                      for i in range(dram_bytes // SOCKET_BUFFER_BYTES - 1, -1, -1)]
+        self.slots_total = len(self._free)
+
+    # ---- kernel sockets -----------------------------------------------------------------
+    def bound(self, ip: str, port: int, opts: list, with_loopback: bool
+              ) -> tuple[list[socket.socket], int]:
+        self._check_local(ip)
+        for _ in range(_BIND_ATTEMPTS if with_loopback and port == 0 else 1):
+            first = self._bound_one(ip, port, opts)
+            if not with_loopback:
+                return [first], first.getsockname()[1]
+            chosen = first.getsockname()[1]
+            try:
+                return [first, self._bound_one(self.loopback, chosen, opts)], chosen
+            except OSError as exc:
+                first.close()
+                if exc.errno != errno.EADDRINUSE or port != 0:
+                    raise
+        raise OSError(errno.EADDRINUSE, "no port free on both the NIC and the rack loopback")
+
+    def for_connect(self, src_ip: str, opts: list) -> socket.socket:
+        return self._bound_one(src_ip, 0, opts) if src_ip else self._plain(opts)
+
+    def _bound_one(self, ip: str, port: int, opts: list) -> socket.socket:
+        self._check_local(ip)
+        sock = self._plain(opts)
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _plain(self, opts: list) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            for level, opt, value in opts:
+                self.apply(sock, level, opt, value)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _check_local(self, ip: str) -> None:
+        if ip not in self.nics and ip != self.loopback:
+            raise OSError(errno.EADDRNOTAVAIL, f"{ip} is no NIC of this nComponent")
+
+    @staticmethod
+    def apply(sock: socket.socket, level: int, opt: int, value: int) -> None:
+        if (level, opt) not in ALLOWED or opt == socket.SO_ERROR:
+            raise OSError(errno.ENOPROTOOPT, "Protocol not available")
+        sock.setsockopt(level, opt, value)
+
+    @staticmethod
+    def query(sock: socket.socket, level: int, opt: int) -> int:
+        if (level, opt) not in ALLOWED:
+            raise OSError(errno.ENOPROTOOPT, "Protocol not available")
+        return sock.getsockopt(level, opt)
+
+    # ---- nComponent DRAM ------------------------------------------------------------------
+    def rings(self) -> tuple[NRing, NRing]:
+        if len(self._free) < 2:
+            raise OSError(errno.ENOBUFS, "nComponent DRAM is full (no socket buffers left)")
+        return self._free.pop(), self._free.pop()
+
+    def free(self, *rings: NRing) -> None:
+        for ring in rings:
+            ring.reset()
+            self._free.append(ring)
+
+    @property
+    def slots_used(self) -> int:
+        return self.slots_total - len(self._free)
+
+    def close(self) -> None:
+        self._free.clear()   # the rings hold exports of the arena
+        try:
+            self.arena.close()
+        except BufferError:  # a skeleton still holds a ring: the process exits anyway
+            pass

@@ -1,0 +1,212 @@
+"""A bsdSocketSkeleton: the nComponent's half of one socket (the paper, section 5).
+
+It owns the real kernel TCP socket on a NIC and two rings of nComponent DRAM
+(native/nring.c): `rx` between the kernel and the stub, `tx` between the stub
+and the kernel. Its nMonitor (nmonitor.py) feeds it kernel readiness and the
+stub's messages; it answers with pushes to the stub (0x07xx). It touches no
+FIT socket itself: every message goes out through `self.net` (the nMonitor),
+and the bytes' way to or from the process (dDMA or dDDIO) is `self.path`
+(data_paths.py).
+
+Flow control, both ways bounded by SOCKET_BUFFER_BYTES:
+- receive: the stub grants a window (its receive buffer's free bytes); the
+  skeleton reads from the kernel only while the window is open, so a slow
+  reader leaves the bytes in the kernel and TCP pushes back on the sender;
+- send: the stub never has more than a window of bytes unconfirmed; the
+  skeleton confirms (STUB_SENT) what the kernel took, in batches of
+  SOCKET_CREDIT_BYTES, so tx never holds more than the window.
+
+States: a listener (accepts; its connections wait for N_START), a connection,
+or closing (N_CLOSE: no more reading; tx drains to the kernel, then the kernel
+socket closes; SKELETON_LINGER_S at most).
+"""
+
+import errno
+import socket
+import time
+from typing import Any, Protocol
+
+from native.nring import NRing
+from splitrack.params import (
+    SKELETON_LINGER_S,
+    SKELETON_RECV_CHUNK_BYTES,
+    SOCKET_CREDIT_BYTES,
+)
+
+
+class Net(Protocol):
+    """What a skeleton needs from its nMonitor."""
+
+    def push(self, skel: "Skeleton", op: int, payload: bytes) -> None: ...
+    def watch(self, skel: "Skeleton") -> None: ...
+    def accepted(self, listener: "Skeleton", conn: socket.socket) -> None: ...
+    def closed(self, skel: "Skeleton") -> None: ...
+    def connect_done(self, skel: "Skeleton", err: int) -> None: ...
+
+
+class Skeleton:
+    def __init__(self, net: Net, sk: int, owner: str, socks: list[socket.socket]):
+        self.net = net
+        self.sk = sk
+        self.owner = owner              # the stub's process endpoint id, "pN.PID"
+        self.stub = 0                   # the stub's id in its process (pushes name it)
+        self.socks = socks              # one; two for 0.0.0.0 (NIC and rack loopback)
+        for s in socks:
+            s.setblocking(False)
+        self.listening = False
+        self.backlog = 0
+        self.waiting: set[int] = set()  # a listener's connections not yet accepted by the stub
+        self.parent: Skeleton | None = None
+        self.rx: NRing | None = None
+        self.tx: NRing | None = None
+        self.path: Any = None           # data_paths.Ddio or data_paths.Dma, set at start()
+        self.window = 0                 # bytes the stub can still take
+        self.unconfirmed = 0            # sent to the kernel, not yet confirmed to the stub
+        self.eof = False                # nothing more will be read from the kernel
+        self.shut_wr = False            # SHUT_WR asked: once tx is drained
+        self.closing_since: float | None = None
+        self.connect_reply: Any = None  # a deferred N_CONNECT (its Message)
+        self.connect_deadline = 0.0
+        self.bytes_in = self.bytes_out = 0
+        self.dead = False               # closed and its rings freed
+        self.broken = False             # the connection failed: what the stub sends is dropped
+
+    @property
+    def sock(self) -> socket.socket:
+        return self.socks[0]
+
+    # ---- what the nMonitor polls for ---------------------------------------------------
+    def wants_read(self) -> bool:
+        if self.listening:
+            return len(self.waiting) < self.backlog
+        return (self.rx is not None and self.window > 0 and not self.eof
+                and self.closing_since is None and self.connect_reply is None)
+
+    def wants_write(self) -> bool:
+        return self.connect_reply is not None or (self.tx is not None and self.tx.used > 0)
+
+    # ---- start: the stub's buffer is known ---------------------------------------------
+    def start(self, rx: NRing, tx: NRing, path: Any, window: int) -> None:
+        self.rx, self.tx, self.path, self.window = rx, tx, path, window
+        self.net.watch(self)
+
+    # ---- kernel readiness -------------------------------------------------------------
+    def readable(self, fd: int) -> None:
+        if self.listening:
+            self._accept([s for s in self.socks if s.fileno() == fd][0])
+            return
+        assert self.rx is not None
+        try:
+            n = self.rx.recv(self.sock.fileno(), min(self.window, SKELETON_RECV_CHUNK_BYTES))
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._fail(exc.errno or errno.EIO)
+            return
+        if n == 0:
+            self.eof = True
+            self.net.watch(self)
+            self.path.closed(self, 0)
+            return
+        self.window -= n
+        self.bytes_in += n
+        self.path.deliver(self, n)
+        if self.window == 0:
+            self.net.watch(self)
+
+    def writable(self) -> None:
+        if self.connect_reply is not None:
+            self.net.connect_done(self, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+            return
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand tx to the kernel; confirm to the stub in batches."""
+        tx = self.tx
+        if tx is None:
+            return
+        was = tx.used
+        try:
+            sent = tx.send(self.sock.fileno()) if was else 0
+        except OSError as exc:
+            tx.reset()
+            self._fail(exc.errno or errno.EIO)
+            return
+        self.bytes_out += sent
+        self.unconfirmed += sent
+        if self.unconfirmed >= SOCKET_CREDIT_BYTES:  # the stub blocks only at a full window
+            self.path.confirm(self, self.unconfirmed)
+            self.unconfirmed = 0
+        if tx.used == 0:
+            self._drained()
+        if (tx.used > 0) != (was > 0) or sent < was:
+            self.net.watch(self)
+
+    def _drained(self) -> None:
+        if self.shut_wr:
+            try:
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            self.shut_wr = False
+        if self.closing_since is not None:
+            self.net.closed(self)
+
+    # ---- the stub's requests ----------------------------------------------------------
+    def send(self, data: memoryview) -> None:
+        assert self.tx is not None
+        if self.tx.put(data) != len(data):  # the stub overran its window: a broken stub
+            self.tx.reset()
+            self._fail(errno.ENOBUFS)
+            return
+        self.flush()
+
+    def credit(self, n: int) -> None:
+        was_closed = not self.wants_read()
+        self.window += n
+        if was_closed and self.wants_read():
+            self.net.watch(self)
+
+    def shutdown(self, how: int) -> None:
+        if how in (socket.SHUT_RD, socket.SHUT_RDWR):
+            self.eof = True
+            self.net.watch(self)
+        if how in (socket.SHUT_WR, socket.SHUT_RDWR):
+            self.shut_wr = True
+            if self.tx is None or self.tx.used == 0:
+                self._drained()
+
+    def close(self) -> None:
+        """N_CLOSE: stop reading, drain tx, then the kernel socket closes."""
+        self.closing_since = time.monotonic()
+        if self.tx is None or self.tx.used == 0:
+            self.net.closed(self)
+        else:
+            self.net.watch(self)
+
+    def lingered(self, now: float) -> bool:
+        return self.closing_since is not None and now - self.closing_since > SKELETON_LINGER_S
+
+    # ---- internals -----------------------------------------------------------------
+    def _accept(self, listener: socket.socket) -> None:
+        while len(self.waiting) < self.backlog:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. EMFILE: leave it in the kernel's backlog
+                self.net.log.warning("accept on skeleton %d: %s", self.sk, exc)
+                return
+            self.net.accepted(self, conn)
+        self.net.watch(self)
+
+    def _fail(self, err: int) -> None:
+        """The connection broke (ECONNRESET, EPIPE...): tell the stub, read no more."""
+        if self.broken:
+            return
+        self.eof = self.broken = True
+        self.net.watch(self)
+        if self.path is not None:
+            self.path.closed(self, err)
+        if self.closing_since is not None:
+            self.net.closed(self)

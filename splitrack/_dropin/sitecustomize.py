@@ -1,0 +1,16 @@
+"""Run by Python at start-up in every program `splitrack run` starts (this
+directory is first on its PYTHONPATH): the program's sockets become the rack's
+(splitrack/rsocket.py). A program that cannot load them stops here with exit
+status 127 rather than run silently on the host's network."""
+
+import os
+import sys
+
+if os.environ.get("SPLITRACK_RUN_DIR"):
+    try:
+        from splitrack import rsocket
+    except Exception as exc:  # e.g. a Python without splitrack installed
+        sys.stderr.write(f"splitrack: cannot load the rack's socket module in {sys.executable}: "
+                         f"{exc}\n")
+        raise SystemExit(127) from None
+    rsocket.install()

@@ -1,0 +1,152 @@
+"""The network runtime of an emulated process: what its bsdSocketStubs share.
+
+One per process (`runtime()`), made on first use from the environment the
+pMonitor gives a launched program (SPLITRACK_PCOMPONENT, SPLITRACK_GLOBAL,
+SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK):
+
+- `vm`: the process's VirtualMemory (splitrack.vm), whose FIT endpoint
+  ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
+  stubs may be used from several threads.
+- an inbox (ipc://RUN_DIR/pN.PID.sock) served by one thread, which hands each
+  push from a skeleton (STUB_*, 0x07xx) to the stub it names. Stubs are named
+  by an id the runtime gives them before their skeleton exists, so a push can
+  never arrive for a stub not yet known.
+- buffers: each stub's receive and send rings live in rack memory, in vRegions
+  of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
+- routing: `nic()` (GNM_ALLOCATE, once: the NIC of this process's unbound
+  sockets) and `owner(ip)` (GNM_OWNER, cached: the nComponent of a NIC).
+At exit every open stub closes, so data sent just before exit still leaves.
+"""
+
+import atexit
+import itertools
+import os
+import threading
+from typing import Any
+
+from fit_rpc import GLOBAL_ID, Endpoint, Message, Op
+from splitrack.params import SOCKET_BUFFER_BYTES, SOCKET_SLOTS_PER_REGION
+from splitrack.vm import VirtualMemory, _this
+
+_PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED)
+
+
+class Runtime:
+    def __init__(self, vm: VirtualMemory, run_dir: str, mode: str, loopback: str):
+        self.vm = vm
+        self.lock = vm.lock
+        self.id = vm.ep.id
+        self.mode = mode
+        self.loopback = loopback          # the rack's 127.0.0.1, an alias an nComponent serves
+        self.stubs: dict[int, Any] = {}   # stub id -> stub
+        self._ids = itertools.count(1)
+        self._owners: dict[str, str] = {}
+        self._nic: tuple[str, str] | None = None
+        self._slots: list[int] = []       # free buffer slots (address of the receive ring)
+        self._homes: dict[int, str] = {}  # slot -> the mComponent that holds it
+        self.inbox = Endpoint(self.id, f"ipc://{run_dir}/{self.id}.sock")
+        for op in _PUSHES:
+            self.inbox.on(op, self._push)
+        self._stop = False
+        threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
+        atexit.register(self.close)
+
+    # ---- calls (any thread) ---------------------------------------------------------------
+    def call(self, peer: str, op: int, args: dict[str, Any], timeout: float | None = None
+             ) -> dict[str, Any]:
+        with self.lock:
+            return self.vm.ep.call_args(peer, op, args, timeout=timeout)[0]
+
+    def call_raw(self, peer: str, op: int, payload: bytes) -> None:
+        with self.lock:
+            self.vm.ep.call(peer, op, payload)
+
+    def send(self, peer: str, op: int, payload: bytes) -> None:
+        with self.lock:
+            self.vm.ep.send(peer, op, payload)
+
+    # ---- stubs --------------------------------------------------------------------------------
+    def register(self, stub: Any) -> int:
+        sid = next(self._ids)
+        self.stubs[sid] = stub
+        return sid
+
+    def unregister(self, sid: int) -> None:
+        self.stubs.pop(sid, None)
+
+    def buffers(self, mode: str) -> dict[str, Any]:
+        """A free slot: receive ring then send ring, SOCKET_BUFFER_BYTES each."""
+        with self.lock:
+            if not self._slots:
+                size = 2 * SOCKET_BUFFER_BYTES
+                start = self.vm.alloc(size * SOCKET_SLOTS_PER_REGION)
+                self._slots.extend(start + i * size for i in range(SOCKET_SLOTS_PER_REGION))
+                for i in range(SOCKET_SLOTS_PER_REGION):
+                    self._homes[start + i * size] = self.vm.home_of(start)
+            rbuf = self._slots.pop()
+        return {"mode": mode, "home": self._homes[rbuf], "window": SOCKET_BUFFER_BYTES,
+                "rbuf": [rbuf, SOCKET_BUFFER_BYTES],
+                "tbuf": [rbuf + SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES]}
+
+    def free_buffers(self, buffers: dict[str, Any]) -> None:
+        rbuf = buffers["rbuf"][0]
+        with self.lock:
+            self.vm.invalidate(rbuf, 2 * SOCKET_BUFFER_BYTES)  # nothing stale for the next stub
+            self._slots.append(rbuf)
+
+    # ---- routing --------------------------------------------------------------------------------
+    def nic(self) -> tuple[str, str]:
+        """(ip, nComponent) of the NIC GNM allocated to this process."""
+        if self._nic is None:
+            reply = self.call(GLOBAL_ID, Op.GNM_ALLOCATE, {"process": self.id})
+            self._nic = (reply["ip"], reply["id"])
+            self._owners[reply["ip"]] = reply["id"]
+        return self._nic
+
+    def owner(self, ip: str) -> str:
+        """The nComponent that owns NIC `ip`; EADDRNOTAVAIL if no rack NIC."""
+        if ip == self.loopback:
+            return self.nic()[1]
+        n = self._owners.get(ip)
+        if n is None:
+            n = self._owners[ip] = self.call(GLOBAL_ID, Op.GNM_OWNER, {"ip": ip})["id"]
+        return n
+
+    # ---- the inbox thread --------------------------------------------------------------------
+    def _serve(self) -> None:
+        self.inbox.serve_forever(tick=lambda: self._stop, every_s=0.5)
+
+    def _push(self, msg: Message) -> None:
+        stub = self.stubs.get(int.from_bytes(msg.payload[:4], "little"))
+        if stub is not None:   # a push for a stub closed meanwhile is dropped
+            stub._pushed(msg.op, msg.payload)
+
+    def close(self) -> None:
+        for stub in list(self.stubs.values()):
+            try:
+                stub.close()
+            except OSError:
+                pass
+        self._stop = True
+
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """This process's runtime (RuntimeError outside `splitrack run`)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None:
+            env = os.environ
+            if "SPLITRACK_RUN_DIR" not in env:
+                raise RuntimeError("rack sockets need the rack runtime: start this program "
+                                   "with `splitrack run -- ...`")
+            _runtime = Runtime(_this(), env["SPLITRACK_RUN_DIR"],
+                               env.get("SPLITRACK_MODE", "ddio"),
+                               env.get("SPLITRACK_LOOPBACK", "127.0.0.10"))
+        return _runtime
+
+
+__all__ = ["Runtime", "runtime"]

@@ -1,0 +1,493 @@
+"""The bsdSocketStub: a process's half of a rack socket (the paper, section 5).
+
+`BsdSocketStub` is what `socket.socket(AF_INET, SOCK_STREAM)` makes inside a
+program run with `splitrack run` (rsocket.py installs it). It behaves as a
+Linux TCP socket, but its bytes go through the rack: bind/connect ask GNM for
+the nComponent that owns the address and that nComponent's Proxy for a
+bsdSocketSkeleton, which holds the real kernel socket; from then on stub and
+skeleton talk directly (runtime.py carries the messages).
+
+The process's buffers are in rack memory: a receive ring and a send ring of
+SOCKET_BUFFER_BYTES each (runtime.buffers). A send, DDIO mode: the bytes are
+written into the send ring's extCache lines and go from there to the skeleton
+in N_SEND. DMA mode: they are written, the lines flushed to the mComponent,
+and N_SEND_DMA tells the skeleton to load them (Fig. 5, steps 1-5). A receive,
+DDIO: the skeleton's bytes are placed into the receive ring's extCache lines;
+DMA: the skeleton wrote them into the mComponent, the stub drops the stale
+lines and the read misses to the mComponent. Mode: the rack's, or
+SPLITRACK_MODE (`splitrack run --mode`), or per socket `set_rack_mode()`.
+
+fileno() is a real descriptor (one end of a socketpair) that is readable
+exactly while data, EOF, an error or a connection waits, so select, selectors
+and asyncio work. It is always writable; a send that finds no window raises
+BlockingIOError on a non-blocking socket. Errors are OSError with Linux's
+errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
+Not supported (EOPNOTSUPP): dup, detach, sendmsg/recvmsg, MSG_OOB.
+"""
+
+import errno
+import os
+import select
+import socket as _socket_module
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from fit_rpc import Op, codec
+from fit_rpc.netpath import SK, SK_ERR, SK_N
+from fit_rpc.netpath import ring_pieces as _pieces
+from splitrack.params import CONNECT_TIMEOUT_S, SOCKET_BUFFER_BYTES, SOCKET_CREDIT_BYTES
+from splitrack.runtime import runtime
+
+_std = _socket_module.socket          # the stdlib class, whatever is installed later
+AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
+_TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
+_LOCALHOST = "127.0.0.1"
+_OPTS = {(_socket_module.SOL_SOCKET, o) for o in (
+    _socket_module.SO_REUSEADDR, _socket_module.SO_REUSEPORT, _socket_module.SO_KEEPALIVE,
+    _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF)} | {
+    (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
+
+
+def _err(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
+
+
+class _Meta(type):
+    """isinstance(s, socket.socket) stays true for the stdlib sockets (AF_UNIX...)
+    that `socket.socket(...)` still makes once the stub is installed."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, _std)
+
+
+class BsdSocketStub(_std, metaclass=_Meta):
+    def __new__(cls, family: int = -1, type: int = -1, proto: int = -1,
+                fileno: int | None = None) -> Any:
+        family = AF_INET if family == -1 else family
+        kind = SOCK_STREAM if type == -1 else type
+        if fileno is not None or family != AF_INET or kind & ~_TYPE_FLAGS != SOCK_STREAM:
+            return _std(family, type, proto, fileno)   # not TCP/IPv4: the kernel's own
+        return _std.__new__(cls)
+
+    def __init__(self, family: int = -1, type: int = -1, proto: int = -1,
+                 fileno: int | None = None):
+        bell, self._bell = _socket_module.socketpair()
+        super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, bell.detach())
+        self._bell.setblocking(False)
+        self._rt = runtime()
+        self._id = self._rt.register(self)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._timeout: float | None = 0.0 if (type != -1 and type & _socket_module.SOCK_NONBLOCK) \
+            else _socket_module.getdefaulttimeout()
+        self._mode = self._rt.mode
+        self._n: str | None = None      # the nComponent holding the skeleton
+        self._sk = 0                    # the skeleton's id there
+        self._opts: dict[tuple[int, int], int] = {}
+        self._local: tuple[str, int] = ("0.0.0.0", 0)
+        self._peer: tuple[str, int] | None = None
+        self._listening = False
+        self._accepts: deque[dict[str, Any]] = deque()
+        self._buffers: dict[str, Any] | None = None
+        self._rhead = self._rtail = self._unacked = 0   # receive ring: read, arrived, to credit
+        self._tpos = self._credit = 0                    # send ring: written, window left
+        self._eof = self._shut_rd = self._shut_wr = False
+        self._error = 0
+        self._rung = False
+
+    # ---- names ---------------------------------------------------------------------------
+    family = property(lambda self: _socket_module.AddressFamily.AF_INET)
+    type = property(lambda self: _socket_module.SocketKind.SOCK_STREAM)
+    proto = property(lambda self: 0)
+
+    def _to_rack(self, address: Any) -> tuple[str, int]:
+        if not isinstance(address, tuple) or len(address) != 2:
+            raise TypeError("AF_INET address must be a pair (host, port)")
+        host, port = address
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise OverflowError("port must be 0-65535.")
+        ip = "0.0.0.0" if host in ("", "0.0.0.0") else _socket_module.gethostbyname(host)
+        return (self._rt.loopback if ip == _LOCALHOST else ip), port
+
+    def _to_program(self, address: Any) -> tuple[str, int]:
+        ip, port = address
+        return (_LOCALHOST if ip == self._rt.loopback else ip), port
+
+    def getsockname(self) -> tuple[str, int]:
+        return self._local
+
+    def getpeername(self) -> tuple[str, int]:
+        if self._peer is None:
+            raise _err(errno.ENOTCONN)
+        return self._peer
+
+    def set_rack_mode(self, mode: str) -> None:
+        """This socket's data path, "dma" or "ddio" (before connect or accept)."""
+        if mode not in ("dma", "ddio"):
+            raise ValueError(f"rack mode must be 'dma' or 'ddio', not {mode!r}")
+        self._mode = mode
+
+    # ---- timeouts ----------------------------------------------------------------------------
+    def settimeout(self, value: float | None) -> None:
+        if value is not None:
+            value = float(value)
+            if value < 0:
+                raise ValueError("Timeout value out of range")
+        self._timeout = value
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def setblocking(self, flag: bool) -> None:
+        self._timeout = None if flag else 0.0
+
+    def getblocking(self) -> bool:
+        return self._timeout != 0.0
+
+    timeout = property(gettimeout)
+
+    def _deadline(self) -> float | None:
+        return None if self._timeout is None else time.monotonic() + self._timeout
+
+    def _wait_readable(self, deadline: float | None) -> None:
+        """Until the bell rings; BlockingIOError / TimeoutError as the timeout says."""
+        if self._timeout == 0.0:
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not _poll(self.fileno(), left):
+            raise TimeoutError("timed out")
+
+    # ---- the bell: the fileno is readable while something waits --------------------------
+    def _ring(self) -> None:
+        if not self._rung:
+            self._rung = True
+            self._bell.send(b"!")
+
+    def _hush(self) -> None:
+        if self._rung:
+            self._rung = False
+            os.read(self.fileno(), 16)
+
+    # ---- bind, listen, accept, connect -------------------------------------------------------
+    def bind(self, address: Any) -> None:
+        ip, port = self._to_rack(address)
+        if self._n is not None:
+            raise _err(errno.EINVAL)
+        any_ip = ip == "0.0.0.0"
+        if any_ip:
+            ip, self._n = self._rt.nic()
+        else:
+            self._n = self._rt.owner(ip)   # EADDRNOTAVAIL if no rack NIC
+        try:
+            reply = self._call(Op.N_BIND, {
+                "ip": ip, "port": port, "loopback": any_ip, "opts": self._opt_list(),
+                "inbox": self._rt.inbox.address, "stub": self._id})
+        except OSError:
+            self._n = None
+            raise
+        self._sk = reply["sk"]
+        self._local = ("0.0.0.0" if any_ip else self._to_program((ip, 0))[0], reply["port"])
+
+    def listen(self, backlog: int = 128) -> None:
+        if self._peer is not None:
+            raise _err(errno.EINVAL)
+        if self._n is None:
+            self.bind(("0.0.0.0", 0))
+        self._call(Op.N_LISTEN, {"sk": self._sk, "backlog": max(0, int(backlog))})
+        self._listening = True
+
+    def accept(self) -> tuple["BsdSocketStub", tuple[str, int]]:
+        if not self._listening:
+            raise _err(errno.EINVAL)
+        deadline = self._deadline()
+        while True:
+            with self._lock:
+                if self._accepts:
+                    info = self._accepts.popleft()
+                    if not self._accepts and not self._error:
+                        self._hush()
+                    break
+            self._wait_readable(deadline)
+        conn = BsdSocketStub(AF_INET, SOCK_STREAM)
+        if _socket_module.getdefaulttimeout() is None and self._timeout is not None:
+            conn.setblocking(True)   # as the stdlib's accept() does
+        conn._mode, conn._n, conn._sk = self._mode, self._n, info["sk"]
+        conn._local = conn._to_program(info["local"])
+        conn._peer = conn._to_program(info["peer"])
+        conn._start_buffers()
+        self._rt.send(self._n, Op.N_START, codec.encode(
+            {"sk": conn._sk, "stub": conn._id, "buffers": conn._buffers}))
+        return conn, conn._peer
+
+    def connect(self, address: Any) -> None:
+        ip, port = self._to_rack(address)
+        if self._peer is not None:
+            raise _err(errno.EISCONN)
+        if self._listening:
+            raise _err(errno.EINVAL)
+        self._start_buffers()
+        args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
+                                "buffers": self._buffers}
+        if self._n is not None:
+            args["sk"] = self._sk
+        else:
+            src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
+                else self._rt.nic()
+            args.update(src=src, opts=self._opt_list(), inbox=self._rt.inbox.address,
+                        stub=self._id)
+        wait = (self._timeout or CONNECT_TIMEOUT_S) + 5.0
+        try:
+            reply = self._call(Op.N_CONNECT, args, timeout=wait)
+        except OSError as exc:
+            self._free_buffers()
+            self._n, self._sk = None, 0   # the skeleton is gone with the failed connect
+            if exc.errno == errno.ETIMEDOUT and self._timeout:
+                raise TimeoutError("timed out") from None
+            raise
+        self._sk = reply["sk"]
+        self._local = self._to_program(reply["local"])
+        self._peer = self._to_program((ip, port))
+
+    def connect_ex(self, address: Any) -> int:
+        try:
+            self.connect(address)
+        except TimeoutError:
+            return errno.EAGAIN
+        except OSError as exc:
+            return exc.errno or errno.EIO
+        return 0
+
+    def _start_buffers(self) -> None:
+        self._buffers = self._rt.buffers(self._mode)
+        self._credit = SOCKET_BUFFER_BYTES
+
+    def _free_buffers(self) -> None:
+        if self._buffers is not None:
+            self._rt.free_buffers(self._buffers)
+            self._buffers = None
+
+    # ---- receiving ---------------------------------------------------------------------------
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        if bufsize < 0:
+            raise ValueError("negative buffersize in recv")
+        buf = bytearray(min(bufsize, SOCKET_BUFFER_BYTES))
+        n = self.recv_into(buf, len(buf), flags)
+        return bytes(buf[:n])
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer).cast("B")
+        want = nbytes or len(view)
+        if want == 0:
+            return 0
+        if flags & ~(_socket_module.MSG_PEEK | _socket_module.MSG_DONTWAIT):
+            raise _err(errno.EOPNOTSUPP)
+        deadline = self._deadline()
+        while True:
+            with self._lock:
+                got = self._take(view[:want], peek=bool(flags & _socket_module.MSG_PEEK))
+                if got is not None:
+                    return got
+            if flags & _socket_module.MSG_DONTWAIT:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            self._wait_readable(deadline)
+
+    def _take(self, view: memoryview, peek: bool) -> int | None:
+        """Bytes from the receive ring (lock held); None if the caller must wait."""
+        avail = self._rtail - self._rhead
+        if avail and not self._shut_rd:
+            k = min(len(view), avail)
+            self._ring_io(self._buffers["rbuf"], self._rhead, view[:k], self._rt.vm.read_into)
+            if not peek:
+                self._rhead += k
+                self._unacked += k
+                if self._unacked >= SOCKET_CREDIT_BYTES:
+                    self._rt.send(self._n, Op.N_CREDIT, SK_N.pack(self._sk, self._unacked))
+                    self._unacked = 0
+                if self._rhead == self._rtail and not self._eof and not self._error:
+                    self._hush()
+            return k
+        if self._error:
+            code, self._error, self._eof = self._error, 0, True   # reported once, as Linux does
+            raise _err(code)
+        if self._eof or self._shut_rd:
+            return 0
+        if self._peer is None:
+            raise _err(errno.ENOTCONN)
+        return None
+
+    # ---- sending -----------------------------------------------------------------------------
+    def send(self, data: Any, flags: int = 0) -> int:
+        if flags & ~(_socket_module.MSG_DONTWAIT | _socket_module.MSG_NOSIGNAL):
+            raise _err(errno.EOPNOTSUPP)
+        view = memoryview(data).cast("B")
+        nonblocking = self._timeout == 0.0 or flags & _socket_module.MSG_DONTWAIT
+        deadline = self._deadline()
+        sent = 0
+        with self._cond:
+            while sent < len(view) or not view:
+                if self._error:
+                    code, self._error = self._error, 0
+                    raise _err(errno.EPIPE if code == errno.EPIPE else code)
+                if self._shut_wr or (self._eof and self._peer is None):
+                    raise _err(errno.EPIPE)
+                if self._peer is None:
+                    raise _err(errno.ENOTCONN)
+                if not view:
+                    return 0
+                k = min(self._credit, len(view) - sent)
+                if k:
+                    self._transmit(view[sent:sent + k])
+                    sent += k
+                    continue
+                if sent and nonblocking:
+                    break
+                if nonblocking:
+                    raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+                left = None if deadline is None else deadline - time.monotonic()
+                if (left is not None and left <= 0) or not self._cond.wait(left):
+                    if sent:
+                        break
+                    raise TimeoutError("timed out")
+        return sent
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            done += self.send(view[done:], flags)
+
+    def _transmit(self, chunk: memoryview) -> None:
+        """Into the send ring's lines, then to the skeleton (lock held)."""
+        n = len(chunk)
+        tbuf = self._buffers["tbuf"]
+        self._ring_io(tbuf, self._tpos, chunk, self._rt.vm.write)
+        if self._buffers["mode"] == "dma":
+            for addr, k in _pieces(tbuf, self._tpos, n):
+                self._rt.vm.flush(addr, k)
+            self._rt.send(self._n, Op.N_SEND_DMA, SK_N.pack(self._sk, n))
+        else:  # dDDIO: the skeleton gets the bytes straight from the extCache lines
+            out = bytearray(SK.size + n)
+            SK.pack_into(out, 0, self._sk)
+            self._ring_io(tbuf, self._tpos, memoryview(out)[SK.size:], self._rt.vm.read_into)
+            self._rt.send(self._n, Op.N_SEND, out)
+        self._tpos += n
+        self._credit -= n
+
+    def _ring_io(self, ring: list[int], pos: int, view: memoryview, copy: Any) -> None:
+        at = 0
+        for addr, k in _pieces(ring, pos, len(view)):
+            copy(addr, view[at:at + k])
+            at += k
+
+    def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
+        return self._sendfile_use_send(file, offset, count)
+
+    # ---- shutdown, close, options --------------------------------------------------------------
+    def shutdown(self, how: int) -> None:
+        if how not in (0, 1, 2):
+            raise _err(errno.EINVAL)
+        if self._peer is None and not self._listening:
+            raise _err(errno.ENOTCONN)
+        with self._lock:
+            if how in (_socket_module.SHUT_RD, _socket_module.SHUT_RDWR):
+                self._shut_rd = True
+                self._ring()
+            if how in (_socket_module.SHUT_WR, _socket_module.SHUT_RDWR):
+                self._shut_wr = True
+                self._cond.notify_all()
+        self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
+
+    def _real_close(self, _ss: Any = _std) -> None:
+        if self._n is not None and self._sk:
+            try:   # a call: every byte sent before it reaches the skeleton first
+                self._rt.call_raw(self._n, Op.N_CLOSE, SK.pack(self._sk))
+            except OSError:
+                pass   # the nComponent is gone: nothing left to close
+        self._rt.unregister(self._id)
+        self._free_buffers()
+        self._n, self._sk = None, 0
+        self._bell.close()
+        super()._real_close()
+
+    def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
+                   ) -> None:
+        if (level, optname) not in _OPTS:
+            raise _err(errno.ENOPROTOOPT)
+        if not isinstance(value, int):
+            raise _err(errno.EINVAL)
+        if self._sk:
+            self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level, "opt": optname,
+                                      "value": value})
+        self._opts[(level, optname)] = value
+
+    def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> int:
+        if buflen:
+            raise _err(errno.EOPNOTSUPP)
+        if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_ERROR):
+            with self._lock:
+                code, self._error = self._error, 0
+            return code
+        if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_TYPE):
+            return SOCK_STREAM
+        if (level, optname) not in _OPTS:
+            raise _err(errno.ENOPROTOOPT)
+        if self._sk:
+            return self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level,
+                                             "opt": optname})["value"]
+        return self._opts.get((level, optname), 0)
+
+    def _opt_list(self) -> list[list[int]]:
+        return [[level, opt, value] for (level, opt), value in self._opts.items()]
+
+    def dup(self) -> Any:
+        raise _err(errno.EOPNOTSUPP)
+
+    def detach(self) -> int:
+        raise _err(errno.EOPNOTSUPP)
+
+    def _call(self, op: int, args: dict[str, Any], timeout: float | None = None
+              ) -> dict[str, Any]:
+        try:
+            return self._rt.call(self._n, op, args, timeout)
+        except OSError as exc:  # the errno Linux would give, with Linux's words
+            raise _err(exc.errno or errno.EIO) from None
+
+    # ---- pushes from the skeleton (the runtime's inbox thread) ----------------------------------
+    def _pushed(self, op: int, payload: memoryview) -> None:
+        with self._cond:
+            if op == Op.STUB_DATA:
+                data = payload[SK.size:]
+                self._ring_io(self._buffers["rbuf"], self._rtail, data, self._rt.vm.write)
+                self._rtail += len(data)
+                self._ring()
+            elif op == Op.STUB_DATA_DMA:
+                n = SK_N.unpack_from(payload)[1]
+                for addr, k in _pieces(self._buffers["rbuf"], self._rtail, n):
+                    self._rt.vm.written_elsewhere(addr, k)
+                self._rtail += n
+                self._ring()
+            elif op == Op.STUB_SENT:
+                self._credit += SK_N.unpack_from(payload)[1]
+                self._cond.notify_all()
+            elif op == Op.STUB_ACCEPT:
+                self._accepts.append(codec.decode(payload[SK.size:])[0])
+                self._ring()
+            elif op == Op.STUB_CLOSED:
+                code = SK_ERR.unpack_from(payload)[1]
+                if code:
+                    self._error = code
+                else:
+                    self._eof = True
+                self._ring()
+                self._cond.notify_all()
+
+
+def _poll(fd: int, timeout_s: float | None) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
+
+
+__all__ = ["BsdSocketStub"]
