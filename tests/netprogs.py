@@ -1,0 +1,127 @@
+"""Programs the network tests run on the rack (unmodified socket programs), and a
+helper that runs one in the background. Each server prints its port first."""
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+from helpers import SPLITRACK
+
+SCRATCH = "/tmp"   # programs start outside the checkout (its packages lack the C extensions)
+
+ECHO_SERVER = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[1], 0))
+    s.listen()
+    print(s.getsockname()[1], flush=True)
+    while True:
+        c, _ = s.accept()
+        with c:
+            while data := c.recv(1 << 20):
+                c.sendall(data)
+""")
+
+SOCKETSERVER_ECHO = textwrap.dedent("""
+    import socketserver, sys
+    class Echo(socketserver.StreamRequestHandler):
+        def handle(self):
+            for line in self.rfile:
+                self.wfile.write(line.upper())
+    with socketserver.ThreadingTCPServer((sys.argv[1], 0), Echo) as srv:
+        print(srv.server_address[1], flush=True)
+        srv.serve_forever()
+""")
+
+SELECTORS_ECHO = textwrap.dedent("""
+    import selectors, socket, sys
+    sel = selectors.DefaultSelector()
+    srv = socket.socket()
+    srv.bind((sys.argv[1], 0))
+    srv.listen()
+    srv.setblocking(False)
+    sel.register(srv, selectors.EVENT_READ)
+    print(srv.getsockname()[1], flush=True)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is srv:
+                conn, _ = srv.accept()
+                conn.setblocking(False)
+                sel.register(conn, selectors.EVENT_READ)
+                continue
+            try:
+                data = key.fileobj.recv(65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+            else:
+                key.fileobj.setblocking(True)
+                key.fileobj.sendall(data)
+                key.fileobj.setblocking(False)
+""")
+
+# Sends argv[2] MiB to whoever connects, then closes; a reader that is slow pushes back.
+SOURCE = textwrap.dedent("""
+    import os, socket, sys
+    s = socket.socket()
+    s.bind((sys.argv[1], 0))
+    s.listen()
+    print(s.getsockname()[1], os.getpid(), flush=True)
+    c, _ = s.accept()
+    chunk = bytes(range(256)) * 4096
+    for _ in range(int(sys.argv[2])):
+        c.sendall(chunk)
+    c.close()
+""")
+
+
+@contextlib.contextmanager
+def on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None = None,
+            name: str = "net") -> Iterator[tuple[subprocess.Popen, list[int]]]:
+    """Run `code` on the rack in the background; yields (process, the numbers on the
+    first line it printed: its port, ...). It is stopped (SIGTERM, forwarded by
+    `splitrack run`) at the end."""
+    cmd = [SPLITRACK, "run", "--name", name, "--on", on]
+    if mode:
+        cmd += ["--mode", mode]
+    proc = subprocess.Popen([*cmd, "--", sys.executable, "-c", code, *args], env=env,
+                            cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        line = proc.stdout.readline() if ready else ""
+        if not line.split() or not all(w.isdigit() for w in line.split()):
+            proc.terminate()   # forwarded to the program, which holds the pipes too
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"rack program did not start: {line!r} {err}")
+        yield proc, [int(w) for w in line.split()]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+
+
+def run_on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None = None,
+                name: str = "net", timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [SPLITRACK, "run", "--name", name, "--on", on]
+    if mode:
+        cmd += ["--mode", mode]
+    return subprocess.run([*cmd, "--", sys.executable, "-c", code, *args], env=env,
+                          cwd=SCRATCH, capture_output=True, text=True, timeout=timeout)
+
+
+def environ(rack) -> dict:
+    return dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)

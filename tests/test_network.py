@@ -1,0 +1,295 @@
+"""The network path: unmodified socket programs on the rack, reached by plain
+processes outside it ("remote Linux"), over real kernel sockets on the
+nComponent's NICs, in DDIO and DMA modes (monitors/nmonitor.py, splitrack/stub.py)."""
+
+import hashlib
+import random
+import signal
+import socket
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from fit_rpc import Op
+from helpers import running_rack, small_spec, wait_until
+from netprogs import (
+    ECHO_SERVER,
+    SCRATCH,
+    SELECTORS_ECHO,
+    SOCKETSERVER_ECHO,
+    SOURCE,
+    environ,
+    on_rack,
+    run_on_rack,
+)
+
+NIC = "127.0.0.11"
+
+
+@pytest.fixture(scope="module")
+def net():
+    with running_rack(lambda storage: small_spec(storage, name="net")) as rack:
+        yield rack, environ(rack)
+
+
+def n0_network(rack) -> dict:
+    with rack.endpoint() as ep:
+        return ep.call_args("n0", Op.STATS)[0]["network"]
+
+
+def connect(port: int, ip: str = NIC) -> socket.socket:
+    sock = socket.create_connection((ip, port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(1 << 20, n - len(out)))
+        assert chunk, f"EOF after {len(out)} of {n} bytes"
+        out += chunk
+    return bytes(out)
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_echo_every_size_with_checksums(net, mode):
+    rack, env = net
+    rng = random.Random(4)
+    sizes = [1, 2, 127, 128, 4095, 4096, 4097, 65536, 131072, 200_001, 1 << 20]
+    sizes += [rng.randrange(1, 70_000) for _ in range(60)]
+    with on_rack(env, ECHO_SERVER, NIC, mode=mode) as (_, (port,)), connect(port) as sock:
+        sent, got = hashlib.sha256(), hashlib.sha256()
+        for size in sizes:
+            data = rng.randbytes(size)
+            sent.update(data)
+            sock.sendall(data)
+            got.update(recv_exactly(sock, size))
+        assert got.hexdigest() == sent.hexdigest()
+    wait_until(lambda: n0_network(rack)["skeletons"] == 0)
+
+
+def test_dma_goes_through_the_mcomponent_and_ddio_does_not(net):
+    rack, env = net
+
+    def dma_bytes() -> int:
+        with rack.endpoint() as ep:
+            memory = ep.call_args("m0", Op.STATS)[0]["memory"]
+        return memory["dma_read_bytes"] + memory["dma_write_bytes"]
+
+    for mode, moved in (("ddio", False), ("dma", True)):
+        before = dma_bytes()
+        with on_rack(env, ECHO_SERVER, NIC, mode=mode) as (_, (port,)), connect(port) as sock:
+            sock.sendall(b"z" * 10_000)
+            assert recv_exactly(sock, 10_000) == b"z" * 10_000
+        assert (dma_bytes() - before >= 20_000) == moved, mode
+
+
+def test_http_server_module_serves_urllib_outside_the_rack(net, tmp_path):
+    rack, env = net
+    body = random.Random(7).randbytes(300_000)
+    (tmp_path / "blob.bin").write_bytes(body)
+    with socket.socket() as probe:   # a port free on the NIC, for the literal command line
+        probe.bind((NIC, 0))
+        port = probe.getsockname()[1]
+    code = ("import runpy, sys; print(sys.argv[3], flush=True); sys.argv = ['http.server', "
+            "'--bind', sys.argv[1], '--directory', sys.argv[2], sys.argv[3]]; "
+            "runpy.run_module('http.server', run_name='__main__')")
+    with on_rack(env, code, NIC, str(tmp_path), str(port)):
+        url = f"http://{NIC}:{port}/blob.bin"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=30) as reply:
+                    assert reply.read() == body
+                    break
+            except (ConnectionRefusedError, urllib.error.URLError):
+                assert time.monotonic() < deadline, "http.server did not come up"
+                time.sleep(0.05)
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://{NIC}:{port}/nothing-here", timeout=30)
+        assert missing.value.code == 404
+
+
+def test_socketserver_and_selectors_servers_serve_several_clients(net):
+    rack, env = net
+    for program in (SOCKETSERVER_ECHO, SELECTORS_ECHO):
+        with on_rack(env, program, NIC) as (_, (port,)):
+            clients = [connect(port) for _ in range(3)]
+            for i, sock in enumerate(clients):
+                sock.sendall(f"line {i}\n".encode())
+            for i, sock in enumerate(clients):
+                expected = f"line {i}\n".encode()
+                if program is SOCKETSERVER_ECHO:
+                    expected = expected.upper()
+                assert recv_exactly(sock, len(expected)) == expected
+                sock.close()
+
+
+def test_socket_errors_carry_linux_errnos(net):
+    rack, env = net
+    code = textwrap.dedent("""
+        import errno, socket
+        def attempt(name, fn):
+            try:
+                fn()
+                print(name, "ok")
+            except OSError as exc:
+                print(name, type(exc).__name__, exc.errno)
+        a = socket.socket(); a.bind(("127.0.0.11", 0)); a.listen()
+        port = a.getsockname()[1]
+        closed = socket.socket(); closed.bind(("127.0.0.11", 0)); dead = closed.getsockname()[1]
+        closed.close()
+        attempt("refused", lambda: socket.socket().connect(("127.0.0.11", dead)))
+        attempt("inuse", lambda: socket.socket().bind(("127.0.0.11", port)))
+        attempt("notavail", lambda: socket.socket().bind(("10.1.2.3", 0)))
+        attempt("notconn", lambda: socket.socket().recv(1))
+        attempt("notconn_send", lambda: socket.socket().send(b"x"))
+        a.settimeout(0.2)
+        attempt("timeout", a.accept)
+        a.setblocking(False)
+        attempt("wouldblock", a.accept)
+        print("connect_ex", socket.socket().connect_ex(("127.0.0.11", dead)))
+        print("sockopt", a.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) >= 0,
+              a.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+        attempt("badopt", lambda: a.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1))
+    """)
+    proc = run_on_rack(env, code)
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["refused"] == "ConnectionRefusedError 111"
+    assert lines["inuse"] == "OSError 98"
+    assert lines["notavail"] == "OSError 99"
+    assert lines["notconn"] == "OSError 107"
+    assert lines["notconn_send"] == "OSError 107"
+    assert lines["timeout"] == "TimeoutError None"
+    assert lines["wouldblock"] == "BlockingIOError 11"
+    assert lines["connect_ex"] == "111"
+    assert lines["sockopt"] == "True 0"
+    assert lines["badopt"] == "OSError 92"
+
+
+def test_peer_reset_is_connection_reset_on_the_rack(net):
+    rack, env = net
+    code = textwrap.dedent("""
+        import socket
+        s = socket.socket(); s.bind(("127.0.0.11", 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        c, _ = s.accept()
+        assert c.recv(5) == b"hello"
+        try:
+            while c.recv(100):
+                pass
+            print("eof")
+        except ConnectionResetError as exc:
+            print("reset", exc.errno)
+    """)
+    with on_rack(env, code) as (proc, (port,)):
+        sock = connect(port)
+        sock.sendall(b"hello")
+        time.sleep(0.2)   # let "hello" be read first, so the reset comes after it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        sock.close()      # SO_LINGER 0: the kernel sends RST
+        assert proc.stdout.readline().strip() == "reset 104"
+
+
+def test_rack_as_client_leaves_from_its_nic_and_localhost_is_the_racks(net):
+    rack, env = net
+    outside = socket.create_server(("127.0.0.5", 0))
+    peers = []
+
+    def serve_one():
+        conn, addr = outside.accept()
+        peers.append(addr[0])
+        with conn:
+            conn.sendall(conn.recv(100)[::-1])
+
+    threading.Thread(target=serve_one, daemon=True).start()
+    code = textwrap.dedent("""
+        import socket, sys
+        with socket.create_connection(("127.0.0.5", int(sys.argv[1])), timeout=10) as c:
+            c.sendall(b"stressed")
+            print(c.recv(100).decode(), c.getsockname()[0] in ("127.0.0.11", "127.0.0.12"))
+        # the rack's own loopback: reachable from the rack as localhost, shown as 127.0.0.1
+        lo = socket.socket(); lo.bind(("127.0.0.1", 0)); lo.listen()
+        port = lo.getsockname()[1]
+        with socket.create_connection(("localhost", port), timeout=10) as c:
+            s, peer = lo.accept()
+            c.sendall(b"ping")
+            print(s.recv(4).decode(), lo.getsockname()[0], peer[0], c.getpeername()[0])
+            host = socket._socket.socket()   # a host socket, outside the rack
+            print("host", host.connect_ex(("127.0.0.1", port)))
+    """)
+    proc = run_on_rack(env, code, str(outside.getsockname()[1]))
+    outside.close()
+    assert proc.returncode == 0, proc.stderr
+    first, second, third = proc.stdout.splitlines()
+    assert first == "desserts True"
+    assert peers and peers[0] in ("127.0.0.11", "127.0.0.12")
+    assert second == "ping 127.0.0.1 127.0.0.1 127.0.0.1"
+    assert third == "host 111"
+
+
+def test_bind_any_listens_on_the_gnm_nic(net):
+    rack, env = net
+    code = textwrap.dedent("""
+        import os, socket
+        s = socket.socket(); s.bind(("", 0)); s.listen()
+        print(s.getsockname()[1], os.getpid(), int(s.getsockname()[0] == "0.0.0.0"), flush=True)
+        c, _ = s.accept(); c.sendall(b"hi"); c.close()
+    """)
+    with on_rack(env, code) as (_, (port, pid, any_address)):
+        assert any_address == 1
+        with rack.endpoint() as ep:
+            nic = ep.call_args("global", Op.GNM_ALLOCATE, {"process": f"p0.{pid}"})[0]["ip"]
+        with connect(port, nic) as sock:
+            assert recv_exactly(sock, 2) == b"hi"
+
+
+def test_killed_program_closes_its_sockets(net):
+    rack, env = net
+    with on_rack(env, SOURCE, NIC, "100000") as (_, (port, pid)), connect(port) as sock:
+        recv_exactly(sock, 1 << 20)
+        psutil.Process(pid).send_signal(signal.SIGKILL)
+        sock.settimeout(10)
+        with pytest.raises((ConnectionResetError, AssertionError)):
+            while True:   # the rest in flight, then EOF (AssertionError) or reset
+                recv_exactly(sock, 1 << 20)
+    wait_until(lambda: n0_network(rack)["skeletons"] == 0)
+    assert n0_network(rack)["dram_buffers_used"] == 0
+
+
+def test_slow_reader_pushes_back_and_memory_stays_bounded(net):
+    rack, env = net
+    n0 = psutil.Process(rack.components["n0"]["pid"])
+    rss_start = n0.memory_info().rss
+    with on_rack(env, SOURCE, NIC, "256") as (proc, (port, pid)), connect(port) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        pattern = bytes(range(256)) * 4096
+        total, peak = 0, 0
+        buf = bytearray(1 << 20)
+        view = memoryview(buf)
+        while True:
+            n = sock.recv_into(view)
+            if not n:
+                break
+            assert buf[:n] == (pattern[total % len(pattern):] + pattern)[:n]
+            total += n
+            if total < (8 << 20):
+                time.sleep(0.002)   # slow at first: the sender must wait on TCP
+            if total % (16 << 20) < n:
+                peak = max(peak, n0.memory_info().rss)
+        assert total == 256 << 20
+    assert peak - rss_start < 48 << 20, f"nMonitor grew by {(peak - rss_start) >> 20} MiB"
+
+
+def test_program_without_the_rack_runtime_is_told(tmp_path):
+    proc = __import__("subprocess").run(
+        [sys.executable, "-c", "from splitrack import rsocket; rsocket.install(); "
+         "import socket; socket.socket()"], capture_output=True, text=True, cwd=SCRATCH)
+    assert proc.returncode != 0 and "splitrack run" in proc.stderr
