@@ -1,9 +1,10 @@
 """The nMonitor: the network component nN.
 
 At setup it registers its NICs (IPv4 addresses) with GNM and maps its DRAM.
-Then one loop (serve) polls its FIT inbox and every kernel socket its
-bsdSocketSkeletons own, with one zmq.Poller: a stub's message and a kernel
-event are handled by the same thread, in arrival order.
+Then one loop (serve) waits on its FIT inbox and every kernel socket its
+bsdSocketSkeletons own, with one epoll (the inbox through ZeroMQ's ZMQ_FD, read
+as ZeroMQ asks: drain while ZMQ_EVENTS says POLLIN): a stub's message and a
+kernel event are handled by the same thread, in arrival order.
 
 Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it)
@@ -22,6 +23,7 @@ N_RELEASE. A request about another process's skeleton is EPERM; about none, EBAD
 
 import errno
 import os
+import select
 import socket
 import time
 from typing import Any
@@ -37,7 +39,7 @@ from monitors.proxy import Proxy
 from monitors.skeleton import Skeleton
 from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
 
-_IN, _OUT, _ERR = zmq.POLLIN, zmq.POLLOUT, zmq.POLLERR
+_IN, _OUT, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR  # plain ints: hot path
 _INBOX_BATCH = 64   # inbox messages per poll round, so kernel sockets are not starved
 
 
@@ -49,7 +51,7 @@ class NMonitor(Monitor):
         self.skels: dict[int, Skeleton] = {}
         self.by_fd: dict[int, Skeleton] = {}
         self.masks: dict[int, int] = {}
-        self.poller = zmq.Poller()
+        self.epoll = select.epoll()
         self.ddio = Ddio(self)
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self._next_sk = 0
@@ -78,22 +80,24 @@ class NMonitor(Monitor):
 
     # ---- the loop: FIT inbox and kernel sockets ------------------------------------------
     def serve(self) -> None:
-        inbox, poll, serve = self.ep.pollable, self.poller.poll, self.ep.serve
-        self.poller.register(inbox, _IN)
-        next_tick = time.monotonic() + MONITOR_IDLE_CHECK_S
+        inbox, serve, clock = self.ep.pollable, self.ep.serve, time.monotonic
+        inbox_fd = inbox.getsockopt(zmq.FD)
+        self.epoll.register(inbox_fd, _IN)
+        events, poll, kernel_event = zmq.EVENTS, self.epoll.poll, self._kernel_event
+        next_tick = clock() + MONITOR_IDLE_CHECK_S
         while True:
-            wait_ms = max(0.0, (next_tick - time.monotonic()) * 1000)
-            for what, ev in poll(wait_ms):
-                if what is inbox:
-                    for _ in range(_INBOX_BATCH):
-                        if not serve(0):
-                            break
-                else:
-                    self._kernel_event(what, ev)
-            if time.monotonic() >= next_tick:
+            served = 0
+            while served < _INBOX_BATCH and inbox.getsockopt(events) & 1:   # 1: POLLIN
+                serve(0)
+                served += 1
+            wait = 0.0 if served == _INBOX_BATCH else max(0.0, next_tick - clock())
+            for fd, ev in poll(wait):
+                if fd != inbox_fd:
+                    kernel_event(fd, ev)
+            if clock() >= next_tick:
                 if self._tick():
                     return
-                next_tick = time.monotonic() + MONITOR_IDLE_CHECK_S
+                next_tick = clock() + MONITOR_IDLE_CHECK_S
 
     def _kernel_event(self, fd: int, ev: int) -> None:
         skel = self.by_fd.get(fd)
@@ -121,6 +125,7 @@ class NMonitor(Monitor):
         for skel in list(self.skels.values()):
             self.closed(skel)
         super().close()
+        self.epoll.close()
         self.proxy.close()
 
     # ---- what skeletons call (skeleton.Net) ---------------------------------------------
@@ -316,11 +321,14 @@ class NMonitor(Monitor):
     def _mask(self, fd: int, mask: int) -> None:
         if self.masks.get(fd, 0) == mask:
             return
-        if mask:
-            self.poller.register(fd, mask)
+        if mask and fd in self.masks:
+            self.epoll.modify(fd, mask)
+            self.masks[fd] = mask
+        elif mask:
+            self.epoll.register(fd, mask)
             self.masks[fd] = mask
         else:
-            self.poller.unregister(fd)
+            self.epoll.unregister(fd)
             del self.masks[fd]
 
     def _report_load(self) -> None:

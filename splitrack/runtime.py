@@ -7,10 +7,15 @@ SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK):
 - `vm`: the process's VirtualMemory (splitrack.vm), whose FIT endpoint
   ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
   stubs may be used from several threads.
-- an inbox (ipc://RUN_DIR/pN.PID.sock) served by one thread, which hands each
-  push from a skeleton (STUB_*, 0x07xx) to the stub it names. Stubs are named
-  by an id the runtime gives them before their skeleton exists, so a push can
-  never arrive for a stub not yet known.
+- an inbox (ipc://RUN_DIR/pN.PID.sock) for the pushes of skeletons (STUB_*,
+  0x07xx), each handed to the stub it names. Stubs are named by an id the
+  runtime gives them before their skeleton exists, so a push can never arrive
+  for a stub not yet known. Who reads the inbox (`wait`):
+    inline (the start): a thread that waits on a socket reads it itself, if no
+      other thread does (the leader); the others park in short slices. No
+      thread hop: a cross-thread wake-up costs ~40 us a round trip here.
+    threaded (once a program asks for a socket's fileno(), to select on it):
+      one inbox thread reads it, and rings the stubs' descriptors.
 - buffers: each stub's receive and send rings live in rack memory, in vRegions
   of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
 - routing: `nic()` (GNM_ALLOCATE, once: the NIC of this process's unbound
@@ -22,10 +27,17 @@ import atexit
 import itertools
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op
-from splitrack.params import SOCKET_BUFFER_BYTES, SOCKET_SLOTS_PER_REGION
+from splitrack.params import (
+    SOCKET_BUFFER_BYTES,
+    SOCKET_SLOTS_PER_REGION,
+    STUB_FOLLOWER_SLICE_S,
+    STUB_LEADER_SLICE_S,
+)
 from splitrack.vm import VirtualMemory, _this
 
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED)
@@ -48,7 +60,8 @@ class Runtime:
         for op in _PUSHES:
             self.inbox.on(op, self._push)
         self._stop = False
-        threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
+        self.threaded = False
+        self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
         atexit.register(self.close)
 
     # ---- calls (any thread) ---------------------------------------------------------------
@@ -112,9 +125,38 @@ class Runtime:
             n = self._owners[ip] = self.call(GLOBAL_ID, Op.GNM_OWNER, {"ip": ip})["id"]
         return n
 
-    # ---- the inbox thread --------------------------------------------------------------------
+    # ---- who reads the inbox -----------------------------------------------------------------
+    def wait(self, ready: Callable[[], bool], deadline: float | None,
+             park: Callable[[float | None], object]) -> bool:
+        """Until ready() (True) or the deadline (False). Inline, the waiter reads the
+        inbox if nobody else does; otherwise park(timeout) waits for a wake-up."""
+        while not ready():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            if not self.threaded and self._inbox_lock.acquire(blocking=False):
+                try:
+                    if not ready():
+                        self.inbox.serve(_slice(left, STUB_LEADER_SLICE_S))
+                finally:
+                    self._inbox_lock.release()
+            else:
+                park(left if self.threaded else _slice(left, STUB_FOLLOWER_SLICE_S))
+        return True
+
+    def go_threaded(self) -> None:
+        """From now on one thread reads the inbox (a program selects on fileno())."""
+        with _runtime_lock:
+            if self.threaded:
+                return
+            self.threaded = True
+            threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
+        for stub in list(self.stubs.values()):
+            stub._sync_bell()
+
     def _serve(self) -> None:
-        self.inbox.serve_forever(tick=lambda: self._stop, every_s=0.5)
+        with self._inbox_lock:   # a leader finishes its slice first
+            self.inbox.serve_forever(tick=lambda: self._stop, every_s=0.5)
 
     def _push(self, msg: Message) -> None:
         stub = self.stubs.get(int.from_bytes(msg.payload[:4], "little"))
@@ -128,6 +170,10 @@ class Runtime:
             except OSError:
                 pass
         self._stop = True
+
+
+def _slice(left: float | None, most: float) -> float:
+    return most if left is None else min(left, most)
 
 
 _runtime: Runtime | None = None

@@ -44,6 +44,8 @@ _std = _socket_module.socket          # the stdlib class, whatever is installed 
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
+_PEEK, _DONTWAIT, _NOSIGNAL = (int(f) for f in (   # plain ints: IntFlag arithmetic is slow
+    _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL))
 _OPTS = {(_socket_module.SOL_SOCKET, o) for o in (
     _socket_module.SO_REUSEADDR, _socket_module.SO_REUSEPORT, _socket_module.SO_KEEPALIVE,
     _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF)} | {
@@ -74,7 +76,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def __init__(self, family: int = -1, type: int = -1, proto: int = -1,
                  fileno: int | None = None):
         bell, self._bell = _socket_module.socketpair()
-        super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, bell.detach())
+        self._fd = bell.detach()
+        os.set_blocking(self._fd, False)
+        super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, self._fd)
         self._bell.setblocking(False)
         self._rt = runtime()
         self._id = self._rt.register(self)
@@ -155,20 +159,44 @@ class BsdSocketStub(_std, metaclass=_Meta):
         """Until the bell rings; BlockingIOError / TimeoutError as the timeout says."""
         if self._timeout == 0.0:
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not _poll(self.fileno(), left):
+        if not self._rt.wait(lambda: self._rung, deadline, self._park_readable):
             raise TimeoutError("timed out")
 
-    # ---- the bell: the fileno is readable while something waits --------------------------
+    def _park_readable(self, timeout: float | None) -> None:
+        _poll(self._fd, timeout)
+
+    def _park_writable(self, timeout: float | None) -> None:
+        with self._cond:
+            if not self._credit:
+                self._cond.wait(timeout)
+
+    # ---- the bell: fileno() is readable while something waits ----------------------------
+    # `_rung` is the state; the byte in the socketpair mirrors it once the runtime is
+    # threaded (before, nobody outside selects on it, and the two syscalls are saved).
+    def fileno(self) -> int:
+        if not self._rt.threaded:
+            self._rt.go_threaded()
+        return self._fd
+
     def _ring(self) -> None:
         if not self._rung:
             self._rung = True
-            self._bell.send(b"!")
+            if self._rt.threaded:
+                self._bell.send(b"!")
 
     def _hush(self) -> None:
         if self._rung:
             self._rung = False
-            os.read(self.fileno(), 16)
+            if self._rt.threaded:
+                try:
+                    os.read(self._fd, 16)
+                except BlockingIOError:
+                    pass   # rung before the switch to threaded: no byte was written
+
+    def _sync_bell(self) -> None:
+        with self._lock:
+            if self._rung and not self._closed:
+                self._bell.send(b"!")
 
     # ---- bind, listen, accept, connect -------------------------------------------------------
     def bind(self, address: Any) -> None:
@@ -272,85 +300,91 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         if bufsize < 0:
             raise ValueError("negative buffersize in recv")
-        buf = bytearray(min(bufsize, SOCKET_BUFFER_BYTES))
-        n = self.recv_into(buf, len(buf), flags)
-        return bytes(buf[:n])
+        return self._recv(bufsize, flags, None)
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer).cast("B")
-        want = nbytes or len(view)
-        if want == 0:
-            return 0
-        if flags & ~(_socket_module.MSG_PEEK | _socket_module.MSG_DONTWAIT):
+        return self._recv(nbytes or len(view), flags, view)
+
+    def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
+        """recv (view None: returns bytes) or recv_into (returns the count)."""
+        if flags & ~(_PEEK | _DONTWAIT):
             raise _err(errno.EOPNOTSUPP)
+        if want == 0:
+            return b"" if view is None else 0
         deadline = self._deadline()
         while True:
             with self._lock:
-                got = self._take(view[:want], peek=bool(flags & _socket_module.MSG_PEEK))
+                got = self._take(want, view, peek=bool(flags & _PEEK))
                 if got is not None:
                     return got
-            if flags & _socket_module.MSG_DONTWAIT:
+            if flags & _DONTWAIT:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             self._wait_readable(deadline)
 
-    def _take(self, view: memoryview, peek: bool) -> int | None:
-        """Bytes from the receive ring (lock held); None if the caller must wait."""
+    def _take(self, want: int, view: memoryview | None, peek: bool) -> Any:
+        """Bytes from the receive ring (lock held): bytes, or a count when reading into
+        `view`; None if the caller must wait."""
         avail = self._rtail - self._rhead
         if avail and not self._shut_rd:
-            k = min(len(view), avail)
-            self._ring_io(self._buffers["rbuf"], self._rhead, view[:k], self._rt.vm.read_into)
+            k = min(want, avail)
+            out = bytearray(k) if view is None else view[:k]
+            self._ring_io(self._buffers["rbuf"], self._rhead, memoryview(out),
+                          self._rt.vm.read_into)
             if not peek:
-                self._rhead += k
-                self._unacked += k
-                if self._unacked >= SOCKET_CREDIT_BYTES:
-                    self._rt.send(self._n, Op.N_CREDIT, SK_N.pack(self._sk, self._unacked))
-                    self._unacked = 0
-                if self._rhead == self._rtail and not self._eof and not self._error:
-                    self._hush()
-            return k
+                self._consumed(k)
+            return k if view is not None else bytes(out)
         if self._error:
             code, self._error, self._eof = self._error, 0, True   # reported once, as Linux does
             raise _err(code)
         if self._eof or self._shut_rd:
-            return 0
+            return b"" if view is None else 0
         if self._peer is None:
             raise _err(errno.ENOTCONN)
         return None
 
+    def _consumed(self, k: int) -> None:
+        self._rhead += k
+        self._unacked += k
+        if self._unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
+            self._rt.send(self._n, Op.N_CREDIT, SK_N.pack(self._sk, self._unacked))
+            self._unacked = 0
+        if self._rhead == self._rtail and not self._eof and not self._error:
+            self._hush()
+
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        if flags & ~(_socket_module.MSG_DONTWAIT | _socket_module.MSG_NOSIGNAL):
+        if flags & ~(_DONTWAIT | _NOSIGNAL):
             raise _err(errno.EOPNOTSUPP)
         view = memoryview(data).cast("B")
-        nonblocking = self._timeout == 0.0 or flags & _socket_module.MSG_DONTWAIT
+        nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
         deadline = self._deadline()
         sent = 0
-        with self._cond:
-            while sent < len(view) or not view:
-                if self._error:
-                    code, self._error = self._error, 0
-                    raise _err(errno.EPIPE if code == errno.EPIPE else code)
-                if self._shut_wr or (self._eof and self._peer is None):
-                    raise _err(errno.EPIPE)
-                if self._peer is None:
-                    raise _err(errno.ENOTCONN)
-                if not view:
-                    return 0
+        while True:
+            with self._lock:
+                self._check_sendable()
                 k = min(self._credit, len(view) - sent)
                 if k:
                     self._transmit(view[sent:sent + k])
                     sent += k
-                    continue
-                if sent and nonblocking:
-                    break
-                if nonblocking:
-                    raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-                left = None if deadline is None else deadline - time.monotonic()
-                if (left is not None and left <= 0) or not self._cond.wait(left):
-                    if sent:
-                        break
-                    raise TimeoutError("timed out")
-        return sent
+                if sent == len(view) or (sent and nonblocking):
+                    return sent
+            if nonblocking:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            if not self._rt.wait(lambda: self._credit or self._error or self._shut_wr, deadline,
+                                 self._park_writable):
+                if sent:
+                    return sent
+                raise TimeoutError("timed out")
+
+    def _check_sendable(self) -> None:
+        if self._error:
+            code, self._error = self._error, 0
+            raise _err(code)
+        if self._shut_wr:
+            raise _err(errno.EPIPE)
+        if self._peer is None:
+            raise _err(errno.ENOTCONN)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = memoryview(data).cast("B")
@@ -367,11 +401,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
             for addr, k in _pieces(tbuf, self._tpos, n):
                 self._rt.vm.flush(addr, k)
             self._rt.send(self._n, Op.N_SEND_DMA, SK_N.pack(self._sk, n))
-        else:  # dDDIO: the skeleton gets the bytes straight from the extCache lines
-            out = bytearray(SK.size + n)
-            SK.pack_into(out, 0, self._sk)
-            self._ring_io(tbuf, self._tpos, memoryview(out)[SK.size:], self._rt.vm.read_into)
-            self._rt.send(self._n, Op.N_SEND, out)
+        else:  # dDDIO: the lines' bytes go to the skeleton in the message. They are the
+            # bytes just written, so they are not read back out of the lines.
+            self._rt.send(self._n, Op.N_SEND, SK.pack(self._sk) + chunk)
         self._tpos += n
         self._credit -= n
 
