@@ -179,6 +179,11 @@ def _print_stats(stats: dict[str, dict[str, Any]]) -> None:
                 print(f"    process {pid}: " + _counts(counts))
         if "memory" in snap:
             print("  memory: " + _counts(snap["memory"]))
+        if "network" in snap:
+            net = dict(snap["network"])
+            modes = net.pop("by_mode")
+            print("  network: " + _counts(net) + " " + _counts({f"{m}_sockets": n
+                                                                for m, n in modes.items()}))
     print("links (counted once, at the sender):")
     for link, (msgs, nbytes) in sorted(by_kind.items()):
         print(f"  {link:<16}{msgs:>10} msgs {nbytes:>13} B")

@@ -125,3 +125,28 @@ def run_on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | No
 
 def environ(rack) -> dict:
     return dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+
+ASYNCIO_ECHO = textwrap.dedent("""
+    import asyncio, sys
+    async def handle(reader, writer):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+    async def main():
+        server = await asyncio.start_server(handle, sys.argv[1], 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+    asyncio.run(main())
+""")
+
+# Sends argv[2] bytes and exits without closing: nothing may be lost on the way out.
+SEND_AND_EXIT = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+    print(s.getsockname()[1], flush=True)
+    c, _ = s.accept()
+    c.sendall(bytes(range(256)) * (int(sys.argv[2]) // 256))
+    sys.exit(0)
+""")

@@ -16,11 +16,14 @@ import psutil
 import pytest
 
 from fit_rpc import Op
+from fit_rpc.netpath import DMA
 from helpers import running_rack, small_spec, wait_until
 from netprogs import (
+    ASYNCIO_ECHO,
     ECHO_SERVER,
     SCRATCH,
     SELECTORS_ECHO,
+    SEND_AND_EXIT,
     SOCKETSERVER_ECHO,
     SOURCE,
     environ,
@@ -116,9 +119,9 @@ def test_http_server_module_serves_urllib_outside_the_rack(net, tmp_path):
         assert missing.value.code == 404
 
 
-def test_socketserver_and_selectors_servers_serve_several_clients(net):
+def test_socketserver_selectors_and_asyncio_servers_serve_several_clients(net):
     rack, env = net
-    for program in (SOCKETSERVER_ECHO, SELECTORS_ECHO):
+    for program in (SOCKETSERVER_ECHO, SELECTORS_ECHO, ASYNCIO_ECHO):
         with on_rack(env, program, NIC) as (_, (port,)):
             clients = [connect(port) for _ in range(3)]
             for i, sock in enumerate(clients):
@@ -129,6 +132,26 @@ def test_socketserver_and_selectors_servers_serve_several_clients(net):
                     expected = expected.upper()
                 assert recv_exactly(sock, len(expected)) == expected
                 sock.close()
+
+
+def test_half_close_and_exit_lose_nothing(net):
+    rack, env = net
+    with on_rack(env, ECHO_SERVER, NIC, mode="dma") as (_, (port,)), connect(port) as sock:
+        data = random.Random(5).randbytes(300_000)
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)   # the server reads EOF, echoes the rest, closes
+        assert recv_exactly(sock, len(data)) == data
+        assert sock.recv(1) == b""
+    size = 3 << 20
+    with on_rack(env, SEND_AND_EXIT, NIC, str(size)) as (_, (port,)), connect(port) as sock:
+        received = recv_exactly(sock, size)   # the program exits right after sendall
+        assert received == bytes(range(256)) * (size // 256) and sock.recv(1) == b""
+
+
+def test_only_ncomponents_may_dma(net):
+    rack, env = net
+    with rack.endpoint() as ep, pytest.raises(PermissionError):
+        ep.call("m0", Op.M_DMA_READ, DMA.pack(1, 0, 16))
 
 
 def test_socket_errors_carry_linux_errnos(net):
