@@ -11,7 +11,10 @@
   and a zmq Poller ~2 µs per wait (shared/design/BASELINES.md). A caller waits
   for its reply in slices of FIT_REPLY_SLICE_MS so that its endpoint can serve
   requests that arrive meanwhile.
-- Bounded: ZeroMQ's high-water marks bound every queue; a peer sending a frame
+- Bounded: ZeroMQ's high-water marks (FIT_HWM_MSGS messages) bound every queue,
+  and the protocols on top bound bytes in flight (the socket path's windows);
+  the marks are high because a window of tiny segments is many messages, and a
+  full queue must never block a sender that waits for nothing. A peer sending a frame
   over FIT_HARD_LIMIT_BYTES is disconnected by ZeroMQ (frames between the FIT
   limit and that are answered EMSGSIZE by the endpoint).
 """
@@ -22,6 +25,7 @@ from fit_rpc.errors import PeerUnreachable
 from fit_rpc.transport import Arrival, Frame, Transport
 from splitrack.params import (
     FIT_HARD_LIMIT_BYTES,
+    FIT_HWM_MSGS,
     FIT_LINGER_MS,
     FIT_RECONNECT_IVL_MS,
     FIT_REPLY_SLICE_MS,
@@ -50,6 +54,8 @@ class ZmqTransport(Transport):
         inbox.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted peer takes over its id
         inbox.setsockopt(zmq.MAXMSGSIZE, FIT_HARD_LIMIT_BYTES)
         inbox.setsockopt(zmq.LINGER, FIT_LINGER_MS)
+        inbox.setsockopt(zmq.RCVHWM, FIT_HWM_MSGS)
+        inbox.setsockopt(zmq.SNDHWM, FIT_HWM_MSGS)
         try:
             inbox.bind(address.replace(":0", ":*") if address.startswith("tcp://") else address)
         except zmq.ZMQError as exc:
@@ -74,6 +80,8 @@ class ZmqTransport(Transport):
             sock.setsockopt(zmq.RECONNECT_IVL, FIT_RECONNECT_IVL_MS)
             sock.setsockopt(zmq.MAXMSGSIZE, FIT_HARD_LIMIT_BYTES)
             sock.setsockopt(zmq.RCVTIMEO, FIT_REPLY_SLICE_MS)
+            sock.setsockopt(zmq.SNDHWM, FIT_HWM_MSGS)
+            sock.setsockopt(zmq.RCVHWM, FIT_HWM_MSGS)
             sock.connect(address)
             self._dealers[peer] = sock
         return sock
@@ -141,6 +149,8 @@ class ZmqTransport(Transport):
         finally:
             if short:
                 sock.setsockopt(zmq.RCVTIMEO, FIT_REPLY_SLICE_MS)
+            sock.setsockopt(zmq.SNDHWM, FIT_HWM_MSGS)
+            sock.setsockopt(zmq.RCVHWM, FIT_HWM_MSGS)
 
     def forget(self, peer: str) -> None:
         sock = self._dealers.pop(peer, None)

@@ -18,10 +18,14 @@ Both buffers are rings in the process's virtual memory: `rbuf`/`tbuf`
 same order, so a message carries only a length.
 
 A dDMA call waits for the mComponent while the nMonitor keeps serving its inbox
-(fit_rpc.Endpoint); a skeleton closed meanwhile is seen (`skel.dead`), and
-loads queue so that a nested N_SEND_DMA cannot overtake an earlier one.
+(fit_rpc.Endpoint); a skeleton closed meanwhile is seen (`skel.dead`), loads
+queue so that a nested N_SEND_DMA cannot overtake an earlier one, and a nested
+N_SHUTDOWN or N_CLOSE waits for the loads (`Skeleton.busy`). A dDMA that fails
+(the process ended and its memory is gone) breaks the connection, not the
+nMonitor.
 """
 
+import errno
 from collections import deque
 from typing import Any
 
@@ -63,10 +67,14 @@ class Dma(Ddio):
     def deliver(self, skel: Any, n: int) -> None:
         data = memoryview(skel.rx.get(n))
         at = 0
-        for addr, length in ring_pieces(self.rbuf, self.rpos, n):
-            self.net.ep.call(self.home, Op.M_DMA_WRITE,
-                             DMA.pack(self.pid, addr, length) + data[at:at + length])
-            at += length
+        try:
+            for addr, length in ring_pieces(self.rbuf, self.rpos, n):
+                self.net.ep.call(self.home, Op.M_DMA_WRITE,
+                                 DMA.pack(self.pid, addr, length) + data[at:at + length])
+                at += length
+        except OSError as exc:   # the process's memory is gone (it ended), or m is
+            skel._fail(exc.errno or errno.EIO)
+            return
         self.rpos += n
         if not skel.dead:
             self.net.push(skel, Op.STUB_DATA_DMA, SK_N.pack(skel.stub, n))
@@ -77,12 +85,16 @@ class Dma(Ddio):
             return  # a nested N_SEND_DMA: the outer loop below takes it, in order
         self.loading = True
         try:
-            while self.loads and not skel.dead:
+            while self.loads and not skel.dead and not skel.broken:
                 n = self.loads.popleft()
                 parts = [self.net.ep.call(self.home, Op.M_DMA_READ, DMA.pack(self.pid, addr, k))
                          for addr, k in ring_pieces(self.tbuf, self.tpos, n)]
                 self.tpos += n
-                if not skel.dead:
-                    skel.send(memoryview(b"".join(parts)))
+                skel.send(memoryview(b"".join(parts)))
+        except OSError as exc:   # the process's memory is gone: the stream cannot go on
+            self.loads.clear()
+            skel._fail(exc.errno or errno.EIO)
         finally:
             self.loading = False
+        if not skel.dead:
+            skel.flush()   # a SHUT_WR or close that waited for these bytes goes ahead now

@@ -9,20 +9,19 @@ kernel event are handled by the same thread, in arrival order.
 Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it)
     N_LISTEN    {sk, backlog}
-    N_CONNECT   {sk | src+opts+inbox+stub, dst, timeout, buffers} -> {sk, local}; the
-                reply waits for the kernel's handshake (a deferred FIT reply)
+    N_CONNECT   one-way {sk | src+opts+inbox+stub, dst, timeout, buffers}; once the
+                kernel's handshake is done (or failed), STUB_CONNECTED {sk, local} | {errno}
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
     N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value]} -> {value}
     N_RELEASE   one-way {pid}, from the process's pMonitor: it ended
 and it pushes to stubs STUB_DATA, STUB_DATA_DMA, STUB_ACCEPT, STUB_SENT,
-STUB_CLOSED (0x07xx). A stub that cannot take a push within
+STUB_CLOSED, STUB_CONNECTED (0x07xx). A stub that cannot take a push within
 STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
 N_RELEASE. A request about another process's skeleton is EPERM; about none, EBADF.
 """
 
 import errno
-import os
 import select
 import socket
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import zmq
 
-from fit_rpc import DEFERRED, GLOBAL_ID, Message, Op, codec
+from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.core import Monitor
@@ -54,6 +53,7 @@ class NMonitor(Monitor):
         self.epoll = select.epoll()
         self.ddio = Ddio(self)
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
+        self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
         self._load: dict[str, Any] = {}
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0}
@@ -91,8 +91,9 @@ class NMonitor(Monitor):
                 serve(0)
                 served += 1
             wait = 0.0 if served == _INBOX_BATCH else max(0.0, next_tick - clock())
+            self.stale.clear()
             for fd, ev in poll(wait):
-                if fd != inbox_fd:
+                if fd != inbox_fd and fd not in self.stale:
                     kernel_event(fd, ev)
             if clock() >= next_tick:
                 if self._tick():
@@ -103,22 +104,27 @@ class NMonitor(Monitor):
         skel = self.by_fd.get(fd)
         if skel is None:
             return
-        if ev & _IN or (ev & _ERR and skel.wants_read()):
-            skel.readable(fd)
-        if not skel.dead and ev & (_OUT | _ERR) and skel.wants_write():
-            skel.writable()
+        try:
+            if ev & _IN or (ev & _ERR and skel.wants_read()):
+                skel.readable(fd)
+            if not skel.dead and ev & (_OUT | _ERR) and skel.wants_write():
+                skel.writable()
+        except Exception:   # one broken skeleton must not stop the nComponent
+            self.log.exception("skeleton %d of %s failed; closing it", skel.sk, skel.owner)
+            skel._fail(errno.EIO)
+            self.closed(skel)
+            return
         if not skel.dead and ev & ~(_IN | _OUT) and not (skel.wants_read() or skel.wants_write()):
             self._mask(fd, 0)   # hang-up nobody waits on: stop polling it (no busy loop)
 
     def tick(self) -> None:
         now = time.monotonic()
         for skel in list(self.skels.values()):
-            if skel.owner in self.gone or skel.lingered(now):
+            if skel.lingered(now) or (skel.owner in self.gone and skel.closing_since is None):
                 self.closed(skel)
-            elif skel.connect_reply is not None and now > skel.connect_deadline:
+            elif skel.connecting and now > skel.connect_deadline:
                 self.connect_done(skel, errno.ETIMEDOUT)
-        self.counts["stubs_lost"] += len(self.gone)
-        self.gone.clear()
+        self.gone &= {skel.owner for skel in self.skels.values()}   # forget the finished
         self._report_load()
 
     def close(self) -> None:
@@ -137,6 +143,7 @@ class NMonitor(Monitor):
         except OSError as exc:
             self.log.info("stub %s is gone (%s); closing its sockets", skel.owner, exc)
             self.gone.add(skel.owner)
+            self.counts["stubs_lost"] += 1
 
     def watch(self, skel: Skeleton) -> None:
         if skel.dead:
@@ -146,34 +153,50 @@ class NMonitor(Monitor):
             self._mask(s.fileno(), mask)
 
     def accepted(self, listener: Skeleton, conn: socket.socket) -> None:
+        local = conn.getsockname()
+        try:
+            peer = conn.getpeername()
+        except OSError:   # reset while it waited in the kernel's queue: as on Linux, the
+            peer = ("0.0.0.0", 0)   # program accepts it, and its first recv says ECONNRESET
         skel = self._new(listener.owner, [conn])
         skel.parent = listener
         listener.waiting.add(skel.sk)
         self.counts["accepted"] += 1
-        peer, local = conn.getpeername(), conn.getsockname()
         self.push(listener, Op.STUB_ACCEPT, SK.pack(listener.stub) + codec.encode(
             {"sk": skel.sk, "peer": list(peer), "local": list(local)}))
 
     def connect_done(self, skel: Skeleton, err: int) -> None:
-        msg, skel.connect_reply = skel.connect_reply, None
+        skel.connecting = False
         if err:
-            self.ep.respond_error(msg, OSError(err, os.strerror(err)))
+            self._tell_connect(skel.owner, skel.stub, {"errno": err})
             self.closed(skel)
             return
         self.counts["connected"] += 1
-        self.ep.respond(msg, codec.encode({"sk": skel.sk, "local": list(skel.sock.getsockname())}))
+        self._tell_connect(skel.owner, skel.stub,
+                           {"sk": skel.sk, "local": list(skel.sock.getsockname())})
         self.watch(skel)
+
+    def _tell_connect(self, owner: str, stub: int, answer: dict[str, Any]) -> None:
+        if owner in self.gone:
+            return
+        try:
+            self.ep.send(owner, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer),
+                         timeout=STUB_PUSH_TIMEOUT_S)
+        except OSError:
+            self.gone.add(owner)
 
     def closed(self, skel: Skeleton) -> None:
         """The end of a skeleton: kernel sockets closed, rings back to DRAM."""
         if skel.dead:
             return
         skel.dead = True
-        if skel.connect_reply is not None:
-            self.ep.respond_error(skel.connect_reply, OSError(errno.ECONNABORTED, "aborted"))
+        if skel.connecting:
+            skel.connecting = False
+            self._tell_connect(skel.owner, skel.stub, {"errno": errno.ECONNABORTED})
         for s in skel.socks:
             self._mask(s.fileno(), 0)
             self.by_fd.pop(s.fileno(), None)
+            self.stale.add(s.fileno())
             s.close()
         if skel.rx is not None:
             self.proxy.free(skel.rx, skel.tx)
@@ -205,35 +228,40 @@ class NMonitor(Monitor):
         self.watch(skel)
         return codec.encode()
 
-    def n_connect(self, msg: Message) -> object:
+    def n_connect(self, msg: Message) -> None:
         args, _ = msg.args()
+        stub = need(args, "stub", int)
+        try:
+            self._connect(msg, args, stub)
+        except OSError as exc:   # one-way: the stub hears it as STUB_CONNECTED {errno}
+            self._tell_connect(msg.src, stub, {"errno": exc.errno or errno.EIO})
+
+    def _connect(self, msg: Message, args: dict[str, Any], stub: int) -> None:
         ip, port = need(args, "dst", list)
+        self.ep.add_peer(msg.src, need(args, "inbox", str))
         if "sk" in args:
             skel = self._own(msg, need(args, "sk", int))
+            if skel.listening or skel.rx is not None:
+                raise OSError(errno.EISCONN if skel.rx is not None else errno.EINVAL,
+                              "socket already connected or listening")
         else:
-            self.ep.add_peer(msg.src, need(args, "inbox", str))
-            sock = self.proxy.for_connect(need(args, "src", str), args.get("opts", []))
-            skel = self._new(msg.src, [sock])
-            skel.stub = need(args, "stub", int)
+            skel = self._new(msg.src, [self.proxy.for_connect(need(args, "src", str),
+                                                              args.get("opts", []))])
+        skel.stub = stub
         try:
             self._start(skel, need(args, "buffers", dict))
             err = skel.sock.connect_ex((ip, port))
-        except OSError as exc:
+        except OSError:
             self.closed(skel)
-            raise exc from None
+            raise
+        skel.connecting = True
+        timeout = args.get("timeout")
+        skel.connect_deadline = time.monotonic() + (
+            CONNECT_TIMEOUT_S if timeout is None else float(timeout))
         if err in (errno.EINPROGRESS, errno.EAGAIN):
-            skel.connect_reply = msg
-            timeout = args.get("timeout")
-            skel.connect_deadline = time.monotonic() + (
-                CONNECT_TIMEOUT_S if timeout is None else float(timeout))
-            self.watch(skel)
-            return DEFERRED
-        if err:
-            self.closed(skel)
-            raise OSError(err, os.strerror(err))
-        self.counts["connected"] += 1
-        self.watch(skel)
-        return codec.encode({"sk": skel.sk, "local": list(skel.sock.getsockname())})
+            self.watch(skel)   # writable: the handshake is done (connect_done)
+        else:
+            self.connect_done(skel, err)
 
     def n_start(self, msg: Message) -> None:
         args, _ = msg.args()
@@ -242,7 +270,11 @@ class NMonitor(Monitor):
             skel.parent.waiting.discard(skel.sk)
             self.watch(skel.parent)
         skel.stub = need(args, "stub", int)
-        self._start(skel, need(args, "buffers", dict))
+        try:
+            self._start(skel, need(args, "buffers", dict))
+        except OSError as exc:   # e.g. ENOBUFS: nComponent DRAM is full
+            self.push(skel, Op.STUB_CLOSED, SK_ERR.pack(skel.stub, exc.errno or errno.EIO))
+            self.closed(skel)
 
     # ---- ops: the data path ----------------------------------------------------------------
     def n_send(self, msg: Message) -> None:
@@ -286,8 +318,12 @@ class NMonitor(Monitor):
     def n_release(self, msg: Message) -> None:
         args, _ = msg.args()
         owner = f"{msg.src}.{need(args, 'pid', int)}"   # only its own pMonitor may
+        self.gone.add(owner)   # no more pushes; tick() closes what is left
         for skel in [s for s in self.skels.values() if s.owner == owner]:
-            self.closed(skel)
+            if skel.rx is None or skel.broken:
+                self.closed(skel)
+            else:
+                skel.close()   # as the kernel does at exit: what was sent still leaves
 
     # ---- internals --------------------------------------------------------------------------
     def _new(self, owner: str, socks: list[socket.socket]) -> Skeleton:

@@ -65,8 +65,9 @@ class Skeleton:
         self.eof = False                # nothing more will be read from the kernel
         self.shut_wr = False            # SHUT_WR asked: once tx is drained
         self.closing_since: float | None = None
-        self.connect_reply: Any = None  # a deferred N_CONNECT (its Message)
+        self.connecting = False         # N_CONNECT waits for the kernel's handshake
         self.connect_deadline = 0.0
+        self.close_pending = False      # N_CLOSE came while dDMA loads were in flight
         self.bytes_in = self.bytes_out = 0
         self.dead = False               # closed and its rings freed
         self.broken = False             # the connection failed: what the stub sends is dropped
@@ -80,10 +81,14 @@ class Skeleton:
         if self.listening:
             return len(self.waiting) < self.backlog
         return (self.rx is not None and self.window > 0 and not self.eof
-                and self.closing_since is None and self.connect_reply is None)
+                and self.closing_since is None and not self.connecting)
 
     def wants_write(self) -> bool:
-        return self.connect_reply is not None or (self.tx is not None and self.tx.used > 0)
+        return self.connecting or (self.tx is not None and self.tx.used > 0)
+
+    def busy(self) -> bool:
+        """dDMA loads in flight: bytes the stub sent that are not in tx yet."""
+        return bool(getattr(self.path, "loading", False) or getattr(self.path, "loads", None))
 
     # ---- start: the stub's buffer is known ---------------------------------------------
     def start(self, rx: NRing, tx: NRing, path: Any, window: int) -> None:
@@ -93,9 +98,12 @@ class Skeleton:
     # ---- kernel readiness -------------------------------------------------------------
     def readable(self, fd: int) -> None:
         if self.listening:
-            self._accept([s for s in self.socks if s.fileno() == fd][0])
+            for s in self.socks:
+                if s.fileno() == fd:
+                    self._accept(s)
             return
-        assert self.rx is not None
+        if self.rx is None or not self.wants_read():
+            return   # an event from before a state change in this poll round
         try:
             n = self.rx.recv(self.sock.fileno(), min(self.window, SKELETON_RECV_CHUNK_BYTES))
         except BlockingIOError:
@@ -115,7 +123,7 @@ class Skeleton:
             self.net.watch(self)
 
     def writable(self) -> None:
-        if self.connect_reply is not None:
+        if self.connecting:
             self.net.connect_done(self, self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
             return
         self.flush()
@@ -143,6 +151,8 @@ class Skeleton:
             self.net.watch(self)
 
     def _drained(self) -> None:
+        if self.busy():
+            return   # the bytes of a dDMA load in flight come before SHUT_WR or close
         if self.shut_wr:
             try:
                 self.sock.shutdown(socket.SHUT_WR)
@@ -179,7 +189,7 @@ class Skeleton:
     def close(self) -> None:
         """N_CLOSE: stop reading, drain tx, then the kernel socket closes."""
         self.closing_since = time.monotonic()
-        if self.tx is None or self.tx.used == 0:
+        if (self.tx is None or self.tx.used == 0) and not self.busy():
             self.net.closed(self)
         else:
             self.net.watch(self)

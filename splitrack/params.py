@@ -9,6 +9,7 @@ FIT_HARD_LIMIT_BYTES = 64 * 1024 * 1024   # ZeroMQ drops a peer that sends more 
 FIT_CALL_TIMEOUT_S = 5.0                  # default request/reply timeout
 FIT_RECONNECT_IVL_MS = 10                 # ZeroMQ reconnect interval to a peer
 FIT_LINGER_MS = 0                         # unsent messages are dropped at close
+FIT_HWM_MSGS = 200_000                    # ZeroMQ high-water marks (messages per queue)
 FIT_REPLY_SLICE_MS = 2                    # a caller serves its inbox between slices of waiting
 
 # --- monitors and the launcher ----------------------------------------------

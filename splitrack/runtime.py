@@ -40,7 +40,8 @@ from splitrack.params import (
 )
 from splitrack.vm import VirtualMemory, _this
 
-_PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED)
+_PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,
+           Op.STUB_CONNECTED)
 
 
 class Runtime:
@@ -144,6 +145,15 @@ class Runtime:
                 park(left if self.threaded else _slice(left, STUB_FOLLOWER_SLICE_S))
         return True
 
+    def pump(self) -> None:
+        """Hand out what waits in the inbox now, if no other thread reads it."""
+        if not self.threaded and self._inbox_lock.acquire(blocking=False):
+            try:
+                while self.inbox.serve(0):
+                    pass
+            finally:
+                self._inbox_lock.release()
+
     def go_threaded(self) -> None:
         """From now on one thread reads the inbox (a program selects on fileno())."""
         with _runtime_lock:
@@ -164,9 +174,10 @@ class Runtime:
             stub._pushed(msg.op, msg.payload)
 
     def close(self) -> None:
+        """At exit: every open stub closes, even one a makefile() still holds."""
         for stub in list(self.stubs.values()):
             try:
-                stub.close()
+                stub._real_close()
             except OSError:
                 pass
         self._stop = True

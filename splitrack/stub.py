@@ -61,7 +61,9 @@ class _Meta(type):
     that `socket.socket(...)` still makes once the stub is installed."""
 
     def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, _std)
+        if cls is BsdSocketStub:
+            return isinstance(obj, _std)
+        return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
 class BsdSocketStub(_std, metaclass=_Meta):
@@ -98,7 +100,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._rhead = self._rtail = self._unacked = 0   # receive ring: read, arrived, to credit
         self._tpos = self._credit = 0                    # send ring: written, window left
         self._eof = self._shut_rd = self._shut_wr = False
-        self._error = 0
+        self._error = 0            # a connection error not yet reported
+        self._broken = False       # an error was reported: sends raise EPIPE, recvs see EOF
+        self._dead = False         # closed: every call is EBADF
+        self._connected: dict[str, Any] | None = None   # the answer to N_CONNECT
         self._rung = False
 
     # ---- names ---------------------------------------------------------------------------
@@ -167,13 +172,17 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def _park_writable(self, timeout: float | None) -> None:
         with self._cond:
-            if not self._credit:
-                self._cond.wait(timeout)
+            self._cond.wait_for(self._can_send, timeout)
+
+    def _can_send(self) -> bool:
+        return bool(self._credit or self._error or self._shut_wr or self._broken or self._dead)
 
     # ---- the bell: fileno() is readable while something waits ----------------------------
     # `_rung` is the state; the byte in the socketpair mirrors it once the runtime is
     # threaded (before, nobody outside selects on it, and the two syscalls are saved).
     def fileno(self) -> int:
+        if self._dead:
+            return -1   # as a closed socket's
         if not self._rt.threaded:
             self._rt.go_threaded()
         return self._fd
@@ -250,6 +259,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         return conn, conn._peer
 
     def connect(self, address: Any) -> None:
+        self._alive()
         ip, port = self._to_rack(address)
         if self._peer is not None:
             raise _err(errno.EISCONN)
@@ -257,26 +267,42 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.EINVAL)
         self._start_buffers()
         args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
-                                "buffers": self._buffers}
+                                "buffers": self._buffers, "inbox": self._rt.inbox.address,
+                                "stub": self._id}
         if self._n is not None:
             args["sk"] = self._sk
         else:
             src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
                 else self._rt.nic()
-            args.update(src=src, opts=self._opt_list(), inbox=self._rt.inbox.address,
-                        stub=self._id)
-        wait = (self._timeout or CONNECT_TIMEOUT_S) + 5.0
+            args.update(src=src, opts=self._opt_list())
+        self._connected = None
+        deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
         try:
-            reply = self._call(Op.N_CONNECT, args, timeout=wait)
+            self._rt.send(self._n, Op.N_CONNECT, codec.encode(args))
         except OSError as exc:
-            self._free_buffers()
-            self._n, self._sk = None, 0   # the skeleton is gone with the failed connect
-            if exc.errno == errno.ETIMEDOUT and self._timeout:
-                raise TimeoutError("timed out") from None
-            raise
-        self._sk = reply["sk"]
-        self._local = self._to_program(reply["local"])
+            self._failed_connect()
+            raise _err(exc.errno or errno.EIO) from None
+        # The kernel's handshake happens in the nComponent; no lock is held meanwhile.
+        if not self._rt.wait(lambda: self._connected is not None, deadline, self._park_connect):
+            self._failed_connect()
+            raise TimeoutError("timed out")
+        answer = self._connected
+        if "errno" in answer:
+            self._failed_connect()
+            if answer["errno"] == errno.ETIMEDOUT and self._timeout:
+                raise TimeoutError("timed out")
+            raise _err(answer["errno"])
+        self._sk = answer["sk"]
+        self._local = self._to_program(answer["local"])
         self._peer = self._to_program((ip, port))
+
+    def _park_connect(self, timeout: float | None) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._connected is not None, timeout)
+
+    def _failed_connect(self) -> None:
+        self._free_buffers()
+        self._n, self._sk = None, 0   # the skeleton is gone with the failed connect
 
     def connect_ex(self, address: Any) -> int:
         try:
@@ -304,10 +330,33 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer).cast("B")
+        if nbytes < 0:
+            raise ValueError("negative buffersize in recv_into")
+        if nbytes > len(view):
+            raise ValueError("buffer too small for requested bytes")
         return self._recv(nbytes or len(view), flags, view)
+
+    def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
+        return self.recv(bufsize, flags), None   # a connected stream: no address, as Linux
+
+    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        return self.recv_into(buffer, nbytes, flags), None
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> tuple:
+        return self.recv(bufsize, flags), [], 0, None
+
+    def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0,
+                address: Any = None) -> int:
+        if ancdata or address is not None:
+            raise _err(errno.EOPNOTSUPP)
+        return self.send(b"".join(bytes(memoryview(b).cast("B")) for b in buffers), flags)
+
+    def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
+        raise _err(errno.EISCONN if self._peer is not None else errno.EOPNOTSUPP)
 
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
+        self._alive()
         if flags & ~(_PEEK | _DONTWAIT):
             raise _err(errno.EOPNOTSUPP)
         if want == 0:
@@ -326,7 +375,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         """Bytes from the receive ring (lock held): bytes, or a count when reading into
         `view`; None if the caller must wait."""
         avail = self._rtail - self._rhead
-        if avail and not self._shut_rd:
+        if avail and not self._broken:
             k = min(want, avail)
             out = bytearray(k) if view is None else view[:k]
             self._ring_io(self._buffers["rbuf"], self._rhead, memoryview(out),
@@ -334,10 +383,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
             if not peek:
                 self._consumed(k)
             return k if view is not None else bytes(out)
-        if self._error:
-            code, self._error, self._eof = self._error, 0, True   # reported once, as Linux does
+        if self._error:   # reported once, as Linux does; then the socket is broken
+            code, self._error, self._broken = self._error, 0, True
             raise _err(code)
-        if self._eof or self._shut_rd:
+        if self._eof or self._shut_rd or self._broken or self._dead:
             return b"" if view is None else 0
         if self._peer is None:
             raise _err(errno.ENOTCONN)
@@ -349,11 +398,12 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if self._unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
             self._rt.send(self._n, Op.N_CREDIT, SK_N.pack(self._sk, self._unacked))
             self._unacked = 0
-        if self._rhead == self._rtail and not self._eof and not self._error:
+        if self._rhead == self._rtail and not (self._eof or self._error or self._shut_rd):
             self._hush()
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
+        self._alive()
         if flags & ~(_DONTWAIT | _NOSIGNAL):
             raise _err(errno.EOPNOTSUPP)
         view = memoryview(data).cast("B")
@@ -371,17 +421,18 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     return sent
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            if not self._rt.wait(lambda: self._credit or self._error or self._shut_wr, deadline,
-                                 self._park_writable):
+            if not self._rt.wait(self._can_send, deadline, self._park_writable):
                 if sent:
                     return sent
                 raise TimeoutError("timed out")
 
     def _check_sendable(self) -> None:
+        if self._dead:
+            raise _err(errno.EBADF)
         if self._error:
-            code, self._error = self._error, 0
+            code, self._error, self._broken = self._error, 0, True
             raise _err(code)
-        if self._shut_wr:
+        if self._shut_wr or self._broken:
             raise _err(errno.EPIPE)
         if self._peer is None:
             raise _err(errno.ENOTCONN)
@@ -418,6 +469,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- shutdown, close, options --------------------------------------------------------------
     def shutdown(self, how: int) -> None:
+        self._alive()
         if how not in (0, 1, 2):
             raise _err(errno.EINVAL)
         if self._peer is None and not self._listening:
@@ -432,6 +484,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
 
     def _real_close(self, _ss: Any = _std) -> None:
+        with self._cond:
+            if self._dead:
+                return
+            self._dead = True
+            self._cond.notify_all()
         if self._n is not None and self._sk:
             try:   # a call: every byte sent before it reaches the skeleton first
                 self._rt.call_raw(self._n, Op.N_CLOSE, SK.pack(self._sk))
@@ -458,8 +515,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if buflen:
             raise _err(errno.EOPNOTSUPP)
         if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_ERROR):
+            self._rt.pump()   # what the skeleton said so far
             with self._lock:
                 code, self._error = self._error, 0
+                self._broken = self._broken or bool(code)
             return code
         if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_TYPE):
             return SOCK_STREAM
@@ -479,6 +538,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def detach(self) -> int:
         raise _err(errno.EOPNOTSUPP)
 
+    def _alive(self) -> None:
+        if self._dead:
+            raise _err(errno.EBADF)
+
     def _call(self, op: int, args: dict[str, Any], timeout: float | None = None
               ) -> dict[str, Any]:
         try:
@@ -489,6 +552,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
     # ---- pushes from the skeleton (the runtime's inbox thread) ----------------------------------
     def _pushed(self, op: int, payload: memoryview) -> None:
         with self._cond:
+            if self._dead:
+                return
             if op == Op.STUB_DATA:
                 data = payload[SK.size:]
                 self._ring_io(self._buffers["rbuf"], self._rtail, data, self._rt.vm.write)
@@ -506,6 +571,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
             elif op == Op.STUB_ACCEPT:
                 self._accepts.append(codec.decode(payload[SK.size:])[0])
                 self._ring()
+            elif op == Op.STUB_CONNECTED:
+                self._connected = codec.decode(payload[SK.size:])[0]
+                self._cond.notify_all()
             elif op == Op.STUB_CLOSED:
                 code = SK_ERR.unpack_from(payload)[1]
                 if code:

@@ -150,3 +150,30 @@ SEND_AND_EXIT = textwrap.dedent("""
     c.sendall(bytes(range(256)) * (int(sys.argv[2]) // 256))
     sys.exit(0)
 """)
+
+# Many small messages to a peer that does not read for a while: nothing is lost or reset.
+SLEEPY_READER = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+    print(s.getsockname()[1], flush=True)
+    c, _ = s.accept()
+    time.sleep(float(sys.argv[2]))
+    total = 0
+    while data := c.recv(65536):
+        total += len(data)
+    print(total, flush=True)
+""")
+
+# Several DMA senders at once, each sending and closing at once (socketserver's way).
+DMA_BURST = textwrap.dedent("""
+    import socket, sys, threading
+    def one(port):
+        with socket.create_connection((sys.argv[1], port)) as c:
+            c.sendall(bytes(range(256)) * (300_000 // 256))
+            c.shutdown(socket.SHUT_WR)
+    ports = [int(p) for p in sys.argv[2:]]
+    threads = [threading.Thread(target=one, args=(p,)) for p in ports]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print("sent", flush=True)
+""")

@@ -4,6 +4,7 @@ nComponent's NICs, in DDIO and DMA modes (monitors/nmonitor.py, splitrack/stub.p
 
 import hashlib
 import random
+import select
 import signal
 import socket
 import sys
@@ -20,10 +21,12 @@ from fit_rpc.netpath import DMA
 from helpers import running_rack, small_spec, wait_until
 from netprogs import (
     ASYNCIO_ECHO,
+    DMA_BURST,
     ECHO_SERVER,
     SCRATCH,
     SELECTORS_ECHO,
     SEND_AND_EXIT,
+    SLEEPY_READER,
     SOCKETSERVER_ECHO,
     SOURCE,
     environ,
@@ -316,3 +319,100 @@ def test_program_without_the_rack_runtime_is_told(tmp_path):
         [sys.executable, "-c", "from splitrack import rsocket; rsocket.install(); "
          "import socket; socket.socket()"], capture_output=True, text=True, cwd=SCRATCH)
     assert proc.returncode != 0 and "splitrack run" in proc.stderr
+
+
+def test_a_reader_that_sleeps_loses_nothing(net):
+    rack, env = net
+    with on_rack(env, SLEEPY_READER, NIC, "3") as (proc, (port,)), connect(port) as sock:
+        for _ in range(20_000):   # 20,000 tiny segments arrive while nobody reads
+            sock.send(b"x" * 5)
+        sock.shutdown(socket.SHUT_WR)
+        assert proc.stdout.readline().strip() == "100000"
+    with rack.endpoint() as ep:
+        assert ep.call_args("n0", Op.STATS)[0]["network"]["stubs_lost"] == 0
+
+
+def test_dma_senders_that_close_at_once_lose_nothing(net):
+    rack, env = net
+    listeners = [socket.create_server(("127.0.0.5", 0)) for _ in range(4)]
+    got = [0] * len(listeners)
+
+    def drain(i):
+        conn, _ = listeners[i].accept()
+        with conn:
+            while data := conn.recv(1 << 16):
+                got[i] += len(data)
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(listeners))]
+    for t in threads:
+        t.start()
+    ports = [str(s.getsockname()[1]) for s in listeners]
+    proc = run_on_rack(env, DMA_BURST, "127.0.0.5", *ports, mode="dma")
+    for t in threads:
+        t.join(timeout=60)
+    for s in listeners:
+        s.close()
+    assert proc.returncode == 0, proc.stderr
+    assert got == [300_000 // 256 * 256] * len(listeners)
+
+
+def test_killed_dma_program_leaves_the_ncomponent_serving(net):
+    rack, env = net
+    with on_rack(env, SOURCE, NIC, "100000", mode="dma") as (_, (port, pid)), \
+            connect(port) as sock:
+        recv_exactly(sock, 1 << 20)
+        psutil.Process(pid).send_signal(signal.SIGKILL)
+    wait_until(lambda: n0_network(rack)["skeletons"] == 0)
+    with on_rack(env, ECHO_SERVER, NIC, mode="dma") as (_, (port,)), connect(port) as sock:
+        sock.sendall(b"still here")
+        assert recv_exactly(sock, 10) == b"still here"
+
+
+def test_after_a_reset_sends_fail_and_closed_sockets_are_ebadf(net):
+    rack, env = net
+    code = textwrap.dedent("""
+        import asyncio, socket, sys
+        s = socket.socket(); s.bind(("127.0.0.11", 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        c, _ = s.accept()
+        try:
+            c.recv(10)
+        except ConnectionResetError:
+            pass
+        for attempt in (lambda: c.send(b"x"), lambda: c.recv(1)):
+            try:
+                print(repr(attempt()), flush=True)
+            except OSError as exc:
+                print(type(exc).__name__, exc.errno, flush=True)
+        c.close()
+        try:
+            c.send(b"x")
+        except OSError as exc:
+            print("closed", exc.errno, flush=True)
+        async def client():   # asyncio's client side on a rack socket
+            r, w = await asyncio.open_connection("127.0.0.5", int(sys.argv[1]))
+            w.write(b"ping")
+            await w.drain()
+            print((await r.readexactly(4)).decode(), flush=True)
+            w.close()
+        asyncio.run(client())
+    """)
+    outside = socket.create_server(("127.0.0.5", 0))
+
+    def pong():
+        conn, _ = outside.accept()
+        with conn:
+            conn.sendall(recv_exactly(conn, 4).replace(b"i", b"o"))
+
+    threading.Thread(target=pong, daemon=True).start()
+    with on_rack(env, code, str(outside.getsockname()[1])) as (proc, (port,)):
+        sock = connect(port)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        sock.close()
+        lines = []
+        for _ in range(4):
+            ready, _, _ = select.select([proc.stdout], [], [], 20)
+            assert ready, f"rack program stuck after {lines}"
+            lines.append(proc.stdout.readline().strip())
+    outside.close()
+    assert lines == ["BrokenPipeError 32", "b''", "closed 9", "pong"]

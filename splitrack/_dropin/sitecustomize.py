@@ -7,6 +7,10 @@ import os
 import sys
 
 if os.environ.get("SPLITRACK_RUN_DIR"):
+    try:  # ssl before install(): ssl.SSLSocket must stay a subclass of the kernel's socket
+        import ssl  # noqa: F401
+    except ImportError:
+        pass
     try:
         from splitrack import rsocket
     except Exception as exc:  # e.g. a Python without splitrack installed
