@@ -7,22 +7,18 @@ the nComponent that owns the address and that nComponent's Proxy for a
 bsdSocketSkeleton, which holds the real kernel socket; from then on stub and
 skeleton talk directly (runtime.py carries the messages).
 
-The process's buffers are in rack memory: a receive ring and a send ring of
-SOCKET_BUFFER_BYTES each (runtime.buffers). A send, DDIO mode: the bytes are
-written into the send ring's extCache lines and go from there to the skeleton
-in N_SEND. DMA mode: they are written, the lines flushed to the mComponent,
-and N_SEND_DMA tells the skeleton to load them (Fig. 5, steps 1-5). A receive,
-DDIO: the skeleton's bytes are placed into the receive ring's extCache lines;
-DMA: the skeleton wrote them into the mComponent, the stub drops the stale
-lines and the read misses to the mComponent. Mode: the rack's, or
-SPLITRACK_MODE (`splitrack run --mode`), or per socket `set_rack_mode()`.
+This file is the socket API and the connection's state (addresses, timeouts,
+EOF, errors, the accept queue). A connected stub's bytes take a path object:
+`NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
+rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
+`set_rack_mode()`). Path methods run with the stub's lock held.
 
 fileno() is a real descriptor (one end of a socketpair) that is readable
 exactly while data, EOF, an error or a connection waits, so select, selectors
 and asyncio work. It is always writable; a send that finds no window raises
 BlockingIOError on a non-blocking socket. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
-Not supported (EOPNOTSUPP): dup, detach, sendmsg/recvmsg, MSG_OOB.
+Not supported (EOPNOTSUPP): dup, detach, ancillary data, MSG_OOB.
 """
 
 import errno
@@ -35,9 +31,9 @@ from collections import deque
 from typing import Any
 
 from fit_rpc import Op, codec
-from fit_rpc.netpath import SK, SK_ERR, SK_N
-from fit_rpc.netpath import ring_pieces as _pieces
-from splitrack.params import CONNECT_TIMEOUT_S, SOCKET_BUFFER_BYTES, SOCKET_CREDIT_BYTES
+from fit_rpc.netpath import SK, SK_ERR
+from splitrack.nic_path import NicPath
+from splitrack.params import CONNECT_TIMEOUT_S
 from splitrack.runtime import runtime
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
@@ -96,9 +92,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._peer: tuple[str, int] | None = None
         self._listening = False
         self._accepts: deque[dict[str, Any]] = deque()
-        self._buffers: dict[str, Any] | None = None
-        self._rhead = self._rtail = self._unacked = 0   # receive ring: read, arrived, to credit
-        self._tpos = self._credit = 0                    # send ring: written, window left
+        self._path: Any = None     # a connection's data path (NicPath), once it has one
         self._eof = self._shut_rd = self._shut_wr = False
         self._error = 0            # a connection error not yet reported
         self._broken = False       # an error was reported: sends raise EPIPE, recvs see EOF
@@ -164,7 +158,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
         """Until the bell rings; BlockingIOError / TimeoutError as the timeout says."""
         if self._timeout == 0.0:
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        if not self._rt.wait(lambda: self._rung, deadline, self._park_readable):
+        waiter = self._path.wait if self._path is not None else self._rt.wait
+        if not waiter(lambda: self._rung, deadline, self._park_readable):
             raise TimeoutError("timed out")
 
     def _park_readable(self, timeout: float | None) -> None:
@@ -175,7 +170,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
             self._cond.wait_for(self._can_send, timeout)
 
     def _can_send(self) -> bool:
-        return bool(self._credit or self._error or self._shut_wr or self._broken or self._dead)
+        return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
+                    or self._dead)
 
     # ---- the bell: fileno() is readable while something waits ----------------------------
     # `_rung` is the state; the byte in the socketpair mirrors it once the runtime is
@@ -253,9 +249,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
         conn._mode, conn._n, conn._sk = self._mode, self._n, info["sk"]
         conn._local = conn._to_program(info["local"])
         conn._peer = conn._to_program(info["peer"])
-        conn._start_buffers()
+        conn._path = path = NicPath(conn, conn._mode)
+        path.n, path.sk = conn._n, conn._sk
         self._rt.send(self._n, Op.N_START, codec.encode(
-            {"sk": conn._sk, "stub": conn._id, "buffers": conn._buffers}))
+            {"sk": conn._sk, "stub": conn._id, "buffers": path.buffers}))
         return conn, conn._peer
 
     def connect(self, address: Any) -> None:
@@ -265,9 +262,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.EISCONN)
         if self._listening:
             raise _err(errno.EINVAL)
-        self._start_buffers()
+        path = NicPath(self, self._mode)
         args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
-                                "buffers": self._buffers, "inbox": self._rt.inbox.address,
+                                "buffers": path.buffers, "inbox": self._rt.inbox.address,
                                 "stub": self._id}
         if self._n is not None:
             args["sk"] = self._sk
@@ -275,7 +272,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
             src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
                 else self._rt.nic()
             args.update(src=src, opts=self._opt_list())
-        self._connected = None
+        self._connected, self._path = None, path   # pushes may come before connect() returns
         deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
         try:
             self._rt.send(self._n, Op.N_CONNECT, codec.encode(args))
@@ -292,6 +289,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
             if answer["errno"] == errno.ETIMEDOUT and self._timeout:
                 raise TimeoutError("timed out")
             raise _err(answer["errno"])
+        path.n, path.sk = self._n, answer["sk"]
         self._sk = answer["sk"]
         self._local = self._to_program(answer["local"])
         self._peer = self._to_program((ip, port))
@@ -301,7 +299,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
             self._cond.wait_for(lambda: self._connected is not None, timeout)
 
     def _failed_connect(self) -> None:
-        self._free_buffers()
+        with self._lock:
+            if self._path is not None:
+                self._path.release()
+            self._path = None
         self._n, self._sk = None, 0   # the skeleton is gone with the failed connect
 
     def connect_ex(self, address: Any) -> int:
@@ -312,15 +313,6 @@ class BsdSocketStub(_std, metaclass=_Meta):
         except OSError as exc:
             return exc.errno or errno.EIO
         return 0
-
-    def _start_buffers(self) -> None:
-        self._buffers = self._rt.buffers(self._mode)
-        self._credit = SOCKET_BUFFER_BYTES
-
-    def _free_buffers(self) -> None:
-        if self._buffers is not None:
-            self._rt.free_buffers(self._buffers)
-            self._buffers = None
 
     # ---- receiving ---------------------------------------------------------------------------
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
@@ -372,17 +364,12 @@ class BsdSocketStub(_std, metaclass=_Meta):
             self._wait_readable(deadline)
 
     def _take(self, want: int, view: memoryview | None, peek: bool) -> Any:
-        """Bytes from the receive ring (lock held): bytes, or a count when reading into
-        `view`; None if the caller must wait."""
-        avail = self._rtail - self._rhead
-        if avail and not self._broken:
-            k = min(want, avail)
-            out = bytearray(k) if view is None else view[:k]
-            self._ring_io(self._buffers["rbuf"], self._rhead, memoryview(out),
-                          self._rt.vm.read_into)
-            if not peek:
-                self._consumed(k)
-            return k if view is not None else bytes(out)
+        """Received bytes (lock held): bytes, or a count when reading into `view`;
+        an empty result at EOF; None if the caller must wait."""
+        if self._path is not None and not self._broken:
+            got = self._path.take(want, view, peek)
+            if got is not None:
+                return got
         if self._error:   # reported once, as Linux does; then the socket is broken
             code, self._error, self._broken = self._error, 0, True
             raise _err(code)
@@ -392,13 +379,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.ENOTCONN)
         return None
 
-    def _consumed(self, k: int) -> None:
-        self._rhead += k
-        self._unacked += k
-        if self._unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
-            self._rt.send(self._n, Op.N_CREDIT, SK_N.pack(self._sk, self._unacked))
-            self._unacked = 0
-        if self._rhead == self._rtail and not (self._eof or self._error or self._shut_rd):
+    def _drained(self) -> None:
+        """The path has no more buffered bytes: fileno() stops being readable."""
+        if not (self._eof or self._error or self._shut_rd):
             self._hush()
 
     # ---- sending -----------------------------------------------------------------------------
@@ -413,15 +396,13 @@ class BsdSocketStub(_std, metaclass=_Meta):
         while True:
             with self._lock:
                 self._check_sendable()
-                k = min(self._credit, len(view) - sent)
-                if k:
-                    self._transmit(view[sent:sent + k])
-                    sent += k
+                if sent < len(view):
+                    sent += self._path.put(view[sent:])
                 if sent == len(view) or (sent and nonblocking):
                     return sent
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            if not self._rt.wait(self._can_send, deadline, self._park_writable):
+            if not self._path.wait(self._can_send, deadline, self._park_writable):
                 if sent:
                     return sent
                 raise TimeoutError("timed out")
@@ -442,27 +423,6 @@ class BsdSocketStub(_std, metaclass=_Meta):
         done = 0
         while done < len(view):
             done += self.send(view[done:], flags)
-
-    def _transmit(self, chunk: memoryview) -> None:
-        """Into the send ring's lines, then to the skeleton (lock held)."""
-        n = len(chunk)
-        tbuf = self._buffers["tbuf"]
-        self._ring_io(tbuf, self._tpos, chunk, self._rt.vm.write)
-        if self._buffers["mode"] == "dma":
-            for addr, k in _pieces(tbuf, self._tpos, n):
-                self._rt.vm.flush(addr, k)
-            self._rt.send(self._n, Op.N_SEND_DMA, SK_N.pack(self._sk, n))
-        else:  # dDDIO: the lines' bytes go to the skeleton in the message. They are the
-            # bytes just written, so they are not read back out of the lines.
-            self._rt.send(self._n, Op.N_SEND, SK.pack(self._sk) + chunk)
-        self._tpos += n
-        self._credit -= n
-
-    def _ring_io(self, ring: list[int], pos: int, view: memoryview, copy: Any) -> None:
-        at = 0
-        for addr, k in _pieces(ring, pos, len(view)):
-            copy(addr, view[at:at + k])
-            at += k
 
     def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
         return self._sendfile_use_send(file, offset, count)
@@ -495,7 +455,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
             except OSError:
                 pass   # the nComponent is gone: nothing left to close
         self._rt.unregister(self._id)
-        self._free_buffers()
+        with self._lock:
+            if self._path is not None:
+                self._path.release()
         self._n, self._sk = None, 0
         self._bell.close()
         super()._real_close()
@@ -554,21 +516,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         with self._cond:
             if self._dead:
                 return
-            if op == Op.STUB_DATA:
-                data = payload[SK.size:]
-                self._ring_io(self._buffers["rbuf"], self._rtail, data, self._rt.vm.write)
-                self._rtail += len(data)
-                self._ring()
-            elif op == Op.STUB_DATA_DMA:
-                n = SK_N.unpack_from(payload)[1]
-                for addr, k in _pieces(self._buffers["rbuf"], self._rtail, n):
-                    self._rt.vm.written_elsewhere(addr, k)
-                self._rtail += n
-                self._ring()
-            elif op == Op.STUB_SENT:
-                self._credit += SK_N.unpack_from(payload)[1]
-                self._cond.notify_all()
-            elif op == Op.STUB_ACCEPT:
+            if op == Op.STUB_ACCEPT:
                 self._accepts.append(codec.decode(payload[SK.size:])[0])
                 self._ring()
             elif op == Op.STUB_CONNECTED:
@@ -582,6 +530,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     self._eof = True
                 self._ring()
                 self._cond.notify_all()
+            elif self._path is not None:   # the data path's own messages
+                self._path.pushed(op, payload)
 
 
 def _poll(fd: int, timeout_s: float | None) -> bool:
