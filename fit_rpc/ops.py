@@ -64,13 +64,18 @@ class Op(IntEnum):
     N_CLOSE = 0x0609           # one-way
     N_SOCKOPT = 0x060A         # setsockopt/getsockopt on the kernel socket
     N_RELEASE = 0x060B         # one-way, from a pMonitor: a process ended
+    N_LOOKUP = 0x060C          # who listens on ip:port (the intra-rack shortcut asks)
     # bsdSocketStub (skeleton -> stub; all one-way)
     STUB_DATA = 0x0701         # DDIO: received bytes for the stub's receive buffer
     STUB_DATA_DMA = 0x0702     # DMA: received bytes are in the mComponent
     STUB_ACCEPT = 0x0703       # a listener's new connection
     STUB_SENT = 0x0704         # send credit back: the kernel took these bytes
     STUB_CLOSED = 0x0705       # EOF (errno 0) or an error on the connection
-    STUB_CONNECTED = 0x0706    # the answer to N_CONNECT: {sk, local} or {errno}
+    STUB_CONNECTED = 0x0706    # the answer to N_CONNECT (or STUB_SC_CONNECT): {sk, local} | {errno}
+    # bsdSocketStub <-> bsdSocketStub: the intra-rack shortcuts (all one-way)
+    STUB_SC_CONNECT = 0x0707   # to a listener's process: a shortcut connection, pipe or FIT
+    STUB_SC_DATA = 0x0708      # FIT shortcut: bytes for the peer stub
+    STUB_SC_CREDIT = 0x0709    # FIT shortcut: the peer consumed n bytes (window reopens)
 
 
 _NAMES = {int(op): op.name for op in Op}

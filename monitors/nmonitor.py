@@ -15,6 +15,9 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
     N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value]} -> {value}
     N_RELEASE   one-way {pid}, from the process's pMonitor: it ended
+    N_LOOKUP    {ip, port} -> {process, stub, inbox}: who listens there (the intra-rack
+                shortcut, issue 5); ECONNREFUSED if nobody. Counted as a pipe or FIT
+                shortcut by whether the asker is on the listener's pComponent
 and it pushes to stubs STUB_DATA, STUB_DATA_DMA, STUB_ACCEPT, STUB_SENT,
 STUB_CLOSED, STUB_CONNECTED (0x07xx). A stub that cannot take a push within
 STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
@@ -56,13 +59,14 @@ class NMonitor(Monitor):
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
         self._load: dict[str, Any] = {}
-        self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0}
+        self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
+                       "shortcuts_pipe": 0, "shortcuts_fit": 0}
         for op, fn in ((Op.N_BIND, self.n_bind), (Op.N_LISTEN, self.n_listen),
                        (Op.N_CONNECT, self.n_connect), (Op.N_START, self.n_start),
                        (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send_dma),
                        (Op.N_CREDIT, self.n_credit), (Op.N_SHUTDOWN, self.n_shutdown),
                        (Op.N_CLOSE, self.n_close), (Op.N_SOCKOPT, self.n_sockopt),
-                       (Op.N_RELEASE, self.n_release)):
+                       (Op.N_RELEASE, self.n_release), (Op.N_LOOKUP, self.n_lookup)):
             self.ep.on(op, fn)
 
     def resources(self) -> dict[str, Any]:
@@ -216,6 +220,7 @@ class NMonitor(Monitor):
                                        args.get("opts", []), bool(args.get("loopback")))
         skel = self._new(msg.src, socks)
         skel.stub = need(args, "stub", int)
+        skel.inbox = need(args, "inbox", str)
         return codec.encode({"sk": skel.sk, "port": port})
 
     def n_listen(self, msg: Message) -> bytes:
@@ -314,6 +319,18 @@ class NMonitor(Monitor):
                 self.proxy.apply(s, level, opt, need(args, "value", int))
             return codec.encode()
         return codec.encode({"value": self.proxy.query(skel.sock, level, opt)})
+
+    def n_lookup(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        where = (need(args, "ip", str), need(args, "port", int))
+        for skel in self.skels.values():
+            if skel.listening and not skel.dead and skel.owner not in self.gone and any(
+                    s.getsockname() == where for s in skel.socks):
+                same = skel.owner.split(".")[0] == msg.src.split(".")[0]
+                self.counts["shortcuts_pipe" if same else "shortcuts_fit"] += 1
+                return codec.encode({"process": skel.owner, "stub": skel.stub,
+                                     "inbox": skel.inbox})
+        raise OSError(errno.ECONNREFUSED, f"nobody listens on {where[0]}:{where[1]}")
 
     def n_release(self, msg: Message) -> None:
         args, _ = msg.args()

@@ -7,7 +7,8 @@ that every emulated process of pN maps, and it runs those processes:
   its stdin/stdout/stderr over a Unix socket (RUN_DIR/pN.spawn; file
   descriptors cannot cross ZeroMQ). The pMonitor starts the program as its own
   child with the rack runtime's environment (SPLITRACK_PCOMPONENT,
-  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, and
+  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK,
+  SPLITRACK_SHORTCUTS, and
   the drop-in socket module on PYTHONPATH), answers its PID, and, when it
   ends, its exit status. One thread per launched program does only that.
 - track: a process announces itself with P_ATTACH when it first uses rack
@@ -196,9 +197,11 @@ class PMonitor(Monitor):
         if mode not in ("dma", "ddio"):
             raise ValueError(f"no data path {mode!r} (dma, ddio)")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_DROPIN, env.get("PYTHONPATH")) if p)
+        shortcuts = self.rack["shortcuts"] and request.get("shortcuts", True)
         env.update(SPLITRACK_PCOMPONENT=self.id, SPLITRACK_RUN_DIR=self.run_dir,
                    SPLITRACK_GLOBAL=self.global_address or "", SPLITRACK_MODE=mode,
-                   SPLITRACK_LOOPBACK=self.rack["loopback"])
+                   SPLITRACK_LOOPBACK=self.rack["loopback"],
+                   SPLITRACK_SHORTCUTS="1" if shortcuts else "0")
         return env
 
 

@@ -50,6 +50,7 @@ class Skeleton:
         self.sk = sk
         self.owner = owner              # the stub's process endpoint id, "pN.PID"
         self.stub = 0                   # the stub's id in its process (pushes name it)
+        self.inbox = ""                 # the stub's process's FIT inbox (a listener's: lookups)
         self.socks = socks              # one; two for 0.0.0.0 (NIC and rack loopback)
         for s in socks:
             s.setblocking(False)

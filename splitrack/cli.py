@@ -132,7 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                             f"(it has {', '.join(pcomps)})")
         with rack.endpoint() as ep:
             on = args.on or ep.call_args("global", Op.GPM_PLACE)[0]["id"]
-        return run_program(rack.run.path, on, command, mode=args.mode)
+        return run_program(rack.run.path, on, command, mode=args.mode,
+                           shortcuts=not args.no_shortcuts)
     except LaunchError as exc:
         raise RackError(str(exc)) from None
     finally:
@@ -246,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on", metavar="pN", help="the pComponent to run on (default: GPM picks)")
     p.add_argument("--mode", choices=["dma", "ddio"],
                    help="the program's socket data path (default: the spec's rack.mode)")
+    p.add_argument("--no-shortcuts", action="store_true",
+                   help="its connections to listeners on the rack take the nComponent too "
+                        "(default: the spec's rack.shortcuts: a pipe on the same pComponent, "
+                        "FIT between pComponents)")
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)

@@ -98,8 +98,11 @@ class NicPath:
         return self.credit > 0
 
     # ---- waiting: the process's inbox brings what the skeleton says (runtime.wait) -----------
-    def wait(self, ready: Any, deadline: float | None, park: Any) -> bool:
-        return self.rt.wait(ready, deadline, park)
+    def wait_readable(self, deadline: float | None) -> bool:
+        return self.rt.wait(self.stub._readable, deadline, self.stub._park_readable)
+
+    def wait_writable(self, deadline: float | None) -> bool:
+        return self.rt.wait(self.stub._can_send, deadline, self.stub._park_writable)
 
     # ---- the end ------------------------------------------------------------------------------
     def release(self) -> None:

@@ -28,6 +28,10 @@ SKELETON_RECV_CHUNK_BYTES = 256 * 1024    # at most this much per kernel recv
 SKELETON_LINGER_S = 10.0                  # a closed skeleton keeps sending its data this long
 STUB_LEADER_SLICE_S = 0.05               # a thread reading its process's inbox re-checks this often
 STUB_FOLLOWER_SLICE_S = 0.002             # a thread waiting while another reads it, likewise
+SHORTCUT_PIPE_BYTES = 1024 * 1024        # pipe shortcut: each pipe's capacity (F_SETPIPE_SZ)
+SHORTCUT_FIT_WINDOW_BYTES = 2 * 1024 * 1024   # FIT shortcut: bytes in flight each way (as
+                                          # much as a loopback TCP connection buffers)
+SHORTCUT_PEER_CHECK_S = 0.1               # a FIT shortcut's waiting stub checks its peer lives
 STUB_PUSH_TIMEOUT_S = 1.0                 # a stub that takes no push in this is gone
 CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
 NCOMPONENT_DRAM_DEFAULT = "64MiB"         # nComponent DRAM for socket buffers (spec: dram)

@@ -2,7 +2,7 @@
 
 One per process (`runtime()`), made on first use from the environment the
 pMonitor gives a launched program (SPLITRACK_PCOMPONENT, SPLITRACK_GLOBAL,
-SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK):
+SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, SPLITRACK_SHORTCUTS):
 
 - `vm`: the process's VirtualMemory (splitrack.vm), whose FIT endpoint
   ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
@@ -26,6 +26,7 @@ At exit every open stub closes, so data sent just before exit still leaves.
 import atexit
 import itertools
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -41,19 +42,25 @@ from splitrack.params import (
 from splitrack.vm import VirtualMemory, _this
 
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,
-           Op.STUB_CONNECTED)
+           Op.STUB_CONNECTED, Op.STUB_SC_CONNECT, Op.STUB_SC_DATA, Op.STUB_SC_CREDIT)
 
 
 class Runtime:
-    def __init__(self, vm: VirtualMemory, run_dir: str, mode: str, loopback: str):
+    def __init__(self, vm: VirtualMemory, run_dir: str, mode: str, loopback: str,
+                 shortcuts: bool = True):
         self.vm = vm
         self.lock = vm.lock
         self.id = vm.ep.id
+        self.pcomponent = vm.pcomponent
+        self.run_dir = run_dir
         self.mode = mode
+        self.shortcuts = shortcuts        # pipe/FIT shortcuts to listeners of the rack
         self.loopback = loopback          # the rack's 127.0.0.1, an alias an nComponent serves
         self.stubs: dict[int, Any] = {}   # stub id -> stub
         self._ids = itertools.count(1)
         self._owners: dict[str, str] = {}
+        self._rack_ips: dict[str, bool] = {loopback: True}
+        self._ports = random.Random(os.getpid())
         self._nic: tuple[str, str] | None = None
         self._slots: list[int] = []       # free buffer slots (address of the receive ring)
         self._homes: dict[int, str] = {}  # slot -> the mComponent that holds it
@@ -125,6 +132,22 @@ class Runtime:
         if n is None:
             n = self._owners[ip] = self.call(GLOBAL_ID, Op.GNM_OWNER, {"ip": ip})["id"]
         return n
+
+    def is_rack_ip(self, ip: str) -> bool:
+        """Is `ip` a NIC of the rack, or its loopback (GNM_IS_RACK_IP, cached)?"""
+        rack = self._rack_ips.get(ip)
+        if rack is None:
+            rack = self._rack_ips[ip] = bool(
+                self.call(GLOBAL_ID, Op.GNM_IS_RACK_IP, {"ip": ip})["rack"])
+        return rack
+
+    def add_peer(self, process: str, inbox: str) -> None:
+        with self.lock:
+            self.vm.ep.add_peer(process, inbox)
+
+    def ephemeral_port(self) -> int:
+        """A port for a shortcut connection's local address (Linux's ephemeral range)."""
+        return self._ports.randrange(32768, 61000)
 
     # ---- who reads the inbox -----------------------------------------------------------------
     def wait(self, ready: Callable[[], bool], deadline: float | None,
@@ -202,7 +225,8 @@ def runtime() -> Runtime:
                                    "with `splitrack run -- ...`")
             _runtime = Runtime(_this(), env["SPLITRACK_RUN_DIR"],
                                env.get("SPLITRACK_MODE", "ddio"),
-                               env.get("SPLITRACK_LOOPBACK", "127.0.0.10"))
+                               env.get("SPLITRACK_LOOPBACK", "127.0.0.10"),
+                               env.get("SPLITRACK_SHORTCUTS", "1") != "0")
         return _runtime
 
 

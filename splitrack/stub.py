@@ -11,7 +11,9 @@ This file is the socket API and the connection's state (addresses, timeouts,
 EOF, errors, the accept queue). A connected stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
-`set_rack_mode()`). Path methods run with the stub's lock held.
+`set_rack_mode()`), or, to a listener of the rack, a shortcut: `PipePath`
+(same pComponent) or `FitPath` (shortcuts.py). Path methods run with the
+stub's lock held.
 
 fileno() is a real descriptor (one end of a socketpair) that is readable
 exactly while data, EOF, an error or a connection waits, so select, selectors
@@ -32,6 +34,7 @@ from typing import Any
 
 from fit_rpc import Op, codec
 from fit_rpc.netpath import SK, SK_ERR
+from splitrack import shortcuts
 from splitrack.nic_path import NicPath
 from splitrack.params import CONNECT_TIMEOUT_S
 from splitrack.runtime import runtime
@@ -158,9 +161,15 @@ class BsdSocketStub(_std, metaclass=_Meta):
         """Until the bell rings; BlockingIOError / TimeoutError as the timeout says."""
         if self._timeout == 0.0:
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-        waiter = self._path.wait if self._path is not None else self._rt.wait
-        if not waiter(lambda: self._rung, deadline, self._park_readable):
+        if self._path is not None:
+            ok = self._path.wait_readable(deadline)
+        else:   # a listener's accept queue, or nothing yet (recv on an unconnected socket)
+            ok = self._rt.wait(self._readable, deadline, self._park_readable)
+        if not ok:
             raise TimeoutError("timed out")
+
+    def _readable(self) -> bool:
+        return self._rung
 
     def _park_readable(self, timeout: float | None) -> None:
         _poll(self._fd, timeout)
@@ -184,13 +193,13 @@ class BsdSocketStub(_std, metaclass=_Meta):
         return self._fd
 
     def _ring(self) -> None:
-        if not self._rung:
+        if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
             self._rung = True
             if self._rt.threaded:
                 self._bell.send(b"!")
 
     def _hush(self) -> None:
-        if self._rung:
+        if self._rung and self._bell is not None:
             self._rung = False
             if self._rt.threaded:
                 try:
@@ -200,7 +209,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def _sync_bell(self) -> None:
         with self._lock:
-            if self._rung and not self._closed:
+            if self._rung and not self._closed and self._bell is not None:
                 self._bell.send(b"!")
 
     # ---- bind, listen, accept, connect -------------------------------------------------------
@@ -243,9 +252,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                         self._hush()
                     break
             self._wait_readable(deadline)
-        conn = BsdSocketStub(AF_INET, SOCK_STREAM)
+        conn = info.get("stub") or BsdSocketStub(AF_INET, SOCK_STREAM)   # a shortcut's is made
         if _socket_module.getdefaulttimeout() is None and self._timeout is not None:
             conn.setblocking(True)   # as the stdlib's accept() does
+        if "stub" in info:
+            return conn, conn._peer
         conn._mode, conn._n, conn._sk = self._mode, self._n, info["sk"]
         conn._local = conn._to_program(info["local"])
         conn._peer = conn._to_program(info["peer"])
@@ -262,6 +273,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.EISCONN)
         if self._listening:
             raise _err(errno.EINVAL)
+        if shortcuts.try_connect(self, ip, port):
+            return
         path = NicPath(self, self._mode)
         args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
                                 "buffers": path.buffers, "inbox": self._rt.inbox.address,
@@ -402,7 +415,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     return sent
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            if not self._path.wait(self._can_send, deadline, self._park_writable):
+            if not self._path.wait_writable(deadline):
                 if sent:
                     return sent
                 raise TimeoutError("timed out")
@@ -441,6 +454,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
             if how in (_socket_module.SHUT_WR, _socket_module.SHUT_RDWR):
                 self._shut_wr = True
                 self._cond.notify_all()
+            if self._path is not None and self._n is None:   # a shortcut: no skeleton
+                self._path.shutdown(how)
+                return
         self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
 
     def _real_close(self, _ss: Any = _std) -> None:
@@ -458,6 +474,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
         with self._lock:
             if self._path is not None:
                 self._path.release()
+            waiting = [info["stub"] for info in self._accepts if "stub" in info]
+            self._accepts.clear()
+        for conn in waiting:   # shortcut connections no accept() took: their peers see EOF
+            conn.close()
         self._n, self._sk = None, 0
         self._bell.close()
         super()._real_close()
@@ -522,6 +542,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
             elif op == Op.STUB_CONNECTED:
                 self._connected = codec.decode(payload[SK.size:])[0]
                 self._cond.notify_all()
+            elif op == Op.STUB_SC_CONNECT:
+                shortcuts.accept(self, codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CLOSED:
                 code = SK_ERR.unpack_from(payload)[1]
                 if code:

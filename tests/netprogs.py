@@ -177,3 +177,27 @@ DMA_BURST = textwrap.dedent("""
     for t in threads: t.join()
     print("sent", flush=True)
 """)
+
+# Echoes sizes 1 B .. 1 MiB through a server at argv[1]:argv[2], checks every byte,
+# half-closes, and prints what it saw: "ok <bytes> <local ip> <peer>".
+ECHO_CLIENT = textwrap.dedent("""
+    import random, socket, sys
+    rng = random.Random(int(sys.argv[3]))
+    sizes = [1, 2, 100, 4095, 4096, 65536, 200_001, 1 << 20] + [
+        rng.randrange(1, 50_000) for _ in range(40)]
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60) as c:
+        total = 0
+        for size in sizes:
+            data = rng.randbytes(size)
+            c.sendall(data)
+            got = bytearray()
+            while len(got) < size:
+                chunk = c.recv(size - len(got))
+                assert chunk, "early EOF"
+                got += chunk
+            assert got == data, f"corrupt echo of {size} bytes"
+            total += size
+        c.shutdown(socket.SHUT_WR)
+        assert c.recv(10) == b"", "no EOF after half-close"
+        print("ok", total, c.getsockname()[0], c.getpeername()[0], flush=True)
+""")

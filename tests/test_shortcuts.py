@@ -1,0 +1,136 @@
+"""Intra-rack shortcuts (splitrack/shortcuts.py): TCP between two programs of the
+rack skips the nComponent -- a pipe on one pComponent, FIT between two -- and
+neither program can tell, but by the counters."""
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+import psutil
+import pytest
+
+from fit_rpc import Op
+from helpers import SPLITRACK, running_rack, small_spec, wait_until
+from netprogs import (
+    ECHO_CLIENT,
+    ECHO_SERVER,
+    SCRATCH,
+    SOCKETSERVER_ECHO,
+    SOURCE,
+    environ,
+    on_rack,
+    run_on_rack,
+)
+
+NIC = "127.0.0.11"
+
+
+@pytest.fixture(scope="module")
+def net():
+    with running_rack(lambda storage: small_spec(storage, name="sc")) as rack:
+        yield rack, environ(rack)
+
+
+def n0(rack) -> dict:
+    with rack.endpoint() as ep:
+        return ep.call_args("n0", Op.STATS)[0]["network"]
+
+
+@pytest.mark.parametrize("client_on, kind", [("p0", "pipe"), ("p1", "fit")])
+def test_echo_through_a_shortcut_every_size(net, client_on, kind):
+    rack, env = net
+    with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
+        before = n0(rack)
+        proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "7", on=client_on, name="sc")
+        assert proc.returncode == 0, proc.stderr
+        ok, total, local_ip, peer_ip = proc.stdout.split()
+        assert ok == "ok" and int(total) > (1 << 20)
+        assert local_ip in ("127.0.0.11", "127.0.0.12") and peer_ip == NIC
+        after = n0(rack)
+    assert after[f"shortcuts_{kind}"] == before[f"shortcuts_{kind}"] + 1
+    assert after["accepted"] == before["accepted"]   # the nComponent saw no connection
+
+
+def test_socketserver_serves_pipe_and_fit_clients_at_once(net):
+    rack, env = net
+    code = textwrap.dedent("""
+        import socket, sys, threading
+        def one(tag):
+            with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30) as c:
+                f = c.makefile("rwb")
+                for i in range(200):
+                    f.write(f"{tag} {i}\\n".encode()); f.flush()
+                    assert f.readline() == f"{tag} {i}\\n".upper().encode()
+        threads = [threading.Thread(target=one, args=(t,)) for t in ("a", "b")]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print("done", flush=True)
+    """)
+    with on_rack(env, SOCKETSERVER_ECHO, NIC, name="sc") as (_, (port,)):
+        procs = [run_on_rack(env, code, NIC, str(port), on=p, name="sc") for p in ("p0", "p1")]
+    for proc in procs:
+        assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+
+
+def test_no_shortcuts_takes_the_ordinary_path(net):
+    rack, env = net
+    with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
+        before = n0(rack)
+        proc = subprocess.run([SPLITRACK, "run", "--name", "sc", "--on", "p0", "--no-shortcuts",
+                               "--", sys.executable, "-c", ECHO_CLIENT, NIC, str(port), "3"],
+                              env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        after = n0(rack)
+    assert after["shortcuts_pipe"] == before["shortcuts_pipe"]
+    assert after["accepted"] == before["accepted"] + 1
+
+
+@pytest.mark.parametrize("reader_on", ["p0", "p1"])
+def test_killed_peer_is_eof_or_reset(net, reader_on):
+    rack, env = net
+    code = textwrap.dedent("""
+        import socket, sys
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+        got = 0
+        try:
+            while data := c.recv(1 << 20):
+                if got < (1 << 20) <= got + len(data):
+                    print("flowing", flush=True)
+                got += len(data)
+            print("eof", got > 0, flush=True)
+        except ConnectionResetError:
+            print("reset", got > 0, flush=True)
+    """)
+    with on_rack(env, SOURCE, NIC, "100000", name="sc") as (_, (port, pid)):
+        reader = subprocess.Popen([SPLITRACK, "run", "--name", "sc", "--on", reader_on, "--",
+                                   sys.executable, "-c", code, NIC, str(port)], env=env,
+                                  cwd=SCRATCH, stdout=subprocess.PIPE, text=True)
+        assert reader.stdout.readline() == "flowing\n"
+        psutil.Process(pid).send_signal(signal.SIGKILL)
+        out, _ = reader.communicate(timeout=60)
+    assert out.split() in (["eof", "True"], ["reset", "True"])
+
+
+def test_a_destination_outside_the_rack_is_never_shortcut(net):
+    rack, env = net
+    outside = socket.create_server(("127.0.0.5", 0))
+
+    def echo_once():
+        conn, _ = outside.accept()
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data)
+
+    threading.Thread(target=echo_once, daemon=True).start()
+    before = n0(rack)
+    proc = run_on_rack(env, ECHO_CLIENT, "127.0.0.5", str(outside.getsockname()[1]), "5",
+                       name="sc")
+    outside.close()
+    assert proc.returncode == 0, proc.stderr
+    after = n0(rack)
+    assert (after["shortcuts_pipe"], after["shortcuts_fit"]) == \
+        (before["shortcuts_pipe"], before["shortcuts_fit"])
+    wait_until(lambda: n0(rack)["skeletons"] == 0)
