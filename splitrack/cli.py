@@ -259,14 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", choices=["fit", "extcache", "tcp"],
                    help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER; extcache: hits, misses, "
                         "zero-fills and evictions vs raw pyzmq; tcp: echo RTT through the "
-                        "rack (DDIO, DMA) vs Linux TCP loopback and raw pyzmq")
+                        "rack (DDIO, DMA, pipe and FIT shortcuts) vs Linux TCP loopback, "
+                        "raw pyzmq and raw os.pipe")
     p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
     p.add_argument("--rounds", type=int, default=None,
                    help="round trips (fit) or misses (extcache) per repetition")
     p.add_argument("--reps", type=int, default=None,
                    help="repetitions (what is compared is interleaved)")
-    p.add_argument("--modes", help="tcp: comma-separated modes (default: linux,ddio,dma)")
+    p.add_argument("--modes", help="tcp: comma-separated modes (default: "
+                                   "linux,ddio,dma,pipe,fit)")
     p.add_argument("--sizes", help="tcp: comma-separated message sizes in bytes "
                                    "(default: 128,4096)")
     p.set_defaults(func=cmd_bench)

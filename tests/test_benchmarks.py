@@ -53,11 +53,15 @@ def test_bench_tcp(run_root, tmp_path):
     report, stdout = bench("tcp", run_root, tmp_path, 50)
     assert report["bench"] == "tcp"
     modes = {(r["mode"], r["size"]) for r in report["results"]}
-    assert modes == {(m, s) for m in ("linux", "ddio", "dma") for s in (128, 4096)}
+    assert modes == {(m, s) for m in ("linux", "ddio", "dma", "pipe", "fit")
+                     for s in (128, 4096)}
     for r in report["results"]:
         assert 0 < r["rtt_p50_us"] <= r["rtt_p99_us"]
     baselines = report["baselines"]
     assert baselines["linux_tcp_p50_us"] > 0 and baselines["raw_zmq_p50_us"] > 0
     assert set(baselines["relay_floor_p50_us_by_size"]) == {"128", "4096"}
     assert [t["size"] for t in report["ddio_target_ratio"]] == [128, 4096]
-    assert "DDIO / (Linux + raw pyzmq)" in stdout
+    assert baselines["raw_pipe_p50_us"] > 0
+    assert {(t["mode"], t["size"]) for t in report["shortcut_ratios"]} == \
+        {(m, s) for m in ("pipe", "fit") for s in (128, 4096)}
+    assert "DDIO / (Linux + raw pyzmq)" in stdout and "fit shortcut / raw pyzmq" in stdout

@@ -15,9 +15,11 @@ import pytest
 from fit_rpc import Op
 from helpers import SPLITRACK, running_rack, small_spec, wait_until
 from netprogs import (
+    ASYNCIO_ECHO,
     ECHO_CLIENT,
     ECHO_SERVER,
     SCRATCH,
+    SELECTORS_ECHO,
     SOCKETSERVER_ECHO,
     SOURCE,
     environ,
@@ -134,3 +136,38 @@ def test_a_destination_outside_the_rack_is_never_shortcut(net):
     assert (after["shortcuts_pipe"], after["shortcuts_fit"]) == \
         (before["shortcuts_pipe"], before["shortcuts_fit"])
     wait_until(lambda: n0(rack)["skeletons"] == 0)
+
+
+@pytest.mark.parametrize("client_on", ["p0", "p1"])
+def test_selectors_and_asyncio_servers_see_shortcut_connections(net, client_on):
+    rack, env = net
+    for server in (SELECTORS_ECHO, ASYNCIO_ECHO):
+        with on_rack(env, server, NIC, name="sc") as (_, (port,)):
+            proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "11", on=client_on, name="sc")
+        assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr
+
+
+@pytest.mark.parametrize("client_on", ["p0", "p1"])
+def test_timeouts_and_nonblocking_on_shortcuts(net, client_on):
+    rack, env = net
+    code = textwrap.dedent("""
+        import socket, sys, time
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=0.2)
+        try:
+            c.recv(10)
+            print("no timeout")
+        except TimeoutError:
+            print("timeout")
+        c.setblocking(False)
+        try:
+            c.recv(10)
+        except BlockingIOError as exc:
+            print("wouldblock", exc.errno)
+        c.setblocking(True)
+        c.sendall(b"abc")
+        print(c.recv(3).decode(), flush=True)
+    """)
+    with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
+        proc = run_on_rack(env, code, NIC, str(port), on=client_on, name="sc")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["timeout", "wouldblock 11", "abc"]
