@@ -28,6 +28,7 @@ import os
 import select
 import socket
 import time
+from collections import deque
 from typing import Any
 
 import psutil
@@ -232,7 +233,8 @@ class FitPath:
         except psutil.NoSuchProcess:
             self.peer_created = 0.0
         self.peer_pid = pid
-        self.rx = bytearray()
+        self.rx: deque[bytes] = deque()   # received chunks, in order
+        self.rx_bytes = 0
         self.unacked = 0
         self.credit = SHORTCUT_FIT_WINDOW_BYTES
         self.closed_sent = False
@@ -241,10 +243,16 @@ class FitPath:
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         if not self.rx:
             return None
-        k = min(want, len(self.rx))
-        data = bytes(self.rx[:k])
+        data = self.rx[0]
+        if len(data) > want:
+            data = data[:want]
+            if not peek:
+                self.rx[0] = self.rx[0][want:]
+        elif not peek:
+            self.rx.popleft()
+        k = len(data)
         if not peek:
-            del self.rx[:k]
+            self.rx_bytes -= k
             self.unacked += k
             if self.unacked >= SOCKET_CREDIT_BYTES:
                 self.rt.send(self.peer, Op.STUB_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
@@ -258,8 +266,11 @@ class FitPath:
 
     def pushed(self, op: int, payload: memoryview) -> None:
         if op == Op.STUB_SC_DATA:
-            self.rx += payload[SK.size:]
-            self.stub._ring()
+            data = bytes(payload[SK.size:])
+            if data:
+                self.rx.append(data)
+                self.rx_bytes += len(data)
+                self.stub._ring()
         elif op == Op.STUB_SC_CREDIT:
             self.credit += SK_N.unpack_from(payload)[1]
             self.stub._cond.notify_all()

@@ -45,6 +45,8 @@ _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
 _PEEK, _DONTWAIT, _NOSIGNAL = (int(f) for f in (   # plain ints: IntFlag arithmetic is slow
     _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL))
+_DATA_OPS = frozenset(int(op) for op in (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_SENT,
+                                          Op.STUB_SC_DATA, Op.STUB_SC_CREDIT))
 _OPTS = {(_socket_module.SOL_SOCKET, o) for o in (
     _socket_module.SO_REUSEADDR, _socket_module.SO_REUSEPORT, _socket_module.SO_KEEPALIVE,
     _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF)} | {
@@ -536,7 +538,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
         with self._cond:
             if self._dead:
                 return
-            if op == Op.STUB_ACCEPT:
+            if op in _DATA_OPS:   # the data path's own messages: the hot case first
+                if self._path is not None:
+                    self._path.pushed(op, payload)
+            elif op == Op.STUB_ACCEPT:
                 self._accepts.append(codec.decode(payload[SK.size:])[0])
                 self._ring()
             elif op == Op.STUB_CONNECTED:
@@ -552,8 +557,6 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     self._eof = True
                 self._ring()
                 self._cond.notify_all()
-            elif self._path is not None:   # the data path's own messages
-                self._path.pushed(op, payload)
 
 
 def _poll(fd: int, timeout_s: float | None) -> bool:
