@@ -32,7 +32,7 @@ SHORTCUT_PIPE_BYTES = 1024 * 1024        # pipe shortcut: each pipe's capacity (
 SHORTCUT_FIT_WINDOW_BYTES = 2 * 1024 * 1024   # FIT shortcut: bytes in flight each way (as
                                           # much as a loopback TCP connection buffers)
 SHORTCUT_PEER_CHECK_S = 0.1               # a FIT shortcut's waiting stub checks its peer lives
-STUB_PUSH_TIMEOUT_S = 1.0                 # a stub that takes no push in this is gone
+STUB_PUSH_TIMEOUT_S = 0.1                 # a stub whose inbox takes no connection in this is gone
 CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
 NCOMPONENT_DRAM_DEFAULT = "64MiB"         # nComponent DRAM for socket buffers (spec: dram)
 NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
