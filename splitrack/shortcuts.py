@@ -169,6 +169,10 @@ class PipePath:
         os.set_blocking(stub._fd, False)
         self.rfd, self.wfd = stub._fd, wfd
         self.peeked = b""
+        self.readable = select.poll()   # kept: a poll object per wait costs ~1 us
+        self.readable.register(self.rfd, select.POLLIN)
+        self.writable = select.poll()
+        self.writable.register(wfd, select.POLLOUT)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         data = self.peeked[:want]
@@ -199,19 +203,20 @@ class PipePath:
             return 0
 
     def can_send(self) -> bool:
-        return _ready(self.wfd, select.POLLOUT, 0)
+        return self.wfd < 0 or bool(self.writable.poll(0))
 
     def pushed(self, op: int, payload: memoryview) -> None:
         pass   # a pipe carries its own bytes; nothing comes through the inbox
 
     def wait_readable(self, deadline: float | None) -> bool:
-        return _ready(self.rfd, select.POLLIN, deadline) or self.stub._readable()
+        return bool(self.readable.poll(_ms(deadline))) or self.stub._readable()
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self.wfd < 0 or _ready(self.wfd, select.POLLOUT, deadline)
+        return self.wfd < 0 or bool(self.writable.poll(_ms(deadline)))
 
     def shutdown(self, how: int) -> None:
         if how in (socket.SHUT_WR, socket.SHUT_RDWR) and self.wfd >= 0:
+            self.writable.unregister(self.wfd)
             os.close(self.wfd)   # the peer reads EOF
             self.wfd = -1
 
@@ -324,14 +329,6 @@ class FitPath:
             pass   # the peer's process is gone
 
 
-def _ready(fd: int, event: int, deadline: float | None) -> bool:
-    """poll() one fd until `deadline` (monotonic; 0: only now, None: forever)."""
-    poller = select.poll()
-    poller.register(fd, event)
-    if deadline is None:
-        timeout = None
-    elif deadline == 0:
-        timeout = 0
-    else:
-        timeout = max(0, (deadline - time.monotonic()) * 1000)
-    return bool(poller.poll(timeout))
+def _ms(deadline: float | None) -> float | None:
+    """A poll() timeout in ms for a monotonic deadline (None: forever)."""
+    return None if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
