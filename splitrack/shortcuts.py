@@ -232,6 +232,7 @@ class FitPath:
     def __init__(self, stub: Any, peer: str, peer_stub: int):
         self.stub, self.rt = stub, stub._rt
         self.peer, self.peer_stub = peer, peer_stub
+        self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
         pid = int(peer.split(".")[1])
         try:
             self.peer_created = psutil.Process(pid).create_time()
@@ -283,7 +284,8 @@ class FitPath:
     def put(self, chunk: memoryview) -> int:
         n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
         if n:
-            self.rt.send(self.peer, Op.STUB_SC_DATA, SK.pack(self.peer_stub) + chunk[:n])
+            self.rt.send(self.peer, Op.STUB_SC_DATA,
+                         self.head + (chunk if n == len(chunk) else chunk[:n]))
             self.credit -= n
         return n
 
@@ -291,16 +293,22 @@ class FitPath:
         return self.credit > 0
 
     def wait_readable(self, deadline: float | None) -> bool:
-        return self.rt.wait(lambda: self.stub._readable() or self._peer_died(), deadline,
-                            self._park(self.stub._park_readable))
+        return self.rt.wait(self._readable, deadline, self._park_readable)
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self.rt.wait(lambda: self.stub._can_send() or self._peer_died(), deadline,
-                            self._park(self.stub._park_writable))
+        return self.rt.wait(self._writable, deadline, self._park_writable)
 
-    def _park(self, park: Any) -> Any:
-        return lambda timeout: park(SHORTCUT_PEER_CHECK_S if timeout is None
-                                    else min(timeout, SHORTCUT_PEER_CHECK_S))
+    def _readable(self) -> bool:
+        return self.stub._rung or self._peer_died()
+
+    def _writable(self) -> bool:
+        return self.stub._can_send() or self._peer_died()
+
+    def _park_readable(self, timeout: float | None) -> None:   # in slices: see _peer_died
+        self.stub._park_readable(_slice(timeout))
+
+    def _park_writable(self, timeout: float | None) -> None:
+        self.stub._park_writable(_slice(timeout))
 
     def _peer_died(self) -> bool:
         """Checked at most every SHORTCUT_PEER_CHECK_S: a dead peer process is a reset."""
@@ -327,6 +335,10 @@ class FitPath:
             self.shutdown(socket.SHUT_WR)
         except OSError:
             pass   # the peer's process is gone
+
+
+def _slice(timeout: float | None) -> float:
+    return SHORTCUT_PEER_CHECK_S if timeout is None else min(timeout, SHORTCUT_PEER_CHECK_S)
 
 
 def _ms(deadline: float | None) -> float | None:

@@ -401,22 +401,25 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        self._alive()
         if flags & ~(_DONTWAIT | _NOSIGNAL):
             raise _err(errno.EOPNOTSUPP)
         view = memoryview(data).cast("B")
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
-        deadline = self._deadline()
-        sent = 0
+        deadline = None   # computed if it must wait (this is the hot path)
+        sent, total = 0, len(view)
         while True:
             with self._lock:
-                self._check_sendable()
-                if sent < len(view):
-                    sent += self._path.put(view[sent:])
-                if sent == len(view) or (sent and nonblocking):
+                if self._error or self._shut_wr or self._broken or self._dead or \
+                        self._peer is None:
+                    self._check_sendable()
+                if sent < total:
+                    sent += self._path.put(view if not sent else view[sent:])
+                if sent == total or (sent and nonblocking):
                     return sent
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            if deadline is None and self._timeout is not None:
+                deadline = time.monotonic() + self._timeout
             if not self._path.wait_writable(deadline):
                 if sent:
                     return sent
@@ -435,7 +438,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = memoryview(data).cast("B")
-        done = 0
+        done = self.send(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
             done += self.send(view[done:], flags)
 
