@@ -28,7 +28,10 @@ SKELETON_RECV_CHUNK_BYTES = 256 * 1024    # at most this much per kernel recv
 SKELETON_LINGER_S = 10.0                  # a closed skeleton keeps sending its data this long
 STUB_LEADER_SLICE_S = 0.05               # a thread reading its process's inbox re-checks this often
 STUB_FOLLOWER_SLICE_S = 0.002             # a thread waiting while another reads it, likewise
-SHORTCUT_PIPE_BYTES = 1024 * 1024        # pipe shortcut: each pipe's capacity (F_SETPIPE_SZ)
+SHORTCUT_PIPE_BYTES = 1024 * 1024        # pipe shortcut: each end's SO_SNDBUF (the kernel
+                                          # doubles it; root may pass net.core.wmem_max)
+SHORTCUT_CONNECT_WAIT_S = 2.0             # a shortcut connect waits this long for the
+                                          # listener's process, then takes the ordinary path
 SHORTCUT_FIT_WINDOW_BYTES = 2 * 1024 * 1024   # FIT shortcut: bytes in flight each way (as
                                           # much as a loopback TCP connection buffers)
 SHORTCUT_PEER_CHECK_S = 0.1               # a FIT shortcut's waiting stub checks its peer lives

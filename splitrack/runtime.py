@@ -32,8 +32,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fit_rpc import GLOBAL_ID, Endpoint, Message, Op
+from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
+from splitrack import shortcuts
 from splitrack.params import (
+    SHORTCUT_PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
     SOCKET_SLOTS_PER_REGION,
     STUB_FOLLOWER_SLICE_S,
@@ -82,9 +84,9 @@ class Runtime:
         with self.lock:
             self.vm.ep.call(peer, op, payload)
 
-    def send(self, peer: str, op: int, payload: bytes) -> None:
+    def send(self, peer: str, op: int, payload: bytes, timeout: float | None = None) -> None:
         with self.lock:
-            self.vm.ep.send(peer, op, payload)
+            self.vm.ep.send(peer, op, payload, timeout)
 
     # ---- stubs --------------------------------------------------------------------------------
     def register(self, stub: Any) -> int:
@@ -189,12 +191,24 @@ class Runtime:
 
     def _serve(self) -> None:
         with self._inbox_lock:   # a leader finishes its slice first
-            self.inbox.serve_forever(tick=lambda: self._stop, every_s=0.5)
+            self.inbox.serve_forever(tick=self._tick, every_s=SHORTCUT_PEER_CHECK_S)
 
     def _push(self, msg: Message) -> None:
         stub = self.stubs.get(int.from_bytes(msg.payload[:4], "little"))
-        if stub is not None:   # a push for a stub closed meanwhile is dropped
+        if stub is not None:
             stub._pushed(msg.op, msg.payload)
+        elif msg.op == Op.STUB_SC_CONNECT:   # a listener closed meanwhile: say so
+            args = codec.decode(msg.payload[4:])[0]
+            shortcuts.refuse(self, args["process"], args["stub"])
+        # any other push for a stub closed meanwhile is dropped
+
+    def _tick(self) -> bool:
+        """The inbox thread's: FIT-shortcut peers that died are seen without a waiter."""
+        for stub in list(self.stubs.values()):
+            check = getattr(stub._path, "check_peer", None)
+            if check is not None:
+                check()
+        return self._stop
 
     def close(self) -> None:
         """At exit: every open stub closes, even one a makefile() still holds."""

@@ -1,29 +1,34 @@
 """The intra-rack shortcuts (the paper, section 5): rack TCP that skips the nComponent.
 
 When a stub connects to an address of the rack (a NIC, or the rack loopback),
-it asks GNM-located nComponent's Proxy who listens there (N_LOOKUP). If a
-stub of the rack does:
-- same pComponent: a **pipe** pair between the two processes (two FIFOs in the
-  run directory, opened by both and unlinked at once): `PipePath`. The kernel
-  pipe is the buffer and the flow control; fileno() is the pipe's read end.
+it asks the nComponent that owns the address who listens there (N_LOOKUP). If
+a stub of the rack does:
+- same pComponent: a **pipe** between the two processes -- a Unix-domain
+  stream pair, a pipe in both directions (BSD built its pipes this way), made
+  through a rendezvous path in the run directory and unlinked at once:
+  `PipePath`. The kernel holds the bytes and does the flow control; the
+  socket's fileno() becomes the pair's end, so select sees it both ways.
 - different pComponents: a direct **FIT** channel between the two stubs
   (STUB_SC_DATA, STUB_SC_CREDIT, STUB_CLOSED between their inboxes), windows
   as on the ordinary path: `FitPath`.
 The connector sends STUB_SC_CONNECT to the listener's process; the listener's
 stub makes the accepted stub at once (its accept queue holds it, as a
 kernel's backlog holds a handshaken connection) and answers STUB_CONNECTED.
-Neither program can tell, but by speed: addresses are those a real
-connection would show (the connector's port is an ephemeral one of its own).
-Nobody listening, or `shortcuts = false` (`splitrack run --no-shortcuts`):
-the ordinary path, which gives ECONNREFUSED as Linux would.
+No answer before the connector's deadline (the listener's process is not
+reading its inbox), nobody listening, or `shortcuts = false` (`splitrack run
+--no-shortcuts`): the ordinary path, which gives ECONNREFUSED as Linux would.
+Neither program can tell, but by speed: addresses are those a real connection
+would show (the connector's port is an ephemeral one of its own).
 
-A pipe peer that dies is EOF (as Linux gives when the kernel closes a dead
-process's socket); a FIT peer that dies is found by its PID within
-SHORTCUT_PEER_CHECK_S and is ECONNRESET. Path methods run with the stub's lock.
+Ends: close or SHUT_WR is EOF for the peer. On the pipe the kernel says the
+rest (EPIPE, ECONNRESET, EOF when a process dies). A FIT peer that closed
+makes later sends EPIPE; one that dies is found by its PID within
+SHORTCUT_PEER_CHECK_S (a waiting stub, or the inbox thread) and is
+ECONNRESET. Path methods run with the stub's lock held.
 """
 
+import _socket
 import errno
-import fcntl
 import os
 import select
 import socket
@@ -36,12 +41,17 @@ import psutil
 from fit_rpc import Op, codec
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from splitrack.params import (
+    SHORTCUT_CONNECT_WAIT_S,
     SHORTCUT_FIT_WINDOW_BYTES,
     SHORTCUT_PEER_CHECK_S,
     SHORTCUT_PIPE_BYTES,
     SOCKET_CREDIT_BYTES,
+    STUB_PUSH_TIMEOUT_S,
 )
 from splitrack.rundir import identify
+
+_std = _socket.socket  # the kernel's socket type (C), whatever socket.socket is made later
+PEER_CLOSED = -1       # STUB_CLOSED's value when a FIT peer closed (not only SHUT_WR)
 
 
 # ---- the connector's side -------------------------------------------------------------------
@@ -57,76 +67,55 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
     same = listener["process"].split(".")[0] == rt.pcomponent
     src = rt.loopback if ip == rt.loopback else rt.nic()[0]
     local = (src, rt.ephemeral_port())
+    wait = SHORTCUT_CONNECT_WAIT_S if stub._timeout is None else \
+        min(stub._timeout, SHORTCUT_CONNECT_WAIT_S)
     args = {"kind": "pipe" if same else "fit", "peer": list(local), "local": [ip, port],
-            "process": rt.id, "stub": stub._id, "inbox": rt.inbox.address}
-    fifos = _make_fifos(rt, stub._id) if same else None
-    if fifos:
-        args["fifos"] = list(fifos[:2])
+            "process": rt.id, "stub": stub._id, "inbox": rt.inbox.address,
+            "until": time.time() + wait}   # the listener drops a request older than this
+    rendezvous = _rendezvous(rt, stub._id) if same else None
+    if rendezvous:
+        args["path"] = rendezvous.getsockname()
+    else:   # pushes may come before the answer is read: the path must be there first
+        stub._path = FitPath(stub, listener["process"], 0)
     rt.add_peer(listener["process"], listener["inbox"])
     stub._connected = None
     try:
         rt.send(listener["process"], Op.STUB_SC_CONNECT,
                 SK.pack(listener["stub"]) + codec.encode(args))
-        ok = rt.wait(lambda: stub._connected is not None, time.monotonic() + 10.0,
-                     stub._park_connect)
+        rt.wait(lambda: stub._connected is not None, time.monotonic() + wait,
+                stub._park_connect)
         answer = stub._connected or {"errno": errno.ETIMEDOUT}
-        if not ok or "errno" in answer:
-            return False   # the listener went away meanwhile: try the ordinary path
-        if fifos:
-            stub._path = PipePath(stub, fifos[2], fifos[3])
-            os.close(fifos[4])   # the listener holds the read end now
-            _unlink(fifos)
-            fifos = None
+        if "errno" in answer:
+            stub._path = None
+            return False   # the listener went away or did not answer: the ordinary path
+        if rendezvous:
+            rendezvous.settimeout(wait)
+            fd, _ = rendezvous._accept()   # queued before the listener answered
+            stub._path = PipePath(stub, fd)
         else:
-            stub._path = FitPath(stub, listener["process"], answer["sk"])
+            stub._path.connected(answer["sk"])
     finally:
-        if fifos:
-            for fd in fifos[2:]:
-                os.close(fd)
-            _unlink(fifos)
+        if rendezvous:
+            os.unlink(rendezvous.getsockname())
+            rendezvous.close()
     stub._local = stub._to_program(local)
     stub._peer = stub._to_program((ip, port))
     return True
 
 
-def _make_fifos(rt: Any, sid: int) -> tuple:
-    """(to-listener path, to-connector path, our read end of the second, our write end
-    of the first, a placeholder reader of the first). The placeholder lets the write
-    end open before the listener's reader does (a FIFO refuses a lone non-blocking
-    writer), and the writer is there before the listener reads (a FIFO with no writer
-    reads as EOF); it closes once the listener has opened its end."""
-    base = os.path.join(rt.run_dir, f"{rt.id}.{sid}")
-    paths = (base + ".c2s", base + ".s2c")
-    for path in paths:
-        if os.path.exists(path):
-            os.unlink(path)
-        os.mkfifo(path, 0o600)
-    placeholder = _open(paths[0], os.O_RDWR)
-    return paths[0], paths[1], _open(paths[1], os.O_RDONLY), _open(paths[0], os.O_WRONLY), \
-        placeholder
-
-
-def _unlink(fifos: tuple | None) -> None:
-    for path in (fifos or ())[:2]:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-
-
-def _open(path: str, flags: int) -> int:
-    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
-    _grow(fd)
-    return fd
-
-
-def _grow(fd: int) -> None:
-    """A pipe as roomy as a loopback TCP connection's buffers, as far as the system
-    lets (fs.pipe-max-size); a 64 KiB pipe would deadlock an echo of 1 MiB."""
+def _rendezvous(rt: Any, sid: int) -> socket.socket:
+    """A listening Unix socket the listener's process connects to, once."""
+    path = os.path.join(rt.run_dir, f"{rt.id}.{sid}.pipe")
+    if os.path.exists(path):
+        os.unlink(path)
+    sock = _std(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, SHORTCUT_PIPE_BYTES)
+        sock.bind(path)
+        sock.listen(1)
     except OSError:
-        pass
+        sock.close()
+        raise
+    return sock
 
 
 # ---- the listener's side ---------------------------------------------------------------------
@@ -134,15 +123,23 @@ def accept(listener: Any, args: dict[str, Any]) -> None:
     """STUB_SC_CONNECT for a listening stub (its lock held): make the accepted stub,
     queue it, answer the connector."""
     rt = listener._rt
+    if time.time() > args["until"]:
+        return   # the connector gave up and took the ordinary path: no ghost connection
     rt.add_peer(args["process"], args["inbox"])
     answer: dict[str, Any]
+    conn = None
     try:
-        if not listener._listening or listener._dead:
+        if not listener._listening or listener._dead or listener._shut_rd:
             raise OSError(errno.ECONNREFUSED, "not listening")
         conn = listener.__class__(socket.AF_INET, socket.SOCK_STREAM)
         if args["kind"] == "pipe":
-            c2s, s2c = args["fifos"]
-            conn._path = PipePath(conn, _open(c2s, os.O_RDONLY), _open(s2c, os.O_WRONLY))
+            sock = _std(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                sock.connect(args["path"])
+            except OSError:
+                sock.close()
+                raise
+            conn._path = PipePath(conn, sock.detach())
         else:
             conn._path = FitPath(conn, args["process"], args["stub"])
         conn._local = conn._to_program(args["local"])
@@ -152,76 +149,89 @@ def accept(listener: Any, args: dict[str, Any]) -> None:
         listener._ring()
         answer = {"sk": conn._id, "local": args["local"]}
     except OSError as exc:
+        if conn is not None:
+            conn.close()
         answer = {"errno": exc.errno or errno.ECONNREFUSED}
-    rt.send(args["process"], Op.STUB_CONNECTED, SK.pack(args["stub"]) + codec.encode(answer))
+    refuse(rt, args["process"], args["stub"], answer)
+
+
+def refuse(rt: Any, process: str, stub: int, answer: dict[str, Any] | None = None) -> None:
+    """Answer a connector (ECONNREFUSED unless `answer` says otherwise)."""
+    answer = answer or {"errno": errno.ECONNREFUSED}
+    try:
+        rt.send(process, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer), timeout=0.5)
+    except OSError:
+        pass   # the connector is gone
 
 
 # ---- the paths -----------------------------------------------------------------------------------
 class PipePath:
-    """Same pComponent: a pipe each way. The stub's fileno() becomes the read end."""
+    """Same pComponent: a Unix-domain stream pair. The stub's fileno() becomes its end."""
 
     name = "pipe"
 
-    def __init__(self, stub: Any, rfd: int, wfd: int):
+    def __init__(self, stub: Any, fd: int):
         self.stub = stub
-        os.dup2(rfd, stub._fd)   # fileno() is now readable exactly when the pipe is
-        os.close(rfd)
+        os.dup2(fd, stub._fd, inheritable=False)   # fileno() is now the pipe's end
+        os.close(fd)
         os.set_blocking(stub._fd, False)
-        self.rfd, self.wfd = stub._fd, wfd
-        self.peeked = b""
+        stub._bell.close()   # the pipe itself says when it is readable
+        stub._bell = None
+        _roomy(stub)
+        self.fd = stub._fd
         self.readable = select.poll()   # kept: a poll object per wait costs ~1 us
-        self.readable.register(self.rfd, select.POLLIN)
+        self.readable.register(self.fd, select.POLLIN)
         self.writable = select.poll()
-        self.writable.register(wfd, select.POLLOUT)
+        self.writable.register(self.fd, select.POLLOUT)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
-        data = self.peeked[:want]
-        if data:
-            if not peek:
-                self.peeked = self.peeked[len(data):]
-        else:
-            try:
-                data = os.read(self.rfd, want)
-            except BlockingIOError:
-                return None
-            if not data:
-                self.stub._eof = True   # the peer closed its end (or its process ended)
-                return None
-            if peek:
-                self.peeked = data
-        if view is None:
-            return data
-        view[:len(data)] = data
-        return len(data)
+        flags = socket.MSG_DONTWAIT | (socket.MSG_PEEK if peek else 0)
+        try:   # the stub's own socket object holds the fd: the kernel's recv on it
+            data = _std.recv(self.stub, want, flags) if view is None else None
+            n = len(data) if view is None else _std.recv_into(self.stub, view, want, flags)
+        except BlockingIOError:
+            return None
+        if n == 0:
+            self.stub._eof = True   # the peer shut down or closed (or its process ended)
+            return None
+        return data if view is None else n
 
     def put(self, chunk: memoryview) -> int:
-        if self.wfd < 0:
-            raise OSError(errno.EPIPE, os.strerror(errno.EPIPE))
         try:
-            return os.write(self.wfd, chunk)
+            return _std.send(self.stub, chunk, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
         except BlockingIOError:
             return 0
 
     def can_send(self) -> bool:
-        return self.wfd < 0 or bool(self.writable.poll(0))
+        return bool(self.writable.poll(0))
 
     def pushed(self, op: int, payload: memoryview) -> None:
         pass   # a pipe carries its own bytes; nothing comes through the inbox
 
     def wait_readable(self, deadline: float | None) -> bool:
-        return bool(self.readable.poll(_ms(deadline))) or self.stub._readable()
+        return self._wait(self.readable, deadline) or self.stub._readable()
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self.wfd < 0 or bool(self.writable.poll(_ms(deadline)))
+        return self._wait(self.writable, deadline)
+
+    def _wait(self, poller: Any, deadline: float | None) -> bool:
+        """poll() the pipe; inline, the process's inbox is looked at between slices (a
+        listener of this process may have a shortcut connection waiting)."""
+        while True:
+            if poller.poll(_ms(deadline, SHORTCUT_PEER_CHECK_S)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self.stub._rt.pump()
 
     def shutdown(self, how: int) -> None:
-        if how in (socket.SHUT_WR, socket.SHUT_RDWR) and self.wfd >= 0:
-            self.writable.unregister(self.wfd)
-            os.close(self.wfd)   # the peer reads EOF
-            self.wfd = -1
+        try:
+            _std.shutdown(self.stub, how)   # SHUT_WR: the peer reads EOF
+        except OSError:
+            pass   # the peer is gone already
 
     def release(self) -> None:
-        self.shutdown(socket.SHUT_WR)   # the read end is the socket's own fd
+        pass   # the pipe's end is the socket's own fd; closing the socket closes it
 
 
 class FitPath:
@@ -231,8 +241,8 @@ class FitPath:
 
     def __init__(self, stub: Any, peer: str, peer_stub: int):
         self.stub, self.rt = stub, stub._rt
-        self.peer, self.peer_stub = peer, peer_stub
-        self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
+        self.peer = peer
+        self.connected(peer_stub)
         pid = int(peer.split(".")[1])
         try:
             self.peer_created = psutil.Process(pid).create_time()
@@ -245,6 +255,11 @@ class FitPath:
         self.credit = SHORTCUT_FIT_WINDOW_BYTES
         self.closed_sent = False
         self.checked = time.monotonic()
+
+    def connected(self, peer_stub: int) -> None:
+        """The peer stub's id (the connector learns it from the answer)."""
+        self.peer_stub = peer_stub
+        self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         if not self.rx:
@@ -261,7 +276,7 @@ class FitPath:
             self.rx_bytes -= k
             self.unacked += k
             if self.unacked >= SOCKET_CREDIT_BYTES:
-                self.rt.send(self.peer, Op.STUB_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
+                self._tell(Op.STUB_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
                 self.unacked = 0
             if not self.rx:
                 self.stub._drained()
@@ -284,10 +299,19 @@ class FitPath:
     def put(self, chunk: memoryview) -> int:
         n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
         if n:
-            self.rt.send(self.peer, Op.STUB_SC_DATA,
-                         self.head + (chunk if n == len(chunk) else chunk[:n]))
+            if not self._tell(Op.STUB_SC_DATA, self.head + (chunk if n == len(chunk)
+                                                          else chunk[:n])):
+                raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET))
             self.credit -= n
         return n
+
+    def _tell(self, op: int, payload: bytes) -> bool:
+        """One message to the peer stub; False if its process takes none (it is gone)."""
+        try:
+            self.rt.send(self.peer, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
+            return True
+        except OSError:
+            return False
 
     def can_send(self) -> bool:
         return self.credit > 0
@@ -299,18 +323,18 @@ class FitPath:
         return self.rt.wait(self._writable, deadline, self._park_writable)
 
     def _readable(self) -> bool:
-        return self.stub._rung or self._peer_died()
+        return self.stub._rung or self.check_peer()
 
     def _writable(self) -> bool:
-        return self.stub._can_send() or self._peer_died()
+        return self.stub._can_send() or self.check_peer()
 
-    def _park_readable(self, timeout: float | None) -> None:   # in slices: see _peer_died
+    def _park_readable(self, timeout: float | None) -> None:   # in slices: see check_peer
         self.stub._park_readable(_slice(timeout))
 
     def _park_writable(self, timeout: float | None) -> None:
         self.stub._park_writable(_slice(timeout))
 
-    def _peer_died(self) -> bool:
+    def check_peer(self) -> bool:
         """Checked at most every SHORTCUT_PEER_CHECK_S: a dead peer process is a reset."""
         now = time.monotonic()
         if now - self.checked < SHORTCUT_PEER_CHECK_S:
@@ -328,19 +352,33 @@ class FitPath:
     def shutdown(self, how: int) -> None:
         if how in (socket.SHUT_WR, socket.SHUT_RDWR) and not self.closed_sent:
             self.closed_sent = True
-            self.rt.send(self.peer, Op.STUB_CLOSED, SK_ERR.pack(self.peer_stub, 0))
+            self._tell(Op.STUB_CLOSED, SK_ERR.pack(self.peer_stub, 0))
 
     def release(self) -> None:
+        if self.peer_stub:   # the peer's later sends fail (EPIPE), as to a closed TCP socket
+            self._tell(Op.STUB_CLOSED, SK_ERR.pack(self.peer_stub, PEER_CLOSED))
+
+
+def _roomy(sock: Any) -> None:
+    """As much room as a loopback TCP connection has (an echo of 1 MiB must not
+    deadlock): a Unix stream's bytes count against the sender's SO_SNDBUF, which
+    root may raise past net.core.wmem_max."""
+    for opt in (_SO_SNDBUFFORCE, socket.SO_SNDBUF):
         try:
-            self.shutdown(socket.SHUT_WR)
+            _std.setsockopt(sock, socket.SOL_SOCKET, opt, SHORTCUT_PIPE_BYTES)
+            return
         except OSError:
-            pass   # the peer's process is gone
+            continue
+
+
+_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)   # Linux's number
 
 
 def _slice(timeout: float | None) -> float:
     return SHORTCUT_PEER_CHECK_S if timeout is None else min(timeout, SHORTCUT_PEER_CHECK_S)
 
 
-def _ms(deadline: float | None) -> float | None:
-    """A poll() timeout in ms for a monotonic deadline (None: forever)."""
-    return None if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
+def _ms(deadline: float | None, most_s: float) -> float:
+    """A poll() timeout in ms: until a monotonic deadline (None: none), at most most_s."""
+    left = most_s if deadline is None else min(most_s, deadline - time.monotonic())
+    return max(0.0, left * 1000)

@@ -101,6 +101,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._eof = self._shut_rd = self._shut_wr = False
         self._error = 0            # a connection error not yet reported
         self._broken = False       # an error was reported: sends raise EPIPE, recvs see EOF
+        self._peer_gone = False    # a FIT-shortcut peer closed: sends raise EPIPE
         self._dead = False         # closed: every call is EBADF
         self._connected: dict[str, Any] | None = None   # the answer to N_CONNECT
         self._rung = False
@@ -171,7 +172,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise TimeoutError("timed out")
 
     def _readable(self) -> bool:
-        return self._rung
+        return self._rung or self._dead
 
     def _park_readable(self, timeout: float | None) -> None:
         _poll(self._fd, timeout)
@@ -253,6 +254,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     if not self._accepts and not self._error:
                         self._hush()
                     break
+                if self._dead:
+                    raise _err(errno.EBADF)
+                if self._shut_rd or self._error:   # shut down, or broken: Linux says EINVAL
+                    raise _err(errno.EINVAL)
             self._wait_readable(deadline)
         conn = info.get("stub") or BsdSocketStub(AF_INET, SOCK_STREAM)   # a shortcut's is made
         if _socket_module.getdefaulttimeout() is None and self._timeout is not None:
@@ -410,7 +415,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         while True:
             with self._lock:
                 if self._error or self._shut_wr or self._broken or self._dead or \
-                        self._peer is None:
+                        self._peer is None or self._peer_gone:
                     self._check_sendable()
                 if sent < total:
                     sent += self._path.put(view if not sent else view[sent:])
@@ -431,7 +436,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if self._error:
             code, self._error, self._broken = self._error, 0, True
             raise _err(code)
-        if self._shut_wr or self._broken:
+        if self._shut_wr or self._broken or self._peer_gone:
             raise _err(errno.EPIPE)
         if self._peer is None:
             raise _err(errno.ENOTCONN)
@@ -484,7 +489,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
         for conn in waiting:   # shortcut connections no accept() took: their peers see EOF
             conn.close()
         self._n, self._sk = None, 0
-        self._bell.close()
+        if self._bell is not None:
+            self._bell.close()
         super()._real_close()
 
     def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
@@ -554,10 +560,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 shortcuts.accept(self, codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CLOSED:
                 code = SK_ERR.unpack_from(payload)[1]
-                if code:
+                if code > 0:
                     self._error = code
-                else:
+                else:   # 0: EOF; shortcuts.PEER_CLOSED: EOF, and the peer takes no more
                     self._eof = True
+                    self._peer_gone = self._peer_gone or code == shortcuts.PEER_CLOSED
                 self._ring()
                 self._cond.notify_all()
 

@@ -171,3 +171,111 @@ def test_timeouts_and_nonblocking_on_shortcuts(net, client_on):
         proc = run_on_rack(env, code, NIC, str(port), on=client_on, name="sc")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["timeout", "wouldblock 11", "abc"]
+
+
+GREETER = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+    print(s.getsockname()[1], flush=True)
+    while True:
+        c, _ = s.accept()
+        c.sendall(b"HELLO")
+        c.close()
+""")
+
+
+@pytest.mark.parametrize("client_on", ["p0", "p1"])
+def test_first_bytes_closing_peers_and_select_both_ways(net, client_on):
+    rack, env = net
+    code = textwrap.dedent("""
+        import errno, select, socket, sys
+        for i in range(30):   # the greeting comes before connect() has even returned
+            c = socket.socket(); c.fileno()   # threaded: an inbox thread takes pushes
+            c.connect((sys.argv[1], int(sys.argv[2])))
+            assert select.select([], [c], [], 5)[1] == [c], "not writable"
+            got = b""
+            while len(got) < 5:
+                chunk = c.recv(5)
+                assert chunk, f"EOF after {got!r} on connection {i}"
+                got += chunk
+            assert got == b"HELLO", got
+            assert c.recv(1) == b""
+            try:   # the peer closed: a send may go once, then EPIPE (or a reset)
+                for _ in range(50):
+                    c.send(b"x" * 1000)
+                    select.select([c], [], [], 0.05)
+                print("sends never failed", flush=True)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            c.close()
+        print("ok", flush=True)
+    """)
+    with on_rack(env, GREETER, NIC, name="sc") as (_, (port,)):
+        proc = run_on_rack(env, code, NIC, str(port), on=client_on, name="sc")
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
+
+
+def test_a_listener_that_does_not_read_its_inbox_costs_no_more_than_the_timeout(net):
+    rack, env = net
+    code = textwrap.dedent("""
+        import socket, sys, time
+        s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        time.sleep(3)   # inline, nobody reads this process's inbox meanwhile
+        s.settimeout(1.0)
+        n = 0
+        try:
+            while True:
+                s.accept(); n += 1
+        except TimeoutError:
+            print("accepted", n, flush=True)
+    """)
+    client = textwrap.dedent("""
+        import socket, sys, time
+        t0 = time.monotonic()
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=0.5)
+        print(round(time.monotonic() - t0, 1), flush=True)
+    """)
+    with on_rack(env, code, NIC, name="sc") as (proc, (port,)):
+        done = run_on_rack(env, client, NIC, str(port), name="sc")
+        assert done.returncode == 0, done.stderr
+        assert float(done.stdout) < 2.0   # the shortcut gave up; the kernel's backlog took it
+        assert proc.stdout.readline().strip() == "accepted 1"   # and no ghost connection
+
+
+@pytest.mark.parametrize("client_on", ["p0", "p1"])
+def test_selectors_see_a_dead_shortcut_peer_and_shutdown_is_eof(net, client_on):
+    rack, env = net
+    server = textwrap.dedent("""
+        import selectors, socket, sys, time
+        s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        c, _ = s.accept()
+        c.shutdown(socket.SHUT_RDWR)   # the peer reads EOF
+        c2, _ = s.accept()
+        c2.setblocking(False)
+        sel = selectors.DefaultSelector(); sel.register(c2, selectors.EVENT_READ)
+        t0 = time.monotonic()
+        assert sel.select(10), "no event for a dead peer"
+        try:
+            print("eof" if c2.recv(10) == b"" else "data", flush=True)
+        except ConnectionResetError:
+            print("reset", flush=True)
+        s.shutdown(socket.SHUT_RDWR)
+        try:
+            s.accept()
+        except OSError as exc:
+            print("accept", exc.errno, flush=True)
+    """)
+    client = textwrap.dedent("""
+        import os, socket, sys
+        a = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+        print("eof" if a.recv(10) == b"" else "data", flush=True)
+        b = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+        os.kill(os.getpid(), 9)
+    """)
+    with on_rack(env, server, NIC, name="sc") as (proc, (port,)):
+        done = run_on_rack(env, client, NIC, str(port), on=client_on, name="sc")
+        assert done.stdout == "eof\n" and done.returncode == 128 + 9, done.stderr
+        assert proc.stdout.readline().strip() in ("eof", "reset")
+        assert proc.stdout.readline().strip() == "accept 22"
