@@ -12,7 +12,7 @@ is docs/protocol.md. Public face:
 """
 
 from fit_rpc import codec
-from fit_rpc.endpoint import DEFERRED, GLOBAL_ID, Endpoint, Message
+from fit_rpc.endpoint import GLOBAL_ID, Endpoint, Message
 from fit_rpc.errors import (
     FitError,
     FitTimeout,
@@ -26,7 +26,7 @@ from fit_rpc.ops import Op, op_name
 from fit_rpc.transport import Transport
 
 __all__ = [
-    "DEFERRED", "GLOBAL_ID", "Endpoint", "Message", "Op", "op_name", "codec", "Transport",
+    "GLOBAL_ID", "Endpoint", "Message", "Op", "op_name", "codec", "Transport",
     "FitError", "FitTimeout", "MalformedMessage", "MessageTooLarge", "PeerUnreachable",
     "UnknownDestination", "UnknownOp",
 ]

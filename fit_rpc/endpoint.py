@@ -6,8 +6,6 @@ Interface:
     ep.call("m0", Op.ECHO, b"x")       # request/reply -> memoryview (raises on error)
     ep.send("m0", Op.LOAD_REPORT, p)   # one-way
     ep.serve(timeout_s) / ep.serve_forever()
-    return DEFERRED from a handler, answer later with ep.respond(msg, payload)
-    or ep.respond_error(msg, exc) (a connect that waits on the kernel)
     ep.pollable                        # the inbox, for a zmq.Poller beside kernel fds
     ep.counters.snapshot(); ep.close()
 
@@ -55,16 +53,14 @@ GLOBAL_ID = "global"
 class Message:
     """An inbound request or one-way message, as a handler sees it."""
 
-    __slots__ = ("src", "op", "seq", "kind", "payload", "route")
+    __slots__ = ("src", "op", "seq", "kind", "payload")
 
-    def __init__(self, src: str, op: int, seq: int, kind: int, payload: memoryview,
-                 route: bytes | None = None):
+    def __init__(self, src: str, op: int, seq: int, kind: int, payload: memoryview):
         self.src = src          # sender's component id
         self.op = op
         self.seq = seq
         self.kind = kind        # header.REQUEST or header.ONEWAY
         self.payload = payload  # view into the received frame; valid during the handler
-        self.route = route      # where a deferred reply goes
 
     def args(self) -> tuple[dict[str, Any], memoryview]:
         """The payload in the "args" layout (codec.py)."""
@@ -72,7 +68,6 @@ class Message:
 
 
 Handler = Callable[[Message], Frame | None]
-DEFERRED = object()   # a handler's result: "I will answer with respond() later"
 
 
 def make_transport(local_id: str, bind: str | None, scheme: str | None = None) -> Transport:
@@ -233,8 +228,8 @@ class Endpoint:
             handler = self._handlers.get(op)
             if handler is None:
                 raise from_code(errno.ENOSYS, f"no op {op_name(op)} here")
-            result = handler(Message(src, op, seq, kind, payload, route))
-            if kind == REQUEST and result is not DEFERRED:
+            result = handler(Message(src, op, seq, kind, payload))
+            if kind == REQUEST:
                 self._reply(route, src, op, seq, b"" if result is None else result)
         except FitError as exc:
             if not seq:
@@ -262,15 +257,6 @@ class Endpoint:
         frame = _pack_header(MAGIC, VERSION, REPLY, op, err, seq, len(payload)) + payload
         self.transport.reply(route, frame)
         self.counters.tx(src, op, len(frame))
-
-    def respond(self, msg: Message, payload: Frame = b"") -> None:
-        """The reply to a request whose handler returned DEFERRED."""
-        if msg.kind == REQUEST and msg.route is not None:
-            self._reply(msg.route, msg.src, msg.op, msg.seq, payload)
-
-    def respond_error(self, msg: Message, exc: OSError) -> None:
-        """An error reply to a request whose handler returned DEFERRED."""
-        self._fail(msg.route, msg.src, msg.kind, msg.op, msg.seq, exc, "service_error")
 
     def at_close(self, fn: Callable[[], None]) -> None:
         """Run fn() first thing in close() (e.g. a last one-way message)."""

@@ -51,6 +51,9 @@ class Ddio:
     def closed(self, skel: Any, err: int) -> None:
         self.net.push(skel, Op.STUB_CLOSED, SK_ERR.pack(skel.stub, err))
 
+    def busy(self) -> bool:
+        return False   # the bytes came in the message: nothing is on its way
+
 
 class Dma(Ddio):
     name = "dma"
@@ -98,3 +101,6 @@ class Dma(Ddio):
             self.loading = False
         if not skel.dead:
             skel.flush()   # a SHUT_WR or close that waited for these bytes goes ahead now
+
+    def busy(self) -> bool:
+        return self.loading or bool(self.loads)

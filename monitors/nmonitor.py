@@ -73,7 +73,7 @@ class NMonitor(Monitor):
         return {"nics": list(self.config["nics"])}
 
     def extra_stats(self) -> dict[str, Any]:
-        live = [s for s in self.skels.values()]
+        live = list(self.skels.values())
         return {"network": {
             **self.counts, "skeletons": len(live),
             "listeners": sum(s.listening for s in live),

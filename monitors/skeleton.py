@@ -88,8 +88,8 @@ class Skeleton:
         return self.connecting or (self.tx is not None and self.tx.used > 0)
 
     def busy(self) -> bool:
-        """dDMA loads in flight: bytes the stub sent that are not in tx yet."""
-        return bool(getattr(self.path, "loading", False) or getattr(self.path, "loads", None))
+        """Bytes the stub sent that are not in tx yet (dDMA loads in flight)."""
+        return self.path is not None and self.path.busy()
 
     # ---- start: the stub's buffer is known ---------------------------------------------
     def start(self, rx: NRing, tx: NRing, path: Any, window: int) -> None:

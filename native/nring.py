@@ -58,7 +58,6 @@ class NRing:
             raise ValueError(f"no ring of {cap} B at offset {offset} of a "
                              f"{len(self._arena)} B arena")
         self.cap = cap
-        self.offset = offset
         self._r = ffi.new("nring *")
         lib.nring_init(self._r, self._arena + offset, cap)
 

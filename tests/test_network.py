@@ -7,6 +7,7 @@ import random
 import select
 import signal
 import socket
+import subprocess
 import sys
 import textwrap
 import threading
@@ -315,7 +316,7 @@ def test_slow_reader_pushes_back_and_memory_stays_bounded(net):
 
 
 def test_program_without_the_rack_runtime_is_told(tmp_path):
-    proc = __import__("subprocess").run(
+    proc = subprocess.run(
         [sys.executable, "-c", "from splitrack import rsocket; rsocket.install(); "
          "import socket; socket.socket()"], capture_output=True, text=True, cwd=SCRATCH)
     assert proc.returncode != 0 and "splitrack run" in proc.stderr
