@@ -110,9 +110,15 @@ def test_killed_peer_is_eof_or_reset(net, reader_on):
         reader = subprocess.Popen([SPLITRACK, "run", "--name", "sc", "--on", reader_on, "--",
                                    sys.executable, "-c", code, NIC, str(port)], env=env,
                                   cwd=SCRATCH, stdout=subprocess.PIPE, text=True)
-        assert reader.stdout.readline() == "flowing\n"
-        psutil.Process(pid).send_signal(signal.SIGKILL)
-        out, _ = reader.communicate(timeout=60)
+        try:
+            assert reader.stdout.readline() == "flowing\n"
+            psutil.Process(pid).send_signal(signal.SIGKILL)
+            out, _ = reader.communicate(timeout=60)
+        finally:
+            if reader.poll() is None:
+                reader.terminate()   # forwarded to the program by `splitrack run`
+                reader.wait(timeout=30)
+            reader.stdout.close()
     assert out.split() in (["eof", "True"], ["reset", "True"])
 
 
