@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
+from fit_rpc.netpath import SK
 from splitrack import shortcuts
 from splitrack.params import (
     SHORTCUT_PEER_CHECK_S,
@@ -43,6 +44,7 @@ from splitrack.params import (
 )
 from splitrack.vm import VirtualMemory, _this
 
+_STUB_ID = SK   # every push starts with the stub's id
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,
            Op.STUB_CONNECTED, Op.STUB_SC_CONNECT, Op.STUB_SC_DATA, Op.STUB_SC_CREDIT)
 
@@ -194,7 +196,7 @@ class Runtime:
             self.inbox.serve_forever(tick=self._tick, every_s=SHORTCUT_PEER_CHECK_S)
 
     def _push(self, msg: Message) -> None:
-        stub = self.stubs.get(int.from_bytes(msg.payload[:4], "little"))
+        stub = self.stubs.get(_STUB_ID.unpack_from(msg.payload)[0])
         if stub is not None:
             stub._pushed(msg.op, msg.payload)
         elif msg.op == Op.STUB_SC_CONNECT:   # a listener closed meanwhile: say so

@@ -368,7 +368,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
-        self._alive()
+        if self._dead:
+            raise _err(errno.EBADF)
         if flags & ~(_PEEK | _DONTWAIT):
             raise _err(errno.EOPNOTSUPP)
         if want == 0:
@@ -544,7 +545,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- pushes from the skeleton (the runtime's inbox thread) ----------------------------------
     def _pushed(self, op: int, payload: memoryview) -> None:
-        with self._cond:
+        with self._lock:   # the Condition's own lock (a plain `with` is one call fewer)
             if self._dead:
                 return
             if op in _DATA_OPS:   # the data path's own messages: the hot case first
