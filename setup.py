@@ -1,3 +1,3 @@
 from setuptools import setup
 
-setup(cffi_modules=["native/build_extcache.py:ffi", "native/build_nring.py:ffi"])
+setup(cffi_modules=["native/build.py:extcache_ffi", "native/build.py:nring_ffi"])

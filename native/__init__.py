@@ -1,6 +1,23 @@
 """native: the C parts of splitrack, built with cffi in API mode at install time.
 
     extcache.h / extcache.c     the pComponent's extCache (shared-memory, set-associative)
-    build_extcache.py           the cffi build script (setup.py: cffi_modules)
-    extcache.py                 the Python binding: maps a segment, raises on C errors
+    extcache.py                 its Python binding: maps a segment, raises on C errors
+    nring.h / nring.c           the nComponent's DRAM ring (kernel socket <-> ring)
+    nring.py                    its Python binding
+    build.py                    the cffi build script (setup.py: cffi_modules)
 """
+
+import os
+from importlib import import_module
+from types import ModuleType
+
+
+def load(module: str, what: str) -> ModuleType:
+    """A built C module (native._extcache...), or an ImportError that says what to do."""
+    try:
+        return import_module(f"native.{module}")
+    except ImportError as exc:  # e.g. `python -c` in the source checkout, which shadows it
+        raise ImportError(
+            f"splitrack's {what} is not built next to {os.path.dirname(__file__)}: install "
+            "splitrack with pip (`pip install .`, or `pip install -e .` to develop), and do not "
+            "run programs from a directory that holds a copy of its sources") from exc

@@ -16,13 +16,10 @@ import mmap
 import os
 from typing import Any
 
-try:
-    from native._extcache import ffi, lib
-except ImportError as exc:  # e.g. `python -c` in the source checkout, which shadows the install
-    raise ImportError(
-        f"splitrack's C extCache is not built next to {os.path.dirname(__file__)}: install "
-        "splitrack with pip (`pip install .`, or `pip install -e .` to develop), and do not "
-        "run programs from a directory that holds a copy of its sources") from exc
+from native import load
+
+_c = load("_extcache", "C extCache")
+ffi, lib = _c.ffi, _c.lib
 
 POLICIES = {"lru": lib.XC_LRU, "fifo": lib.XC_FIFO}
 COUNTERS = ("hits", "misses", "evictions", "writebacks", "zerofills", "fetches", "flushes")

@@ -18,13 +18,10 @@ import errno
 import os
 from typing import Any
 
-try:
-    from native._nring import ffi, lib
-except ImportError as exc:  # e.g. `python -c` in the source checkout, which shadows the install
-    raise ImportError(
-        f"splitrack's C ring is not built next to {os.path.dirname(__file__)}: install "
-        "splitrack with pip (`pip install .`, or `pip install -e .` to develop), and do not "
-        "run programs from a directory that holds a copy of its sources") from exc
+from native import load
+
+_c = load("_nring", "C ring")
+ffi, lib = _c.ffi, _c.lib
 
 __all__ = ["NRing"]
 

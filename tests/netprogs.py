@@ -8,8 +8,10 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from typing import Any
 
-from helpers import SPLITRACK
+from fit_rpc import Op
+from helpers import SPLITRACK, running_rack, small_spec
 
 SCRATCH = "/tmp"   # programs start outside the checkout (its packages lack the C extensions)
 
@@ -125,6 +127,19 @@ def run_on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | No
 
 def environ(rack) -> dict:
     return dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+
+
+@contextlib.contextmanager
+def network_rack(name: str) -> Iterator[tuple[Any, dict]]:
+    """A small rack named `name` and the environment to reach it: a module's fixture."""
+    with running_rack(lambda storage: small_spec(storage, name=name)) as rack:
+        yield rack, environ(rack)
+
+
+def n0_network(rack) -> dict:
+    """n0's network counters (STATS)."""
+    with rack.endpoint() as ep:
+        return ep.call_args("n0", Op.STATS)[0]["network"]
 
 ASYNCIO_ECHO = textwrap.dedent("""
     import asyncio, sys

@@ -19,7 +19,7 @@ import pytest
 
 from fit_rpc import Op
 from fit_rpc.netpath import DMA
-from helpers import running_rack, small_spec, wait_until
+from helpers import wait_until
 from netprogs import (
     ASYNCIO_ECHO,
     DMA_BURST,
@@ -30,7 +30,8 @@ from netprogs import (
     SLEEPY_READER,
     SOCKETSERVER_ECHO,
     SOURCE,
-    environ,
+    n0_network,
+    network_rack,
     on_rack,
     run_on_rack,
 )
@@ -40,13 +41,8 @@ NIC = "127.0.0.11"
 
 @pytest.fixture(scope="module")
 def net():
-    with running_rack(lambda storage: small_spec(storage, name="net")) as rack:
-        yield rack, environ(rack)
-
-
-def n0_network(rack) -> dict:
-    with rack.endpoint() as ep:
-        return ep.call_args("n0", Op.STATS)[0]["network"]
+    with network_rack("net") as rack_env:
+        yield rack_env
 
 
 def connect(port: int, ip: str = NIC) -> socket.socket:

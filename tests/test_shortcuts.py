@@ -12,8 +12,7 @@ import threading
 import psutil
 import pytest
 
-from fit_rpc import Op
-from helpers import SPLITRACK, running_rack, small_spec, wait_until
+from helpers import SPLITRACK, wait_until
 from netprogs import (
     ASYNCIO_ECHO,
     ECHO_CLIENT,
@@ -22,7 +21,8 @@ from netprogs import (
     SELECTORS_ECHO,
     SOCKETSERVER_ECHO,
     SOURCE,
-    environ,
+    n0_network,
+    network_rack,
     on_rack,
     run_on_rack,
 )
@@ -32,26 +32,21 @@ NIC = "127.0.0.11"
 
 @pytest.fixture(scope="module")
 def net():
-    with running_rack(lambda storage: small_spec(storage, name="sc")) as rack:
-        yield rack, environ(rack)
-
-
-def n0(rack) -> dict:
-    with rack.endpoint() as ep:
-        return ep.call_args("n0", Op.STATS)[0]["network"]
+    with network_rack("sc") as rack_env:
+        yield rack_env
 
 
 @pytest.mark.parametrize("client_on, kind", [("p0", "pipe"), ("p1", "fit")])
 def test_echo_through_a_shortcut_every_size(net, client_on, kind):
     rack, env = net
     with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
-        before = n0(rack)
+        before = n0_network(rack)
         proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "7", on=client_on, name="sc")
         assert proc.returncode == 0, proc.stderr
         ok, total, local_ip, peer_ip = proc.stdout.split()
         assert ok == "ok" and int(total) > (1 << 20)
         assert local_ip in ("127.0.0.11", "127.0.0.12") and peer_ip == NIC
-        after = n0(rack)
+        after = n0_network(rack)
     assert after[f"shortcuts_{kind}"] == before[f"shortcuts_{kind}"] + 1
     assert after["accepted"] == before["accepted"]   # the nComponent saw no connection
 
@@ -80,12 +75,12 @@ def test_socketserver_serves_pipe_and_fit_clients_at_once(net):
 def test_no_shortcuts_takes_the_ordinary_path(net):
     rack, env = net
     with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
-        before = n0(rack)
+        before = n0_network(rack)
         proc = subprocess.run([SPLITRACK, "run", "--name", "sc", "--on", "p0", "--no-shortcuts",
                                "--", sys.executable, "-c", ECHO_CLIENT, NIC, str(port), "3"],
                               env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        after = n0(rack)
+        after = n0_network(rack)
     assert after["shortcuts_pipe"] == before["shortcuts_pipe"]
     assert after["accepted"] == before["accepted"] + 1
 
@@ -133,15 +128,15 @@ def test_a_destination_outside_the_rack_is_never_shortcut(net):
                 conn.sendall(data)
 
     threading.Thread(target=echo_once, daemon=True).start()
-    before = n0(rack)
+    before = n0_network(rack)
     proc = run_on_rack(env, ECHO_CLIENT, "127.0.0.5", str(outside.getsockname()[1]), "5",
                        name="sc")
     outside.close()
     assert proc.returncode == 0, proc.stderr
-    after = n0(rack)
+    after = n0_network(rack)
     assert (after["shortcuts_pipe"], after["shortcuts_fit"]) == \
         (before["shortcuts_pipe"], before["shortcuts_fit"])
-    wait_until(lambda: n0(rack)["skeletons"] == 0)
+    wait_until(lambda: n0_network(rack)["skeletons"] == 0)
 
 
 @pytest.mark.parametrize("client_on", ["p0", "p1"])

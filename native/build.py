@@ -1,0 +1,40 @@
+"""cffi (API mode) build script for splitrack's C parts, one FFI per module:
+
+    extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache)
+    nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring)
+
+The declarations come from each header itself (its preprocessor guard lines
+dropped), so the header stays the one statement of the C interface.
+Listed in setup.py's cffi_modules; pip builds them at install time.
+"""
+
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _ffi(name: str, libraries: list[str]) -> FFI:
+    with open(os.path.join(HERE, f"{name}.h")) as f:
+        lines = f.read().splitlines()
+    ffi = FFI()
+    ffi.cdef("\n".join(line for line in lines
+                       if not line.startswith(("#if", "#endif", "#include", "#define SPLITRACK_"))))
+    ffi.set_source(
+        f"native._{name}",
+        f'#include "{name}.h"',
+        sources=[os.path.relpath(os.path.join(HERE, f"{name}.c"))],
+        include_dirs=[os.path.relpath(HERE)],
+        extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
+        libraries=libraries,
+    )
+    return ffi
+
+
+extcache_ffi = _ffi("extcache", ["pthread"])
+nring_ffi = _ffi("nring", [])
+
+if __name__ == "__main__":
+    extcache_ffi.compile(verbose=True)
+    nring_ffi.compile(verbose=True)
