@@ -13,6 +13,7 @@ Results go to stdout, diagnostics to stderr. Errors are one line and exit 1.
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -132,6 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                             f"(it has {', '.join(pcomps)})")
         with rack.endpoint() as ep:
             on = args.on or ep.call_args("global", Op.GPM_PLACE)[0]["id"]
+        if args.no_packing:
+            os.environ["SPLITRACK_PACKING"] = "0"   # the program's environment is ours
         return run_program(rack.run.path, on, command, mode=args.mode,
                            shortcuts=not args.no_shortcuts)
     except LaunchError as exc:
@@ -251,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="its connections to listeners on the rack take the nComponent too "
                         "(default: the spec's rack.shortcuts: a pipe on the same pComponent, "
                         "FIT between pComponents)")
+    p.add_argument("--no-packing", action="store_true",
+                   help="send every small send() on its own (default: consecutive small "
+                        "sends of a socket without TCP_NODELAY are packed into one message "
+                        "to the nComponent; SPLITRACK_PACKING=0 does the same)")
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)

@@ -14,16 +14,30 @@ the same order by the skeleton (monitors/data_paths.py).
   (STUB_DATA_DMA); the stale lines are dropped and the read misses to it.
 - windows: at most SOCKET_BUFFER_BYTES unconsumed each way; consumed bytes
   go back as N_CREDIT in batches, sent ones come back as STUB_SENT.
+- message packing (the paper's suggested improvement; on unless the process
+  runs with SPLITRACK_PACKING=0): a small send that follows the last
+  announcement within PACK_GAP_S is written into the send ring and *held*;
+  consecutive held sends go to the skeleton together, one flush and one
+  N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the stub waits for
+  anything, STUB_SENT arrives, it shuts down or closes, or at most
+  PACK_DELAY_S later (the runtime's flusher). TCP is a byte stream, so nothing
+  a peer can rely on changes; a socket with TCP_NODELAY never holds, and a
+  request/response exchange never waits (its sends are an RTT apart).
 
 Every method runs with the stub's lock held (stub.py); the VirtualMemory lock
 is taken inside, always after it.
 """
 
+import socket as _socket_module
+import time
 from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.netpath import SK, SK_N, ring_pieces
-from splitrack.params import SOCKET_BUFFER_BYTES, SOCKET_CREDIT_BYTES
+from splitrack.params import PACK_GAP_S, PACK_MAX_BYTES, SOCKET_BUFFER_BYTES, SOCKET_CREDIT_BYTES
+
+_NODELAY = (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)
+_clock = time.monotonic
 
 
 class NicPath:
@@ -38,6 +52,9 @@ class NicPath:
         self.rhead = self.rtail = self.unacked = 0   # receive ring: read, arrived, to credit
         self.tpos = 0                                # send ring: written
         self.credit = SOCKET_BUFFER_BYTES            # send window left
+        self.held = 0                                # ... written, not yet announced (packing)
+        self.announced = 0.0                         # ... when bytes last went to the skeleton
+        self.packing = self.rt.packing
 
     # ---- receiving ------------------------------------------------------------------------
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
@@ -72,6 +89,7 @@ class NicPath:
             self.stub._ring()
         elif op == Op.STUB_SENT:
             self.credit += SK_N.unpack_from(payload)[1]
+            self.announce_held()
             self.stub._cond.notify_all()
 
     # ---- sending ------------------------------------------------------------------------------
@@ -81,28 +99,56 @@ class NicPath:
         if not n:
             return 0
         chunk = chunk[:n]
-        tbuf = self.buffers["tbuf"]
-        self._ring_io(tbuf, self.tpos, chunk, self.vm.write)
-        if self.buffers["mode"] == "dma":
-            for addr, k in ring_pieces(tbuf, self.tpos, n):
-                self.vm.flush(addr, k)
-            self.rt.send(self.n, Op.N_SEND_DMA, SK_N.pack(self.sk, n))
-        else:  # dDDIO: the lines' bytes go to the skeleton in the message. They are the
-            # bytes just written, so they are not read back out of the lines.
-            self.rt.send(self.n, Op.N_SEND, SK.pack(self.sk) + chunk)
+        self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
         self.tpos += n
         self.credit -= n
+        if self.packing and self.held + n < PACK_MAX_BYTES and \
+                (self.held or _clock() - self.announced < PACK_GAP_S) and \
+                not self.stub._opts.get(_NODELAY):
+            if not self.held:
+                self.rt.hold(self)
+            self.held += n
+        else:
+            self._announce(n, chunk)
         return n
+
+    def announce_held(self) -> None:
+        """The held bytes (packing) to the skeleton now, if any."""
+        if self.held and self.buffers is not None:
+            self._announce(0, None)
+
+    def _announce(self, n: int, chunk: memoryview | None) -> None:
+        """The last held + n bytes of the send ring (chunk: the last n) to the skeleton."""
+        total, self.held = self.held + n, 0
+        tbuf, start = self.buffers["tbuf"], self.tpos - total
+        if self.buffers["mode"] == "dma":
+            for addr, k in ring_pieces(tbuf, start, total):
+                self.vm.flush(addr, k)
+            self.rt.send(self.n, Op.N_SEND_DMA, SK_N.pack(self.sk, total))
+        else:  # dDDIO: the lines' bytes go to the skeleton in the message. A lone chunk
+            # was just written there, so it is not read back out of the lines.
+            if total != n:
+                chunk = memoryview(bytearray(total))
+                self._ring_io(tbuf, start, chunk, self.vm.read_into)
+            self.rt.send(self.n, Op.N_SEND, SK.pack(self.sk) + chunk)
+        self.announced = _clock()
 
     def can_send(self) -> bool:
         return self.credit > 0
 
     # ---- waiting: the process's inbox brings what the skeleton says (runtime.wait) -----------
     def wait_readable(self, deadline: float | None) -> bool:
+        self._before_waiting()
         return self.rt.wait(self.stub._readable, deadline, self.stub._park_readable)
 
     def wait_writable(self, deadline: float | None) -> bool:
+        self._before_waiting()
         return self.rt.wait(self.stub._can_send, deadline, self.stub._park_writable)
+
+    def _before_waiting(self) -> None:
+        if self.held:   # a stub that waits holds nothing back (the answer may depend on it)
+            with self.stub._lock:
+                self.announce_held()
 
     # ---- the end ------------------------------------------------------------------------------
     def release(self) -> None:

@@ -24,6 +24,9 @@ SOCKET_BUFFER_BYTES = 128 * 1024          # a stub's receive (and send) buffer i
                                           # also the window of bytes in flight each way
 SOCKET_CREDIT_BYTES = 32 * 1024           # credit goes back once this much was consumed
 SOCKET_SLOTS_PER_REGION = 16              # stub buffers per vRegion the runtime allocates
+PACK_GAP_S = 0.0001                       # packing: a send this soon after the last one is held
+PACK_MAX_BYTES = 32 * 1024                # ... and held bytes go once this many are held
+PACK_DELAY_S = 0.001                      # ... or at most this much later (the flusher)
 SKELETON_RECV_CHUNK_BYTES = 256 * 1024    # at most this much per kernel recv
 SKELETON_LINGER_S = 10.0                  # a closed skeleton keeps sending its data this long
 STUB_LEADER_SLICE_S = 0.05               # a thread reading its process's inbox re-checks this often

@@ -2,7 +2,8 @@
 
 One per process (`runtime()`), made on first use from the environment the
 pMonitor gives a launched program (SPLITRACK_PCOMPONENT, SPLITRACK_GLOBAL,
-SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, SPLITRACK_SHORTCUTS):
+SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, SPLITRACK_SHORTCUTS,
+SPLITRACK_PACKING):
 
 - `vm`: the process's VirtualMemory (splitrack.vm), whose FIT endpoint
   ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
@@ -18,6 +19,9 @@ SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, SPLITRACK_SHORTCUTS):
       one inbox thread reads it, and rings the stubs' descriptors.
 - buffers: each stub's receive and send rings live in rack memory, in vRegions
   of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
+- the flusher: a thread, started the first time a stub holds sends back
+  (message packing, nic_path.py), that sends what is still held PACK_DELAY_S
+  later, so that held bytes leave even while the program computes.
 - routing: `nic()` (GNM_ALLOCATE, once: the NIC of this process's unbound
   sockets) and `owner(ip)` (GNM_OWNER, cached: the nComponent of a NIC).
 At exit every open stub closes, so data sent just before exit still leaves.
@@ -36,6 +40,7 @@ from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from fit_rpc.netpath import SK
 from splitrack import shortcuts
 from splitrack.params import (
+    PACK_DELAY_S,
     SHORTCUT_PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
     SOCKET_SLOTS_PER_REGION,
@@ -51,7 +56,7 @@ _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB
 
 class Runtime:
     def __init__(self, vm: VirtualMemory, run_dir: str, mode: str, loopback: str,
-                 shortcuts: bool = True):
+                 shortcuts: bool = True, packing: bool = True):
         self.vm = vm
         self.lock = vm.lock
         self.id = vm.ep.id
@@ -60,6 +65,10 @@ class Runtime:
         self.mode = mode
         self.shortcuts = shortcuts        # pipe/FIT shortcuts to listeners of the rack
         self.loopback = loopback          # the rack's 127.0.0.1, an alias an nComponent serves
+        self.packing = packing            # message packing of small sends (nic_path.py)
+        self._held: list[Any] = []        # data paths holding sends back, for the flusher
+        self._flush = threading.Event()
+        self._flusher: threading.Thread | None = None
         self.stubs: dict[int, Any] = {}   # stub id -> stub
         self._ids = itertools.count(1)
         self._owners: dict[str, str] = {}
@@ -153,6 +162,26 @@ class Runtime:
         """A port for a shortcut connection's local address (Linux's ephemeral range)."""
         return self._ports.randrange(32768, 61000)
 
+    # ---- message packing: held sends leave at most PACK_DELAY_S later ----------------------
+    def hold(self, path: Any) -> None:
+        """`path` (a NicPath, its stub's lock held) started holding sends back."""
+        self._held.append(path)
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_held, daemon=True,
+                                             name="splitrack-stub-flusher")
+            self._flusher.start()
+        self._flush.set()
+
+    def _flush_held(self) -> None:
+        while True:
+            self._flush.wait()
+            self._flush.clear()
+            time.sleep(PACK_DELAY_S)
+            while self._held:
+                path = self._held.pop()
+                with path.stub._lock:
+                    path.announce_held()
+
     # ---- who reads the inbox -----------------------------------------------------------------
     def wait(self, ready: Callable[[], bool], deadline: float | None,
              park: Callable[[float | None], object]) -> bool:
@@ -242,7 +271,8 @@ def runtime() -> Runtime:
             _runtime = Runtime(_this(), env["SPLITRACK_RUN_DIR"],
                                env.get("SPLITRACK_MODE", "ddio"),
                                env.get("SPLITRACK_LOOPBACK", "127.0.0.10"),
-                               env.get("SPLITRACK_SHORTCUTS", "1") != "0")
+                               env.get("SPLITRACK_SHORTCUTS", "1") != "0",
+                               env.get("SPLITRACK_PACKING", "1") != "0")
         return _runtime
 
 

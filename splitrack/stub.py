@@ -468,6 +468,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
             if self._path is not None and self._n is None:   # a shortcut: no skeleton
                 self._path.shutdown(how)
                 return
+            if self._path is not None:
+                self._path.announce_held()   # held sends come before the shutdown
         self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
 
     def _real_close(self, _ss: Any = _std) -> None:
@@ -476,6 +478,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 return
             self._dead = True
             self._cond.notify_all()
+            if self._path is not None and self._n is not None:
+                self._path.announce_held()   # held sends come before the close
         if self._n is not None and self._sk:
             try:   # a call: every byte sent before it reaches the skeleton first
                 self._rt.call_raw(self._n, Op.N_CLOSE, SK.pack(self._sk))

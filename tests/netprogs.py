@@ -86,11 +86,12 @@ SOURCE = textwrap.dedent("""
 
 @contextlib.contextmanager
 def on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None = None,
-            name: str = "net") -> Iterator[tuple[subprocess.Popen, list[int]]]:
-    """Run `code` on the rack in the background; yields (process, the numbers on the
-    first line it printed: its port, ...). It is stopped (SIGTERM, forwarded by
-    `splitrack run`) at the end."""
-    cmd = [SPLITRACK, "run", "--name", name, "--on", on]
+            name: str = "net", flags: tuple[str, ...] = ()
+            ) -> Iterator[tuple[subprocess.Popen, list[int]]]:
+    """Run `code` on the rack in the background (`flags`: more `splitrack run` options);
+    yields (process, the numbers on the first line it printed: its port, ...). It is
+    stopped (SIGTERM, forwarded by `splitrack run`) at the end."""
+    cmd = [SPLITRACK, "run", "--name", name, "--on", on, *flags]
     if mode:
         cmd += ["--mode", mode]
     proc = subprocess.Popen([*cmd, "--", sys.executable, "-c", code, *args], env=env,

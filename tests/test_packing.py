@@ -1,0 +1,111 @@
+"""Message packing (splitrack/nic_path.py): consecutive small sends of a rack
+socket go to the nComponent together, and nothing a TCP peer can see changes:
+every byte arrives, in order, and held bytes leave even while the program
+computes. TCP_NODELAY and SPLITRACK_PACKING=0 (`--no-packing`) send each send
+on its own."""
+
+import hashlib
+import socket
+import subprocess
+import textwrap
+
+import pytest
+
+from fit_rpc import Op
+from helpers import SPLITRACK
+from netprogs import network_rack, on_rack
+
+NIC = "127.0.0.11"
+
+# argv: NIC COUNT SIZE NODELAY(0/1) THEN(close/sleep). Prints "port pid"; sends COUNT
+# messages of SIZE bytes (message i is byte i % 251 repeated) to the first client.
+SENDER = textwrap.dedent("""
+    import os, socket, sys, time
+    ip, count, size, nodelay, then = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
+    s = socket.socket()
+    s.bind((ip, 0))
+    s.listen()
+    print(s.getsockname()[1], os.getpid(), flush=True)
+    c, _ = s.accept()
+    if nodelay:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for i in range(count):
+        c.sendall(bytes([i % 251]) * size)
+    if then == "sleep":   # no socket call again: the flusher must send what is held
+        time.sleep(120)
+    c.close()
+""")
+
+
+@pytest.fixture(scope="module")
+def pack():
+    with network_rack("pack") as rack_env:
+        yield rack_env
+
+
+def _expected(count: int, size: int) -> bytes:
+    return b"".join(bytes([i % 251]) * size for i in range(count))
+
+
+def _receive(port: int, n: int) -> bytes:
+    out = bytearray()
+    with socket.create_connection((NIC, port), timeout=30) as sock:
+        while len(out) < n:
+            chunk = sock.recv(1 << 20)
+            assert chunk, f"EOF after {len(out)} of {n} bytes"
+            out += chunk
+    return bytes(out)
+
+
+def _sends_seen_by_n0(rack, process: str) -> int:
+    with rack.endpoint() as ep:
+        links = ep.call_args("n0", Op.STATS)[0]["links"]
+    ops = links.get(process, {})
+    return sum(ops.get(op, {}).get("rx_msgs", 0) for op in ("N_SEND", "N_SEND_DMA"))
+
+
+@pytest.mark.parametrize("mode", ["dma", "ddio"])
+@pytest.mark.parametrize("nodelay", [0, 1])
+def test_small_sends_are_packed_unless_nodelay_and_every_byte_arrives(pack, mode, nodelay):
+    rack, env = pack
+    count, size = 3000, 100
+    with on_rack(env, SENDER, NIC, str(count), str(size), str(nodelay), "close", mode=mode,
+                 name="pack") as (proc, (port, pid)):
+        got = _receive(port, count * size)
+        assert proc.wait(timeout=30) == 0
+    assert hashlib.sha256(got).digest() == hashlib.sha256(_expected(count, size)).digest()
+    messages = _sends_seen_by_n0(rack, f"p0.{pid}")
+    if nodelay:
+        assert messages >= count     # no waiting: every send is its own message (or two,
+        # where a full window split it)
+    else:
+        assert messages < count // 4, messages
+
+
+@pytest.mark.parametrize("how", ["--no-packing", "SPLITRACK_PACKING=0"])
+def test_no_packing_sends_each_send_on_its_own(pack, how):
+    rack, env = pack
+    count, size = 500, 100
+    flags, run_env = ((how,), env) if how.startswith("--") else ((), dict(env, SPLITRACK_PACKING="0"))
+    with on_rack(run_env, SENDER, NIC, str(count), str(size), "0", "close", mode="dma",
+                 name="pack", flags=flags) as (proc, (port, pid)):
+        got = _receive(port, count * size)
+        assert proc.wait(timeout=30) == 0
+    assert got == _expected(count, size)
+    assert _sends_seen_by_n0(rack, f"p0.{pid}") >= count
+
+
+@pytest.mark.parametrize("mode", ["dma", "ddio"])
+def test_held_bytes_leave_while_the_program_does_something_else(pack, mode):
+    rack, env = pack
+    count, size = 50, 10
+    with on_rack(env, SENDER, NIC, str(count), str(size), "0", "sleep", mode=mode,
+                 name="pack") as (proc, (port, _)):
+        assert _receive(port, count * size) == _expected(count, size)
+        assert proc.poll() is None   # still asleep: the bytes did not wait for the exit
+
+
+def test_run_help_documents_no_packing():
+    out = subprocess.run([SPLITRACK, "run", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "--no-packing" in out
