@@ -86,7 +86,8 @@ def test_small_sends_are_packed_unless_nodelay_and_every_byte_arrives(pack, mode
 def test_no_packing_sends_each_send_on_its_own(pack, how):
     rack, env = pack
     count, size = 500, 100
-    flags, run_env = ((how,), env) if how.startswith("--") else ((), dict(env, SPLITRACK_PACKING="0"))
+    flags, run_env = ((how,), env) if how.startswith("--") else \
+        ((), dict(env, SPLITRACK_PACKING="0"))
     with on_rack(run_env, SENDER, NIC, str(count), str(size), "0", "close", mode="dma",
                  name="pack", flags=flags) as (proc, (port, pid)):
         got = _receive(port, count * size)
