@@ -1,6 +1,6 @@
 """The architecture floor of the rack's socket path, with no splitrack code in it.
 
-    python -m benchmarks.relay_floor DIR IP    prints the TCP port, then relays
+    python -m benchmarks.relay_floor DIR IP    prints "IP PORT", then relays
 
 Two plain processes play nComponent and process: `near` owns a kernel TCP
 socket on IP and, with one epoll (kernel socket + ZeroMQ's ZMQ_FD), forwards
@@ -28,7 +28,7 @@ def near(run_dir: str, ip: str) -> None:
     far = subprocess.Popen([sys.executable, "-m", "benchmarks.relay_floor", "--far", run_dir])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so that `far` is stopped too
     listener = socket.create_server((ip, 0))
-    print(listener.getsockname()[1], flush=True)
+    print(ip, listener.getsockname()[1], flush=True)
     try:
         while True:
             conn, _ = listener.accept()

@@ -1,225 +1,310 @@
-"""`splitrack bench tcp`: echo round trips through the rack against Linux, in the same run.
+"""`splitrack bench tcp`: the paper's TCP micro-benchmarks, against Linux in the same run.
 
-The server is benchmarks/echo_server.py: on the rack (p0, `splitrack run
---mode ddio|dma`, bound on the first NIC) and, for `linux`, the same program as
-a plain process on 127.0.0.5. For linux, ddio and dma the client is this
-process, outside the rack, with the ordinary socket module ("remote Linux" in
-the paper). For the shortcuts the client is on the rack too
-(benchmarks/echo_client.py): `pipe` on p0 (same pComponent as the server),
-`fit` on the second pComponent. Modes are interleaved in `reps` repetitions so
-that the machine's noise hits all alike.
+The server is benchmarks/tcp_server.py: on the rack (p0, `splitrack run --mode
+ddio|dma`, on the first NIC) and, for `linux`, the same program as a plain
+process on 127.0.0.5. For linux, ddio and dma the client is this process,
+outside the rack, with the ordinary socket module ("remote Linux" in the
+paper). For the shortcuts the client is on the rack too (tcp_client.py run by
+`splitrack run`): `pipe` on p0 (same pComponent as the server), `fit` on the
+second pComponent. Repetitions interleave everything compared, so that the
+machine's noise hits all alike. Per mode and size:
+
+- echo RTT p50/p99 (TCP_NODELAY, one connection, `rounds` round trips);
+- one-way throughput, MB/s and messages/s: the server sends `volume` bytes in
+  send()s of `size` (`throughput_MBps`: the send path, where message packing
+  acts), and receives them (`rx_throughput_MBps`). DDIO and DMA are measured
+  with packing off too (`packing`).
+
+And once: connect() time, a client on the rack (p0) vs the same client as a
+plain process, both to the plain Linux server; the nComponent's CPU time
+(psutil, the nMonitor process's own accounting) while the DDIO server streams
+`cpu_volume` bytes out and in, per GB; and NIC scaling (nic_scaling.py).
 
 Baselines measured in the same run: Linux TCP loopback (the `linux` mode),
 raw pyzmq DEALER/ROUTER between two plain processes, raw os.pipe between two
-plain processes (raw_pipe.py), and the relay floor
-(benchmarks/relay_floor.py: the rack's process layout -- a TCP socket in one
-process, one pyzmq hop each way to a second -- with no splitrack code). A rack
-round trip is one TCP round trip plus one FIT round trip (stub <-> skeleton),
-so the target is
-    DDIO p50 <= 1.25 x (Linux TCP p50 + raw pyzmq p50)
-and the paper's order is Linux < DDIO < DMA. The shortcuts' targets:
-    pipe p50 <= 1.5 x raw os.pipe p50;  fit p50 <= 1.25 x raw pyzmq p50.
+plain processes (raw_pipe.py), and the relay floor (relay_floor.py: the
+rack's process layout -- a TCP socket in one process, one pyzmq hop each way
+to a second -- with no splitrack code). The targets (docs/benchmarks.md):
+    DDIO p50 <= 1.25 x (Linux TCP p50 + raw pyzmq p50), Linux < DDIO < DMA
+    pipe p50 <= 1.5 x raw os.pipe p50;  fit p50 <= 1.25 x raw pyzmq p50
+    rack connect p50 <= 1.25 x (Linux connect p50 + raw pyzmq p50)
+    throughput at 4 KiB: DDIO >= 0.5 x Linux, DMA (packing) >= 0.35 x Linux
+    nComponent CPU <= 4 core-seconds per GB each way
 
 JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
-"rtt_p99_us"}], "baselines": {"raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us",
+"rtt_p99_us", "throughput_MBps", "msgs_per_s", "rx_throughput_MBps"}],
+"baselines": {"raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us",
 "raw_zmq_p50_us_by_size", "raw_pipe_p50_us_by_size", "relay_floor_p50_us_by_size"},
-"ddio_target_ratio": [{"size", "ratio", "over_floor"}],
-"shortcut_ratios": [{"mode", "size", "ratio"}], "rounds", "reps"}
+"connect": {"linux_p50_us", "rack_p50_us", "ratio"}, "ncomponent_cpu":
+{"tx_core_s_per_GB", "rx_core_s_per_GB", "bytes"}, "nic_scaling": [{"nics",
+"throughput_MBps"}], "packing": [{"mode", "size", "on_MBps", "off_MBps"}],
+"targets": [{"name", "value", "target", "met"}], "settings": {...}}
+--plot F.png draws the figures (plots.py) and writes F.md, a summary table.
 """
 
 import argparse
 import contextlib
 import json
 import os
-import select
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import psutil
 
-from benchmarks import raw_pipe
+from benchmarks import nic_scaling, plots, raw_pipe, tcp_client
+from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawServer, measure_in_process
 from benchmarks.report import finish
+from benchmarks.servers import server
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
 MODES = ("linux", "ddio", "dma", "pipe", "fit")
-SIZES = (128, 4096)
-ROUNDS = 2000
-REPS = 5
+SIZES = (128, 256, 512, 1024, 2048, 4096)
 LINUX_IP = "127.0.0.5"   # the "remote Linux" server's address, outside the rack
+# The full sweep, and --quick's (well under a minute, the README's main job).
+FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "volume": 8 << 20, "max_sends": 20_000,
+        "connects": 500, "cpu_volume": 128 << 20, "nics": (1, 2, 4), "nic_volume": 64 << 20}
+QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 2, "volume": 4 << 20,
+         "max_sends": 4000, "connects": 100, "cpu_volume": 32 << 20, "nics": (1, 2),
+         "nic_volume": 16 << 20}
 
 
-def run(spec: Any = None, modes: tuple[str, ...] = MODES, sizes: tuple[int, ...] = SIZES,
-        rounds: int = ROUNDS, reps: int = REPS) -> dict[str, Any]:
+def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> dict[str, Any]:
+    s = {**FULL, **{k: v for k, v in settings.items() if v is not None}}
+    sizes, reps = s["sizes"], s["reps"]
     rack_spec = load_spec(spec, name=f"bench-tcp-{os.getpid()}")
     ps = [c["id"] for c in rack_spec.components if c["kind"] == "p"]
-    p0 = ps[0]
-    nic = next(c["nics"][0] for c in rack_spec.components if c["kind"] == "n")
+    ncomp = next(c for c in rack_spec.components if c["kind"] == "n")
+    nic = ncomp["nics"][0]
     if "fit" in modes and len(ps) < 2:
         raise SystemExit("splitrack: error: mode fit needs a rack with two pComponents")
-    samples: dict[tuple[str, int], list[float]] = {(m, s): [] for m in modes for s in sizes}
-    raw: dict[int, list[float]] = {s: [] for s in sizes}
-    floor: dict[int, list[float]] = {s: [] for s in sizes}
-    pipe: dict[int, list[float]] = {s: [] for s in sizes}
-    with Rack(rack_spec) as rack, contextlib.ExitStack() as servers:
-        env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root, SPLITRACK_RUN_DIR=rack.run.path)
-        ports = {m: servers.enter_context(_server(m, env, rack_spec.name, p0, nic))
-                 for m in (*modes, "floor")}
-        raw_address = f"ipc://{rack.run.path}/raw-echo.sock"
-        servers.enter_context(RawServer(raw_address))
-        for _ in range(reps):
-            for size in sizes:
-                raw[size].extend(measure_in_process(raw_address, size, rounds,
-                                                    BENCH_WARMUP_ROUNDS))
-                floor[size].extend(echo_rtts(LINUX_IP, ports["floor"], size, rounds))
-                pipe[size].extend(raw_pipe.measure(size, rounds, BENCH_WARMUP_ROUNDS))
-                for mode in modes:
-                    if mode in ("pipe", "fit"):   # the client is on the rack too
-                        on = p0 if mode == "pipe" else ps[1]
-                        samples[mode, size].extend(_rack_client(env, rack_spec.name, on, nic,
-                                                                ports[mode], size, rounds))
-                        continue
-                    ip = LINUX_IP if mode == "linux" else nic
-                    samples[mode, size].extend(echo_rtts(ip, ports[mode], size, rounds))
-    return _report(samples, raw, floor, pipe, modes, sizes, rounds, reps)
+    packable = [m for m in ("ddio", "dma") if m in modes]
+    rtt: dict[tuple[str, int], list[float]] = {(m, z): [] for m in modes for z in sizes}
+    tput: dict[tuple[str, str, int], list[float]] = {}   # (direction, mode, size) -> MB/s
+    base: dict[tuple[str, int], list[float]] = {(b, z): [] for b in ("raw", "floor", "pipe")
+                                                for z in sizes}
+    connect: dict[str, list[float]] = {"linux": [], "rack": []}
+    steps = reps * len(sizes) + reps + 1 + len(s["nics"])
+    with progress("bench tcp", steps) as advance:
+        with Rack(rack_spec) as rack, contextlib.ExitStack() as servers:
+            env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root,
+                       SPLITRACK_RUN_DIR=rack.run.path)
+            rack_run = [sys.executable, "-m", "splitrack.cli", "run", "--name", rack_spec.name]
+            program = [sys.executable, "-m", "benchmarks.tcp_server"]
+
+            def start(cmd: list[str], run_env: dict[str, str] = env) -> tuple[str, int]:
+                return servers.enter_context(server(cmd, run_env))
+
+            addr = {"linux": start([*program, LINUX_IP]),
+                    "floor": start([sys.executable, "-m", "benchmarks.relay_floor",
+                                    rack.run.path, LINUX_IP])}
+            for m in modes:
+                if m != "linux":   # the shortcuts' listener is a DDIO server (they skip it)
+                    data_path = m if m in ("ddio", "dma") else "ddio"
+                    addr[m] = start([*rack_run, "--on", ps[0], "--mode", data_path, "--",
+                                     *program, nic])
+            for m in packable:
+                addr[m + "-unpacked"] = start([*rack_run, "--on", ps[0], "--mode", m,
+                                               "--no-packing", "--", *program, nic])
+            raw_address = f"ipc://{rack.run.path}/raw-echo.sock"
+            servers.enter_context(RawServer(raw_address))
+            for _ in range(reps):
+                for size in sizes:
+                    sends = min(s["volume"] // size, s["max_sends"])
+                    volume = sends * size
+                    warm = BENCH_WARMUP_ROUNDS
+                    base["raw", size] += measure_in_process(raw_address, size, s["rounds"], warm)
+                    base["floor", size] += tcp_client.echo_rtts(*addr["floor"], size,
+                                                                s["rounds"], warm)
+                    base["pipe", size] += raw_pipe.measure(size, s["rounds"], warm)
+                    for m in modes:
+                        plan = [{"kind": "echo", "size": size, "rounds": s["rounds"],
+                                 "warmup": warm},
+                                {"kind": "tx", "size": size, "total": volume},
+                                {"kind": "rx", "size": size, "total": volume}]
+                        if m in ("pipe", "fit"):   # the client is on the rack too
+                            on = ps[0] if m == "pipe" else ps[1]
+                            got = _rack_client(rack_run, env, on, addr[m], plan)
+                        else:
+                            got = tcp_client.run_plan([{**p, "ip": addr[m][0],
+                                                        "port": addr[m][1]} for p in plan])
+                        rtt[m, size] += got[0]
+                        tput.setdefault(("tx", m, size), []).append(got[1]["MBps"])
+                        tput.setdefault(("rx", m, size), []).append(got[2]["MBps"])
+                    for m in packable:
+                        got = tcp_client.tx(*addr[m + "-unpacked"], size, volume)
+                        tput.setdefault(("tx", m + "-unpacked", size), []).append(got["MBps"])
+                    advance()
+                n = max(1, s["connects"] // reps)
+                connect["linux"] += tcp_client.connect_times(*addr["linux"], n)
+                connect["rack"] += _rack_client(
+                    rack_run, env, ps[0], addr["linux"],
+                    [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1]
+                advance()
+            cpu = _ncomponent_cpu(rack, ncomp["id"], addr.get("ddio"), sizes, s["cpu_volume"])
+            advance()
+        scaling = nic_scaling.measure(spec, s["nics"], s["nic_volume"], advance)
+    return _report(rtt, tput, base, connect, cpu, scaling, modes, s)
 
 
-def _rack_client(env: dict[str, str], rack: str, on: str, ip: str, port: int, size: int,
-                 rounds: int) -> list[float]:
-    """benchmarks/echo_client.py run on the rack; its round-trip times."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "splitrack.cli", "run", "--name", rack, "--on", on, "--",
-         sys.executable, "-m", "benchmarks.echo_client", ip, str(port), str(size), str(rounds),
-         str(BENCH_WARMUP_ROUNDS)], env=env, cwd="/", capture_output=True, text=True,
-        timeout=600)
+def _rack_client(rack_run: list[str], env: dict[str, str], on: str, addr: tuple[str, int],
+                 plan: list[dict[str, Any]]) -> list[Any]:
+    """tcp_client.py's plan run on the rack (pComponent `on`); its results."""
+    plan = [{**p, "ip": addr[0], "port": addr[1]} for p in plan]
+    proc = subprocess.run([*rack_run, "--on", on, "--", sys.executable, "-m",
+                           "benchmarks.tcp_client", json.dumps(plan)],
+                          env=env, cwd="/", capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise RuntimeError(f"the rack echo client failed: {proc.stderr.strip()[-500:]}")
+        raise RuntimeError(f"the rack client failed: {proc.stderr.strip()[-800:]}")
     return json.loads(proc.stdout)
 
 
-@contextlib.contextmanager
-def _server(mode: str, env: dict[str, str], rack: str, p0: str, nic: str) -> Iterator[int]:
-    """The echo server for `mode`, started and always stopped; yields its port."""
-    program = [sys.executable, "-m", "benchmarks.echo_server"]
-    if mode == "linux":
-        cmd = [*program, LINUX_IP]
-    elif mode == "floor":
-        cmd = [sys.executable, "-m", "benchmarks.relay_floor", env["SPLITRACK_RUN_DIR"], LINUX_IP]
-    else:
-        data_path = mode if mode in ("ddio", "dma") else "ddio"   # shortcuts skip it anyway
-        cmd = [sys.executable, "-m", "splitrack.cli", "run", "--name", rack, "--on", p0,
-               "--mode", data_path, "--", *program, nic]
-    proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 30)
-        line = proc.stdout.readline() if ready else ""
-        if not line.strip().isdigit():
-            raise RuntimeError(f"the {mode} echo server did not start")
-        yield int(line)
-    finally:
-        proc.terminate()   # `splitrack run` forwards it to the program
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-
-
-def echo_rtts(ip: str, port: int, size: int, rounds: int,
-              warmup: int = BENCH_WARMUP_ROUNDS) -> list[float]:
-    """Round trips of `size` bytes, in µs, on one connection (after `warmup` of them)."""
-    out = []
-    payload = b"\x5a" * size
-    buf = bytearray(size)
-    clock = time.perf_counter_ns
-    with socket.create_connection((ip, port), timeout=30) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        for i in range(warmup + rounds):
-            t0 = clock()
-            sock.sendall(payload)
-            got = 0
-            while got < size:
-                n = sock.recv_into(memoryview(buf)[got:])
-                if not n:
-                    raise ConnectionError("the echo server closed the connection")
-                got += n
-            if i >= warmup:
-                out.append((clock() - t0) / 1000.0)
+def _ncomponent_cpu(rack: Rack, n_id: str, addr: tuple[str, int] | None,
+                    sizes: tuple[int, ...], volume: int) -> dict[str, float] | None:
+    """Core-seconds the nMonitor spends per GB while the DDIO server streams out and in."""
+    if addr is None:
+        return None
+    proc = psutil.Process(rack.components[n_id]["pid"])
+    size = 4096 if 4096 in sizes else max(sizes)
+    out: dict[str, float] = {"bytes": volume, "size": size}
+    for direction, measure in (("tx", tcp_client.tx), ("rx", tcp_client.rx)):
+        before = proc.cpu_times()
+        measure(*addr, size, volume)
+        after = proc.cpu_times()
+        core_s = (after.user - before.user) + (after.system - before.system)
+        out[f"{direction}_core_s_per_GB"] = round(core_s / (volume / 1e9), 3)
     return out
 
 
-def _report(samples: dict[tuple[str, int], list[float]], raw: dict[int, list[float]],
-            floor: dict[int, list[float]], pipe: dict[int, list[float]],
-            modes: tuple[str, ...], sizes: tuple[int, ...], rounds: int, reps: int
+def _p(samples: list[float], q: float) -> float:
+    return round(float(np.percentile(samples, q)), 2)
+
+
+def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
+            scaling: list[dict[str, Any]], modes: tuple[str, ...], s: dict[str, Any]
             ) -> dict[str, Any]:
+    sizes = s["sizes"]
     results = []
-    for (mode, size), s in samples.items():
-        p50, p99 = np.percentile(s, [50, 99])
-        results.append({"mode": mode, "size": size, "rtt_p50_us": round(float(p50), 2),
-                        "rtt_p99_us": round(float(p99), 2)})
-    raw_p50 = {size: float(np.percentile(raw[size], 50)) for size in sizes}
-    floor_p50 = {size: float(np.percentile(floor[size], 50)) for size in sizes}
-    pipe_p50 = {size: float(np.percentile(pipe[size], 50)) for size in sizes}
+    for (mode, size), samples in rtt.items():
+        mbps = float(np.median(tput["tx", mode, size]))
+        results.append({"mode": mode, "size": size, "rtt_p50_us": _p(samples, 50),
+                        "rtt_p99_us": _p(samples, 99), "throughput_MBps": round(mbps, 2),
+                        "msgs_per_s": round(mbps * 1e6 / size),
+                        "rx_throughput_MBps": round(float(np.median(tput["rx", mode, size])), 2)})
+    p50 = {name: {z: _p(base[name, z], 50) for z in sizes} for name in ("raw", "floor", "pipe")}
     report: dict[str, Any] = {
-        "bench": "tcp", "rounds": rounds, "reps": reps, "results": results,
-        "baselines": {"raw_zmq_p50_us": round(raw_p50[sizes[0]], 2),
-                      "raw_pipe_p50_us": round(pipe_p50[sizes[0]], 2),
-                      "raw_pipe_p50_us_by_size": {str(s): round(v, 2)
-                                                  for s, v in pipe_p50.items()},
-                      "raw_zmq_p50_us_by_size": {str(s): round(v, 2) for s, v in raw_p50.items()},
-                      "relay_floor_p50_us_by_size": {str(s): round(v, 2)
-                                                     for s, v in floor_p50.items()}},
+        "bench": "tcp", "results": results,
+        "baselines": {"raw_zmq_p50_us": p50["raw"][sizes[0]],
+                      "raw_pipe_p50_us": p50["pipe"][sizes[0]],
+                      "raw_zmq_p50_us_by_size": {str(z): v for z, v in p50["raw"].items()},
+                      "raw_pipe_p50_us_by_size": {str(z): v for z, v in p50["pipe"].items()},
+                      "relay_floor_p50_us_by_size": {str(z): v
+                                                     for z, v in p50["floor"].items()}},
+        "connect": {"linux_p50_us": _p(connect["linux"], 50),
+                    "rack_p50_us": _p(connect["rack"], 50),
+                    "linux_p99_us": _p(connect["linux"], 99),
+                    "rack_p99_us": _p(connect["rack"], 99)},
+        "ncomponent_cpu": cpu, "nic_scaling": scaling,
+        "packing": [{"mode": m, "size": z,
+                     "on_MBps": round(float(np.median(tput["tx", m, z])), 2),
+                     "off_MBps": round(float(np.median(tput["tx", m + "-unpacked", z])), 2)}
+                    for m in ("ddio", "dma") if m in modes for z in sizes],
+        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items()},
     }
-    p50 = {(r["mode"], r["size"]): r["rtt_p50_us"] for r in results}
-    report["shortcut_ratios"] = [
-        {"mode": m, "size": s, "ratio": round(p50[m, s] / base[s], 3)}
-        for m, base in (("pipe", pipe_p50), ("fit", raw_p50)) if m in modes for s in sizes]
     if "linux" in modes:
-        report["baselines"]["linux_tcp_p50_us"] = p50["linux", sizes[0]]
-        if "ddio" in modes:
-            report["ddio_target_ratio"] = [
-                {"size": s, "ratio": round(p50["ddio", s] / (p50["linux", s] + raw_p50[s]), 3),
-                 "over_floor": round(p50["ddio", s] / floor_p50[s], 3)} for s in sizes]
+        report["baselines"]["linux_tcp_p50_us"] = next(
+            r["rtt_p50_us"] for r in results if r["mode"] == "linux" and r["size"] == sizes[0])
+    report["targets"] = _targets(report, modes, p50)
     return report
 
 
+def _targets(report: dict[str, Any], modes: tuple[str, ...], p50: dict) -> list[dict]:
+    """Each target of docs/benchmarks.md with the value this run measured."""
+    by = {(r["mode"], r["size"]): r for r in report["results"]}
+    sizes = report["settings"]["sizes"]
+    out = []
+
+    def target(name: str, value: float, limit: float, at_most: bool = True) -> None:
+        out.append({"name": name, "value": round(value, 3), "target": limit,
+                    "met": value <= limit if at_most else value >= limit})
+
+    if {"linux", "ddio"} <= set(modes):
+        for z in (z for z in sizes if z <= 2048):
+            target(f"DDIO RTT / (Linux + raw pyzmq) at {z} B",
+                   by["ddio", z]["rtt_p50_us"] / (by["linux", z]["rtt_p50_us"] + p50["raw"][z]),
+                   1.25)
+    for m, name, limit in (("pipe", "raw os.pipe", 1.5), ("fit", "raw pyzmq", 1.25)):
+        if m in modes:
+            for z in sizes:
+                ref = p50["pipe" if m == "pipe" else "raw"][z]
+                target(f"{m} shortcut RTT / {name} at {z} B", by[m, z]["rtt_p50_us"] / ref,
+                       limit)
+    c = report["connect"]
+    c["ratio"] = round(c["rack_p50_us"] / (c["linux_p50_us"] + p50["raw"][sizes[0]]), 3)
+    target("rack connect / (Linux connect + raw pyzmq)", c["ratio"], 1.25)
+    if "linux" in modes and 4096 in sizes:
+        linux = by["linux", 4096]["throughput_MBps"]
+        for m, limit in (("ddio", 0.5), ("dma", 0.35)):
+            if m in modes:
+                target(f"{m.upper()} throughput / Linux at 4096 B",
+                       by[m, 4096]["throughput_MBps"] / linux, limit, at_most=False)
+    if report["ncomponent_cpu"]:
+        for d in ("tx", "rx"):
+            target(f"nComponent CPU {d}, core-s per GB", report["ncomponent_cpu"][
+                f"{d}_core_s_per_GB"], 4.0)
+    return out
+
+
 def print_table(report: dict[str, Any]) -> None:
-    print(f"echo RTT, client outside the rack ({report['reps']} x {report['rounds']} round "
-          "trips per mode and size, interleaved)")
-    print(f"{'mode':<7}{'size':>7}  {'p50':>9} {'p99':>9}")
-    for r in sorted(report["results"], key=lambda r: (r["size"], r["mode"])):
-        print(f"{r['mode']:<7}{r['size']:>7}  {r['rtt_p50_us']:>7.1f}us {r['rtt_p99_us']:>7.1f}us")
-    by_size = report["baselines"]["raw_zmq_p50_us_by_size"]
-    print("raw pyzmq DEALER/ROUTER p50: " + ", ".join(f"{v:.1f}us ({s} B)"
-                                                     for s, v in by_size.items()))
-    floor = report["baselines"]["relay_floor_p50_us_by_size"]
-    print("relay floor (no splitrack code) p50: " + ", ".join(f"{v:.1f}us ({s} B)"
-                                                              for s, v in floor.items()))
-    raw_pipe_p50 = report["baselines"]["raw_pipe_p50_us_by_size"]
-    print("raw os.pipe p50: " + ", ".join(f"{v:.1f}us ({s} B)" for s, v in raw_pipe_p50.items()))
-    for t in report.get("ddio_target_ratio", []):
-        print(f"DDIO / (Linux + raw pyzmq) p50 at {t['size']} B: {t['ratio']:.3f} "
-              f"(target <= 1.25); DDIO / relay floor: {t['over_floor']:.3f}")
-    targets = {"pipe": ("raw os.pipe", 1.5), "fit": ("raw pyzmq", 1.25)}
-    for t in report["shortcut_ratios"]:
-        base, target = targets[t["mode"]]
-        print(f"{t['mode']} shortcut / {base} p50 at {t['size']} B: {t['ratio']:.3f} "
-              f"(target <= {target})")
+    st = report["settings"]
+    print(f"TCP through the rack vs Linux ({st['reps']} repetitions, interleaved; "
+          f"{st['rounds']} round trips each)")
+    print(f"{'mode':<7}{'size':>6}  {'RTT p50':>9} {'p99':>9}  {'tx MB/s':>9} {'msgs/s':>9} "
+          f"{'rx MB/s':>9}")
+    for r in sorted(report["results"], key=lambda r: (r["size"], MODES.index(r["mode"]))):
+        print(f"{r['mode']:<7}{r['size']:>6}  {r['rtt_p50_us']:>7.1f}us {r['rtt_p99_us']:>7.1f}us"
+              f"  {r['throughput_MBps']:>9.1f} {r['msgs_per_s']:>9.0f} "
+              f"{r['rx_throughput_MBps']:>9.1f}")
+    b = report["baselines"]
+    for label, key in (("raw pyzmq DEALER/ROUTER", "raw_zmq_p50_us_by_size"),
+                       ("relay floor (no splitrack code)", "relay_floor_p50_us_by_size"),
+                       ("raw os.pipe", "raw_pipe_p50_us_by_size")):
+        print(f"{label} p50: " + ", ".join(f"{v:.1f}us ({z} B)" for z, v in b[key].items()))
+    c = report["connect"]
+    print(f"connect() p50: rack {c['rack_p50_us']:.1f}us, Linux {c['linux_p50_us']:.1f}us")
+    for p in report["packing"]:
+        print(f"packing, {p['mode']} at {p['size']} B: {p['on_MBps']:.1f} MB/s on, "
+              f"{p['off_MBps']:.1f} MB/s off")
+    if report["ncomponent_cpu"]:
+        cpu = report["ncomponent_cpu"]
+        print(f"nComponent CPU (DDIO, {cpu['size']} B sends): {cpu['tx_core_s_per_GB']:.2f} "
+              f"core-s/GB tx, {cpu['rx_core_s_per_GB']:.2f} rx")
+    for row in report["nic_scaling"]:
+        print(f"{row['nics']} NIC(s), {row['clients']} clients: {row['throughput_MBps']:.1f} MB/s")
+    print("targets:")
+    for t in report["targets"]:
+        sign = "<=" if "throughput" not in t["name"] else ">="
+        print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
+              f"(target {sign} {t['target']})")
 
 
 def main(args: argparse.Namespace) -> int:
     modes = tuple(args.modes.split(",")) if args.modes else MODES
-    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"splitrack: error: unknown mode(s) {', '.join(bad)} "
                          f"(have {', '.join(MODES)})")
-    report = run(args.spec, modes, sizes, rounds=args.rounds or ROUNDS, reps=args.reps or REPS)
+    base = QUICK if args.quick else FULL
+    sizes = tuple(int(z) for z in args.sizes.split(",")) if args.sizes else base["sizes"]
+    if any(z <= 0 for z in sizes):
+        raise SystemExit("splitrack: error: --sizes must be positive byte counts")
+    given = {"rounds": args.rounds, "reps": args.reps}
+    report = run(args.spec, modes, **{**base, "sizes": sizes,
+                                      **{k: v for k, v in given.items() if v is not None}})
+    if args.plot:
+        plots.tcp(report, args.plot)
     return finish(report, args, print_table)

@@ -262,22 +262,38 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("bench", help="benchmarks with their baselines measured in the same run")
-    p.add_argument("kind", choices=["fit", "extcache", "tcp"],
+    p = sub.add_parser(
+        "bench", help="benchmarks with their baselines measured in the same run",
+        description="Benchmarks. Each measures its baselines in the same run, prints a table "
+                    "with p50/p99 and the ratios to its targets, and can write JSON and PNG "
+                    "plots (docs/benchmarks.md says how to read them against the paper).")
+    p.add_argument("kind", choices=["fit", "extcache", "tcp", "wordcount"],
                    help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER; extcache: hits, misses, "
-                        "zero-fills and evictions vs raw pyzmq; tcp: echo RTT through the "
-                        "rack (DDIO, DMA, pipe and FIT shortcuts) vs Linux TCP loopback, "
-                        "raw pyzmq and raw os.pipe")
+                        "zero-fills and evictions vs raw pyzmq; tcp: the paper's TCP "
+                        "micro-benchmarks (echo RTT, throughput, connect, nComponent CPU, "
+                        "NIC scaling; DDIO, DMA, pipe and FIT shortcuts) vs Linux TCP loopback, "
+                        "raw pyzmq and raw os.pipe; wordcount: the paper's macro benchmark")
     p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
+    p.add_argument("--plot", metavar="F.png",
+                   help="tcp, wordcount: draw the figures into this PNG and write the "
+                        "summary table next to it (F.md)")
+    p.add_argument("--quick", action="store_true",
+                   help="tcp, wordcount: a reduced sweep, well under a minute")
     p.add_argument("--rounds", type=int, default=None,
-                   help="round trips (fit) or misses (extcache) per repetition")
+                   help="round trips (fit, tcp) or misses (extcache) per repetition")
     p.add_argument("--reps", type=int, default=None,
                    help="repetitions (what is compared is interleaved)")
     p.add_argument("--modes", help="tcp: comma-separated modes (default: "
-                                   "linux,ddio,dma,pipe,fit)")
+                                   "linux,ddio,dma,pipe,fit); wordcount: the mapper's "
+                                   "(default: linux,ddio,dma)")
     p.add_argument("--sizes", help="tcp: comma-separated message sizes in bytes "
-                                   "(default: 128,4096)")
+                                   "(default: 128,256,512,1024,2048,4096; --quick: 128,4096)")
+    p.add_argument("--size", metavar="BYTES",
+                   help="wordcount: input size, e.g. 64MB or 1.5GB (default: 64MB; "
+                        "--quick: 8MB)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="wordcount: the input generator's seed (default: 1)")
     p.set_defaults(func=cmd_bench)
     return parser
 

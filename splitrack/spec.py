@@ -199,6 +199,14 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
     return out
 
 
+def parse_size(value: Any, where: str = "size") -> int:
+    """Bytes from an int or a string such as '64MB' or '1GiB'; SpecError if not a size."""
+    try:
+        return _size(value, where)
+    except _Bad as bad:
+        raise SpecError(f"{bad.where}: {bad.problem}") from None
+
+
 def _size(value: Any, where: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         n = value

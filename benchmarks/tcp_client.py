@@ -1,0 +1,115 @@
+"""The client side of `splitrack bench tcp`: every measurement, against tcp_server.py.
+
+    echo_rtts(ip, port, size, rounds, warmup) -> round-trip times in µs
+    tx(ip, port, size, total)                 -> the server sends `total` bytes in
+                                                 send()s of `size`: {"MBps", "start", "end"}
+    rx(ip, port, size, total)                 -> the client sends them to the server
+    connect_times(ip, port, n)                -> n connect() times in µs
+    at(t)                                     sleeps until time.monotonic() == t
+
+    python -m benchmarks.tcp_client PLAN_JSON  runs a plan -- a list of
+        {"kind": "echo"|"tx"|"rx"|"connect"|"at", ...the arguments} --
+        and prints one JSON line: the results, in order
+
+The plan form is how a client runs on the rack (`splitrack run`: the pipe and
+FIT shortcut modes, and the rack's connect()), one launch for many measurements.
+Start and end times are time.monotonic(), comparable between processes (NIC
+scaling adds up concurrent clients).
+"""
+
+import json
+import socket
+import sys
+import time
+from typing import Any
+
+from benchmarks.tcp_server import RX, TX
+
+
+def echo_rtts(ip: str, port: int, size: int, rounds: int, warmup: int) -> list[float]:
+    """Round trips of `size` bytes, in µs, on one connection (after `warmup` of them)."""
+    out = []
+    payload = b"\x5a" * size
+    buf = bytearray(size)
+    clock = time.perf_counter_ns
+    with socket.create_connection((ip, port), timeout=60) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"E")
+        if sock.recv(1) != b"E":
+            raise ConnectionError("the server does not echo")
+        for i in range(warmup + rounds):
+            t0 = clock()
+            sock.sendall(payload)
+            got = 0
+            while got < size:
+                n = sock.recv_into(memoryview(buf)[got:])
+                if not n:
+                    raise ConnectionError("the echo server closed the connection")
+                got += n
+            if i >= warmup:
+                out.append((clock() - t0) / 1000.0)
+    return out
+
+
+def tx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
+    """The server sends: its send path (where packing acts) is measured."""
+    view = memoryview(bytearray(1 << 20))
+    with socket.create_connection((ip, port), timeout=60) as sock:
+        start = time.monotonic()
+        sock.sendall(b"T" + TX.pack(total, size))
+        got = 0
+        while got < total:
+            n = sock.recv_into(view)
+            if not n:
+                raise ConnectionError(f"the server closed after {got} of {total} bytes")
+            got += n
+        end = time.monotonic()
+    return _rate(total, start, end)
+
+
+def rx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
+    """The server receives: its receive path is measured."""
+    chunk = b"\x5a" * size
+    with socket.create_connection((ip, port), timeout=60) as sock:
+        start = time.monotonic()
+        sock.sendall(b"R" + RX.pack(total))
+        for _ in range(total // size):
+            sock.sendall(chunk)
+        sock.sendall(chunk[:total % size])
+        if sock.recv(1) != b"K":
+            raise ConnectionError("the server did not confirm what it received")
+        end = time.monotonic()
+    return _rate(total, start, end)
+
+
+def connect_times(ip: str, port: int, n: int) -> list[float]:
+    """connect() alone, in µs (the socket is made before, closed after)."""
+    out = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        sock = socket.socket()
+        try:
+            t0 = clock()
+            sock.connect((ip, port))
+            out.append((clock() - t0) / 1000.0)
+        finally:
+            sock.close()
+    return out
+
+
+def at(t: float) -> None:
+    """Concurrent clients start together (NIC scaling)."""
+    time.sleep(max(0.0, t - time.monotonic()))
+
+
+def _rate(total: int, start: float, end: float) -> dict[str, float]:
+    return {"MBps": total / 1e6 / (end - start), "start": start, "end": end}
+
+
+def run_plan(plan: list[dict[str, Any]]) -> list[Any]:
+    kinds = {"echo": echo_rtts, "tx": tx, "rx": rx, "connect": connect_times, "at": at}
+    return [kinds[step.pop("kind")](**step) for step in plan]
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_plan(json.loads(sys.argv[1]))), flush=True)

@@ -1,0 +1,189 @@
+"""`splitrack bench wordcount`: the paper's macro benchmark, against Linux in the same run.
+
+The input (corpus.py: Zipf-distributed words, deterministic from --seed, about
+--size bytes) is stored on the rack's sComponent (the one GSM names for its
+path). One mapper (wordcount_mapper.py) reads it and sends each <word, count>
+pair over TCP as soon as it is produced to one reducer (wordcount_reducer.py),
+a plain process outside the rack, which adds them up. Per mode:
+
+    linux      the mapper is a plain process; it reads the same file from the
+               sComponent's directory on this host with plain Linux I/O
+    ddio, dma  the mapper runs on the rack (p0, `splitrack run --mode M`): it
+               reads the input from the sComponent over FIT, and its socket's
+               bytes cross the nComponent by dDDIO or dDMA
+
+Execution time runs from the mapper's start to the reducer's EOF (one clock,
+time.monotonic, for both processes); ops/s is <word, count> pairs per second
+(each one a send() by the mapper and an update by the reducer). Each
+reducer's result is compared with the corpus's reference count, taken from
+the generator's word numbers, not from the text: a mismatch fails the run
+(exit 1). Modes are interleaved over --reps repetitions; seconds are medians.
+Target: DDIO time <= 1.5 x Linux time.
+
+JSON (--json FILE): {"bench": "wordcount", "results": [{"mode", "seconds",
+"ops_per_s", "correct", "words_per_s", "runs"}], "input_bytes", "words",
+"distinct", "pairs", "seed", "targets"}. --plot F.png: plots.wordcount.
+The input file is removed from the sComponent at the end.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from benchmarks import plots
+from benchmarks.corpus import Corpus
+from benchmarks.progress import progress
+from benchmarks.report import finish
+from fit_rpc import GLOBAL_ID, Op
+from splitrack.rack import Rack
+from splitrack.spec import SpecError, load_spec, parse_size
+
+MODES = ("linux", "ddio", "dma")
+SIZE = 64_000_000
+QUICK_SIZE = 8_000_000
+REPS, QUICK_REPS = 3, 1
+SEED = 1
+REDUCER_IP = "127.0.0.5"   # outside the rack
+INPUT_DIR = "wordcount"
+MAPPER_TIMEOUT_S = 3600
+
+
+def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed: int = SEED,
+        reps: int = REPS) -> dict[str, Any]:
+    rack_spec = load_spec(spec, name=f"bench-wc-{os.getpid()}")
+    p0 = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
+    path = f"{INPUT_DIR}/input-{seed}-{size}.txt"
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    with progress("bench wordcount", 1 + reps * len(modes)) as advance, \
+            Rack(rack_spec) as rack, tempfile.TemporaryDirectory() as tmp:
+        corpus = Corpus(seed)
+        with rack.endpoint() as ep:
+            home = ep.call_args(GLOBAL_ID, Op.GSM_LOOKUP, {"path": path})[0]["id"]
+            input_bytes = _store(ep, home, path, corpus.blocks(size))
+            advance()
+            try:
+                reference = corpus.reference()
+                root = next(c["root"] for c in rack_spec.components if c["id"] == home)
+                env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+                for _ in range(reps):
+                    for mode in modes:
+                        runs[mode].append(_one(mode, env, rack_spec.name, p0, path,
+                                               os.path.join(root, path), tmp, reference))
+                        advance()
+            finally:
+                ep.call_args(home, Op.S_UNLINK, {"path": path})
+    return _report(runs, input_bytes, corpus, seed)
+
+
+def _store(ep: Any, home: str, path: str, blocks: Any) -> int:
+    """The generated input, written to the sComponent; its size."""
+    try:
+        ep.call_args(home, Op.S_MKDIR, {"path": INPUT_DIR})
+    except FileExistsError:
+        pass
+    ep.call_args(home, Op.S_OPEN, {"path": path, "create": True, "truncate": True})
+    offset = 0
+    for block in blocks:
+        for at in range(0, len(block), 1 << 20):
+            piece = block[at:at + (1 << 20)]
+            ep.call_args(home, Op.S_WRITE, {"path": path, "offset": offset}, piece)
+            offset += len(piece)
+    return offset
+
+
+def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_path: str,
+         tmp: str, reference: dict[str, int]) -> dict[str, Any]:
+    out = os.path.join(tmp, f"reduced-{mode}.json")
+    mapper = [sys.executable, "-m", "benchmarks.wordcount_mapper"]
+    reducer = subprocess.Popen([sys.executable, "-m", "benchmarks.wordcount_reducer",
+                                REDUCER_IP, out], cwd="/", stdout=subprocess.PIPE, text=True)
+    try:
+        ip, port = reducer.stdout.readline().split()
+        if mode == "linux":
+            cmd = [*mapper, "file", host_path, ip, port]
+        else:
+            cmd = [sys.executable, "-m", "splitrack.cli", "run", "--name", rack, "--on", p0,
+                   "--mode", mode, "--", *mapper, "rack", path, ip, port]
+        proc = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True,
+                              timeout=MAPPER_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {mode} mapper failed: {proc.stderr.strip()[-800:]}")
+        mapped = json.loads(proc.stdout)
+        if reducer.wait(timeout=MAPPER_TIMEOUT_S) != 0:
+            raise RuntimeError(f"the {mode} reducer failed")
+    finally:
+        if reducer.poll() is None:
+            reducer.kill()
+            reducer.wait()
+        reducer.stdout.close()
+    with open(out) as f:
+        reduced = json.load(f)
+    os.unlink(out)
+    return {"seconds": reduced["end"] - mapped["start"], "pairs": reduced["pairs"],
+            "words": mapped["words"], "correct": reduced["counts"] == reference}
+
+
+def _report(runs: dict[str, list[dict[str, Any]]], input_bytes: int, corpus: Corpus,
+            seed: int) -> dict[str, Any]:
+    results = []
+    for mode, rs in runs.items():
+        seconds = float(np.median([r["seconds"] for r in rs]))
+        results.append({"mode": mode, "seconds": round(seconds, 3),
+                        "ops_per_s": round(rs[0]["pairs"] / seconds),
+                        "words_per_s": round(rs[0]["words"] / seconds),
+                        "correct": all(r["correct"] for r in rs),
+                        "runs": [round(r["seconds"], 3) for r in rs]})
+    reference = corpus.reference()
+    report: dict[str, Any] = {"bench": "wordcount", "results": results,
+                              "input_bytes": input_bytes, "words": sum(reference.values()),
+                              "distinct": len(reference), "pairs": next(iter(runs.values()))[0][
+                                  "pairs"], "seed": seed, "targets": []}
+    by = {r["mode"]: r["seconds"] for r in results}
+    if "linux" in by and "ddio" in by:
+        ratio = by["ddio"] / by["linux"]
+        report["targets"].append({"name": "word count DDIO time / Linux time",
+                                  "value": round(ratio, 3), "target": 1.5, "met": ratio <= 1.5})
+    return report
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"word count: {report['input_bytes']} bytes of input, {report['words']} words, "
+          f"{report['distinct']} distinct, {report['pairs']} <word, count> pairs sent "
+          f"(seed {report['seed']})")
+    print(f"{'mode':<7}{'seconds':>9}{'pairs/s':>11}{'words/s':>12}  correct  runs")
+    for r in report["results"]:
+        print(f"{r['mode']:<7}{r['seconds']:>9.2f}{r['ops_per_s']:>11.0f}"
+              f"{r['words_per_s']:>12.0f}  {str(r['correct']):<7}  {r['runs']}")
+    for t in report["targets"]:
+        print(f"{'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
+              f"(target <= {t['target']})")
+
+
+def main(args: argparse.Namespace) -> int:
+    modes = tuple(args.modes.split(",")) if args.modes else MODES
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise SystemExit(f"splitrack: error: unknown mode(s) {', '.join(bad)} "
+                         f"(have {', '.join(MODES)})")
+    try:
+        size = parse_size(args.size, "--size") if args.size else (
+            QUICK_SIZE if args.quick else SIZE)
+    except SpecError as exc:
+        raise SystemExit(f"splitrack: error: {exc}") from None
+    reps = args.reps or (QUICK_REPS if args.quick else REPS)
+    report = run(args.spec, modes, size, SEED if args.seed is None else args.seed, reps)
+    if args.plot:
+        plots.wordcount(report, args.plot)
+    status = finish(report, args, print_table)
+    wrong = [r["mode"] for r in report["results"] if not r["correct"]]
+    if wrong:
+        print(f"splitrack: error: the reducer's count is wrong for {', '.join(wrong)}",
+              file=sys.stderr)
+        return 1
+    return status
