@@ -66,9 +66,9 @@ MODES = ("linux", "ddio", "dma", "pipe", "fit")
 SIZES = (128, 256, 512, 1024, 2048, 4096)
 LINUX_IP = "127.0.0.5"   # the "remote Linux" server's address, outside the rack
 # The full sweep, and --quick's (well under a minute, the README's main job).
-FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "volume": 8 << 20, "max_sends": 20_000,
+FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "volume": 32 << 20, "max_sends": 20_000,
         "connects": 500, "cpu_volume": 128 << 20, "nics": (1, 2, 4), "nic_volume": 64 << 20}
-QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 2, "volume": 4 << 20,
+QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 2, "volume": 16 << 20,
          "max_sends": 4000, "connects": 100, "cpu_volume": 32 << 20, "nics": (1, 2),
          "nic_volume": 16 << 20}
 

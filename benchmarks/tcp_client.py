@@ -52,9 +52,12 @@ def echo_rtts(ip: str, port: int, size: int, rounds: int, warmup: int) -> list[f
 
 
 def tx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
-    """The server sends: its send path (where packing acts) is measured."""
+    """The server sends: its send path (where packing acts) is measured. This end
+    acknowledges at once (TCP_QUICKACK after every recv): with delayed ACKs, a
+    Linux sender's Nagle stalls ~40 ms now and then, and the baseline with it."""
     view = memoryview(bytearray(1 << 20))
     with socket.create_connection((ip, port), timeout=60) as sock:
+        quickack = _quickack(sock)
         start = time.monotonic()
         sock.sendall(b"T" + TX.pack(total, size))
         got = 0
@@ -63,14 +66,18 @@ def tx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
             if not n:
                 raise ConnectionError(f"the server closed after {got} of {total} bytes")
             got += n
+            if quickack:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
         end = time.monotonic()
     return _rate(total, start, end)
 
 
 def rx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
-    """The server receives: its receive path is measured."""
+    """The server receives: its receive path is measured (this end sends each
+    chunk at once, TCP_NODELAY: the sender's batching is not what is measured)."""
     chunk = b"\x5a" * size
     with socket.create_connection((ip, port), timeout=60) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         start = time.monotonic()
         sock.sendall(b"R" + RX.pack(total))
         for _ in range(total // size):
@@ -95,6 +102,16 @@ def connect_times(ip: str, port: int, n: int) -> list[float]:
         finally:
             sock.close()
     return out
+
+
+def _quickack(sock: socket.socket) -> bool:
+    """Can this socket turn delayed ACKs off? A rack socket cannot (ENOPROTOOPT): on
+    a shortcut there are none, and the tx client on the rack always takes one."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        return True
+    except OSError:
+        return False
 
 
 def at(t: float) -> None:

@@ -5,7 +5,8 @@
     splitrack stats [--name N] [--json]              per-component and per-link FIT counters
     splitrack down [--name N]                        stop exactly the rack's processes
     splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
-    splitrack bench fit|extcache [--spec F] [--json F]  benchmarks, baselines in the same run
+    splitrack bench fit|extcache|tcp|wordcount [--quick] [--json F] [--plot F.png]
+                                                     benchmarks, baselines in the same run
 
 Results go to stdout, diagnostics to stderr. Errors are one line and exit 1.
 """

@@ -99,7 +99,12 @@ class NicPath:
         if not n:
             return 0
         chunk = chunk[:n]
-        self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
+        start, size = self.buffers["tbuf"]
+        at = self.tpos % size
+        if at + n <= size:   # the usual case: no wrap, one copy into the lines
+            self.vm.write(start + at, chunk)
+        else:
+            self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
         self.tpos += n
         self.credit -= n
         if self.packing and self.held + n < PACK_MAX_BYTES and \

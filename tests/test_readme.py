@@ -22,6 +22,6 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_readme_main_command_names_a_real_verb():
     from splitrack.cli import build_parser
 
-    assert "\n    pip install . && splitrack bench tcp\n" in _read("README.md")
-    args = build_parser().parse_args(["bench", "tcp"])
-    assert args.kind == "tcp"
+    assert "\n    pip install . && splitrack bench tcp --quick\n" in _read("README.md")
+    args = build_parser().parse_args(["bench", "tcp", "--quick"])
+    assert args.kind == "tcp" and args.quick

@@ -1,5 +1,6 @@
 """`splitrack run`: programs as processes on pComponents, launched by the pMonitor."""
 
+import hashlib
 import json
 import os
 import select
@@ -228,3 +229,29 @@ def test_program_reads_the_callers_terminal(run_root, tmp_path):
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_program_reads_the_racks_storage_with_splitrack_files(rack_env):
+    rack, env = rack_env
+    blob = os.urandom(3_500_000)   # several S_READs, the last one short
+    with rack.endpoint() as ep:
+        home = ep.call_args("global", Op.GSM_LOOKUP, {"path": "in.bin"})[0]["id"]
+        ep.call_args(home, Op.S_OPEN, {"path": "in.bin", "create": True, "truncate": True})
+        for at in range(0, len(blob), 1 << 20):
+            ep.call_args(home, Op.S_WRITE, {"path": "in.bin", "offset": at},
+                         blob[at:at + (1 << 20)])
+    code = textwrap.dedent("""
+        import hashlib, sys
+        from splitrack import files
+        print(files.size("in.bin"), hashlib.sha256(b"".join(files.chunks("in.bin"))).hexdigest())
+        print(files.read("in.bin", 10, 5).hex())
+        for bad in ("missing.bin", "../../etc/passwd"):
+            try:
+                files.read(bad, 0, 1)
+            except OSError as exc:
+                print(type(exc).__name__)
+    """)
+    proc = run(env, "--", sys.executable, "-c", code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(len(blob)), hashlib.sha256(blob).hexdigest(),
+                                   blob[10:15].hex(), "FileNotFoundError", "PermissionError"]
