@@ -96,7 +96,8 @@ def test_bench_wordcount_counts_right_in_every_mode(run_root, tmp_path):
         assert r["seconds"] > 0 and r["ops_per_s"] > 0
     assert report["targets"][0]["name"] == "word count DDIO time / Linux time"
     assert png.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "wc.md").exists()
-    left = [(d, files) for d, _, files in os.walk(tmp_path / "data") if files or "wordcount" in d]
+    left = [(d, files) for d, _, files in os.walk(tmp_path / "data")
+            if files or os.path.basename(d) == "wordcount"]
     assert left == []   # the input and its directory were removed from the sComponent
 
 
