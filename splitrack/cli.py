@@ -145,8 +145,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             rack.stop()
 
 
+_BENCH_OPTIONS = {"plot": ("tcp", "wordcount"), "quick": ("tcp", "wordcount"),
+                  "modes": ("tcp", "wordcount"), "sizes": ("tcp",), "size": ("wordcount",),
+                  "seed": ("wordcount",)}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
+
+    for option, kinds in _BENCH_OPTIONS.items():
+        if getattr(args, option) not in (None, False) and args.kind not in kinds:
+            raise RackError(f"--{option} is for bench {' and '.join(kinds)}, not {args.kind}")
 
     return importlib.import_module(f"benchmarks.{args.kind}").main(args)
 
@@ -266,8 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "bench", help="benchmarks with their baselines measured in the same run",
         description="Benchmarks. Each measures its baselines in the same run, prints a table "
-                    "with p50/p99 and the ratios to its targets, and can write JSON and PNG "
-                    "plots (docs/benchmarks.md says how to read them against the paper).")
+                    "with p50/p99 and the ratios to its targets, and writes JSON (--json); tcp "
+                    "and wordcount also PNG plots (--plot). docs/benchmarks.md says what each "
+                    "measures, docs/evaluation.md how to read them against the paper.")
     p.add_argument("kind", choices=["fit", "extcache", "tcp", "wordcount"],
                    help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER; extcache: hits, misses, "
                         "zero-fills and evictions vs raw pyzmq; tcp: the paper's TCP "

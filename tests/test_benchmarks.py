@@ -130,7 +130,9 @@ def test_reducer_refuses_a_malformed_line(tmp_path):
 def test_bench_refuses_bad_arguments():
     for args, words in ((["wordcount", "--size", "lots"], "is not a size"),
                         (["tcp", "--modes", "ddio,carrier-pigeon"], "unknown mode"),
-                        (["wordcount", "--modes", "fit"], "unknown mode")):
+                        (["wordcount", "--modes", "fit"], "unknown mode"),
+                        (["fit", "--plot", "f.png"], "--plot is for bench tcp and wordcount"),
+                        (["tcp", "--size", "3MB"], "--size is for bench wordcount")):
         proc = subprocess.run([SPLITRACK, "bench", *args], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode != 0 and words in proc.stderr, proc.stderr
