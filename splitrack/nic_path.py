@@ -15,19 +15,23 @@ the same order by the skeleton (monitors/data_paths.py).
 - windows: at most SOCKET_BUFFER_BYTES unconsumed each way; consumed bytes
   go back as N_CREDIT in batches, sent ones come back as STUB_SENT.
 - message packing (the paper's suggested improvement; on unless the process
-  runs with SPLITRACK_PACKING=0): a small send that follows the last
-  announcement within PACK_GAP_S is written into the send ring and *held*;
-  consecutive held sends go to the skeleton together, one flush and one
-  N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the stub waits for
-  anything, STUB_SENT arrives, it shuts down or closes, or at most
-  PACK_DELAY_S later (the runtime's flusher). TCP is a byte stream, so nothing
-  a peer can rely on changes; a socket with TCP_NODELAY never holds, and a
-  request/response exchange never waits (its sends are an RTT apart).
+  runs with SPLITRACK_PACKING=0), Nagle's rule: a send that comes while
+  earlier bytes are still in flight to the kernel (announced, not confirmed)
+  and within PACK_GAP_S of the last announcement is written into the send
+  ring and *held*; held sends go to the skeleton together, one flush and one
+  N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the stub waits on
+  the socket, STUB_SENT arrives (a skeleton of a socket without TCP_NODELAY
+  confirms as soon as the kernel took everything, as an ACK would), it shuts
+  down or closes, or the runtime's flusher runs (PACK_DELAY_S later, or when
+  the interpreter next switches threads). TCP is a byte stream, so nothing a
+  peer can rely on changes; a socket with TCP_NODELAY never holds.
 
-Every method runs with the stub's lock held (stub.py); the VirtualMemory lock
-is taken inside, always after it.
+Every method runs with the stub's lock held (stub.py), except the waits,
+which take it themselves; the VirtualMemory lock is taken inside, always
+after it.
 """
 
+import errno
 import socket as _socket_module
 import time
 from typing import Any
@@ -105,26 +109,40 @@ class NicPath:
             self.vm.write(start + at, chunk)
         else:
             self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
+        in_flight = SOCKET_BUFFER_BYTES - self.credit - self.held   # announced, unconfirmed
         self.tpos += n
         self.credit -= n
-        if self.packing and self.held + n < PACK_MAX_BYTES and \
-                (self.held or _clock() - self.announced < PACK_GAP_S) and \
-                not self.stub._opts.get(_NODELAY):
-            if not self.held:
+        self.held += n
+        if self.packing and self.held < PACK_MAX_BYTES and not self.stub._opts.get(_NODELAY) \
+                and (self.held > n or (in_flight and _clock() - self.announced < PACK_GAP_S)):
+            if self.held == n:
                 self.rt.hold(self)
-            self.held += n
-        else:
-            self._announce(n, chunk)
+            return n
+        try:
+            self._announce(chunk)
+        except BaseException:   # not sent: as if this send() had not happened
+            self.tpos -= n
+            self.credit += n
+            self.held -= n
+            raise
         return n
 
     def announce_held(self) -> None:
-        """The held bytes (packing) to the skeleton now, if any."""
+        """The held bytes (packing) to the skeleton now, if any. Called where nobody
+        could take an error (the flusher, a push, before a wait): a failure breaks
+        the connection, and the program's next call on the socket says so."""
         if self.held and self.buffers is not None:
-            self._announce(0, None)
+            try:
+                self._announce(None)
+            except OSError as exc:
+                self.stub._error = self.stub._error or exc.errno or errno.EIO
+                self.stub._ring()
+                self.stub._cond.notify_all()
 
-    def _announce(self, n: int, chunk: memoryview | None) -> None:
-        """The last held + n bytes of the send ring (chunk: the last n) to the skeleton."""
-        total, self.held = self.held + n, 0
+    def _announce(self, last: memoryview | None) -> None:
+        """The held bytes to the skeleton, in one message (`last`: the held bytes'
+        tail, when it is all of them, so they need not be read back)."""
+        total = self.held
         tbuf, start = self.buffers["tbuf"], self.tpos - total
         if self.buffers["mode"] == "dma":
             for addr, k in ring_pieces(tbuf, start, total):
@@ -132,10 +150,11 @@ class NicPath:
             self.rt.send(self.n, Op.N_SEND_DMA, SK_N.pack(self.sk, total))
         else:  # dDDIO: the lines' bytes go to the skeleton in the message. A lone chunk
             # was just written there, so it is not read back out of the lines.
-            if total != n:
-                chunk = memoryview(bytearray(total))
-                self._ring_io(tbuf, start, chunk, self.vm.read_into)
-            self.rt.send(self.n, Op.N_SEND, SK.pack(self.sk) + chunk)
+            if last is None or len(last) != total:
+                last = memoryview(bytearray(total))
+                self._ring_io(tbuf, start, last, self.vm.read_into)
+            self.rt.send(self.n, Op.N_SEND, SK.pack(self.sk) + last)
+        self.held = 0
         self.announced = _clock()
 
     def can_send(self) -> bool:
