@@ -4,11 +4,11 @@ For each NIC count k a rack like the benchmark's is started with its
 nComponents replaced by k, one NIC each (127.0.0.11, .12, ...; the NIC's
 processing is its nComponent's process, so more NICs are more of it), and
 GNM's round-robin policy. CLIENTS tcp_server.py programs run on the rack's
-pComponents in turn, each bound on the NIC that GNM gives its process; as
+pComponents in turn (DDIO), each bound on the NIC that GNM gives its process; as
 many plain client processes outside the rack start together (tcp_client.at)
-and each takes `volume / CLIENTS` bytes from its server, in send()s of SIZE
-bytes. The aggregate is all bytes over the time from the first start to the
-last end. On a machine with few cores every process competes for them, so
+and each takes what its server send()s, SIZE bytes at a time, for `seconds`.
+The aggregate is all bytes over the time from the first start to the last
+end. On a machine with few cores every process competes for them, so
 the curve shows where the host, not the rack, stops it.
 """
 
@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks.servers import server
@@ -28,9 +28,10 @@ from splitrack.spec import load_spec
 
 CLIENTS = 4
 SIZE = 4096
+CLIENT_TIMEOUT_S = 900
 
 
-def measure(spec: Any, nic_counts: tuple[int, ...], volume: int,
+def measure(spec: Any, nic_counts: tuple[int, ...], seconds: float,
             advance: Callable[[], None]) -> list[dict[str, Any]]:
     out = []
     for k in nic_counts:
@@ -40,26 +41,38 @@ def measure(spec: Any, nic_counts: tuple[int, ...], volume: int,
             env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
             addrs = [servers.enter_context(server(
                 [sys.executable, "-m", "splitrack.cli", "run", "--name", rack_spec.name,
-                 "--on", ps[i % len(ps)], "--", sys.executable, "-m", "benchmarks.tcp_server",
-                 "nic"], env)) for i in range(CLIENTS)]
-            share = volume // CLIENTS // SIZE * SIZE
+                 "--on", ps[i % len(ps)], "--mode", "ddio", "--", sys.executable, "-m",
+                 "benchmarks.tcp_server", "nic"], env)) for i in range(CLIENTS)]
             start = time.monotonic() + 1.0   # every client has started by then
-            clients = [subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.tcp_client", json.dumps(
-                    [{"kind": "at", "t": start},
-                     {"kind": "tx", "ip": ip, "port": port, "size": SIZE, "total": share}])],
-                cwd="/", stdout=subprocess.PIPE, text=True) for ip, port in addrs]
+            clients = [servers.enter_context(_client(
+                [{"kind": "at", "t": start},
+                 {"kind": "tx", "ip": ip, "port": port, "size": SIZE, "seconds": seconds}]))
+                for ip, port in addrs]
             results = []
             for c in clients:
-                stdout, _ = c.communicate(timeout=900)
+                stdout, _ = c.communicate(timeout=CLIENT_TIMEOUT_S)
                 if c.returncode != 0:
                     raise RuntimeError("a NIC-scaling client failed")
                 results.append(json.loads(stdout)[1])
-        seconds = max(r["end"] for r in results) - min(r["start"] for r in results)
+        span = max(r["end"] for r in results) - min(r["start"] for r in results)
         out.append({"nics": k, "clients": CLIENTS, "nics_used": len({ip for ip, _ in addrs}),
-                    "throughput_MBps": round(share * CLIENTS / 1e6 / seconds, 2)})
+                    "throughput_MBps": round(sum(r["bytes"] for r in results) / 1e6 / span, 2)})
         advance()
     return out
+
+
+@contextlib.contextmanager
+def _client(plan: list[dict[str, Any]]) -> Iterator[subprocess.Popen]:
+    """A plain tcp_client.py process running `plan`; killed if still running at the end."""
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.tcp_client", json.dumps(plan)],
+                            cwd="/", stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
 
 
 def _with_nics(spec: Any, k: int) -> Any:

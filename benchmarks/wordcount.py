@@ -29,6 +29,7 @@ The input file is removed from the sComponent at the end.
 import argparse
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from benchmarks import plots
 from benchmarks.corpus import Corpus
 from benchmarks.progress import progress
 from benchmarks.report import finish
+from benchmarks.servers import START_TIMEOUT_S
 from fit_rpc import GLOBAL_ID, Op
 from splitrack.rack import Rack
 from splitrack.spec import SpecError, load_spec, parse_size
@@ -113,7 +115,11 @@ def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_pat
     reducer = subprocess.Popen([sys.executable, "-m", "benchmarks.wordcount_reducer",
                                 REDUCER_IP, out], cwd="/", stdout=subprocess.PIPE, text=True)
     try:
-        ip, port = reducer.stdout.readline().split()
+        ready, _, _ = select.select([reducer.stdout], [], [], START_TIMEOUT_S)
+        words = (reducer.stdout.readline() if ready else "").split()
+        if len(words) != 2:
+            raise RuntimeError("the reducer did not start")
+        ip, port = words
         if mode == "linux":
             cmd = [*mapper, "file", host_path, ip, port]
         else:

@@ -13,6 +13,7 @@ produced, to the reducer at IP:PORT; then it closes. Prints one JSON line:
 {"start": time.monotonic() at its start, "words": n, "pairs": n}.
 """
 
+import itertools
 import json
 import socket
 import sys
@@ -39,7 +40,7 @@ def map_words(source: str, path: str, ip: str, port: int) -> dict[str, float]:
     carry = b""
     with socket.create_connection((ip, port)) as sock:
         send = sock.sendall
-        for chunk in [*_chunks(source, path), None]:
+        for chunk in itertools.chain(_chunks(source, path), [None]):   # one chunk at a time
             if chunk is None:
                 body, carry = carry, b""
             else:
