@@ -8,8 +8,8 @@ that every emulated process of pN maps, and it runs those processes:
   descriptors cannot cross ZeroMQ). The pMonitor starts the program as its own
   child with the rack runtime's environment (SPLITRACK_PCOMPONENT,
   SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK,
-  SPLITRACK_SHORTCUTS, and
-  the drop-in socket module on PYTHONPATH), answers its PID, and, when it
+  SPLITRACK_SHORTCUTS, SPLITRACK_PACKING, and the drop-in socket module on
+  PYTHONPATH), answers its PID, and, when it
   ends, its exit status. One thread per launched program does only that.
 - track: a process announces itself with P_ATTACH when it first uses rack
   memory (a launched one, or any local process that attaches explicitly). Every
@@ -202,6 +202,8 @@ class PMonitor(Monitor):
                    SPLITRACK_GLOBAL=self.global_address or "", SPLITRACK_MODE=mode,
                    SPLITRACK_LOOPBACK=self.rack["loopback"],
                    SPLITRACK_SHORTCUTS="1" if shortcuts else "0")
+        if not request.get("packing", True):
+            env["SPLITRACK_PACKING"] = "0"   # else the caller's environment decides
         return env
 
 

@@ -14,7 +14,6 @@ Results go to stdout, diagnostics to stderr. Errors are one line and exit 1.
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import time
@@ -134,10 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                             f"(it has {', '.join(pcomps)})")
         with rack.endpoint() as ep:
             on = args.on or ep.call_args("global", Op.GPM_PLACE)[0]["id"]
-        if args.no_packing:
-            os.environ["SPLITRACK_PACKING"] = "0"   # the program's environment is ours
         return run_program(rack.run.path, on, command, mode=args.mode,
-                           shortcuts=not args.no_shortcuts)
+                           shortcuts=not args.no_shortcuts, packing=not args.no_packing)
     except LaunchError as exc:
         raise RackError(str(exc)) from None
     finally:

@@ -1,7 +1,8 @@
 """Run a program as an emulated process on a pComponent (`splitrack run`).
 
 Interface:
-    run_program(run_dir, "p0", ["python", "prog.py"], mode=None, shortcuts=True) -> status
+    run_program(run_dir, "p0", ["python", "prog.py"], mode=None, shortcuts=True,
+                packing=True) -> status
 
 The client side of the pMonitor's launch socket (RUN_DIR/pN.spawn, see
 monitors/pmonitor.py): it sends argv, environment and working directory as one
@@ -28,12 +29,14 @@ class LaunchError(RuntimeError):
 
 
 def run_program(run_dir: str, pcomponent: str, argv: Sequence[str],
-                mode: str | None = None, shortcuts: bool = True) -> int:
+                mode: str | None = None, shortcuts: bool = True, packing: bool = True) -> int:
     """`mode` ("dma" | "ddio") overrides the rack's socket data path for the program;
-    shortcuts=False turns the rack's intra-rack shortcuts off for it."""
+    shortcuts=False turns the rack's intra-rack shortcuts off for it, packing=False
+    its message packing (splitrack/nic_path.py)."""
     path = os.path.join(run_dir, f"{pcomponent}.spawn")
     request = json.dumps({"argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd(),
-                          "mode": mode, "shortcuts": shortcuts}).encode()
+                          "mode": mode, "shortcuts": shortcuts,
+                          "packing": packing}).encode()
     message = len(request).to_bytes(4, "little") + request
     # Signals are caught from before the launch, so none is lost in the window
     # between the program's start and the moment its PID is known here.
