@@ -7,6 +7,7 @@ Interface:
     ep.send("m0", Op.LOAD_REPORT, p)   # one-way
     ep.serve(timeout_s) / ep.serve_forever()
     ep.pollable                        # the inbox, for a zmq.Poller beside kernel fds
+    ch = ep.channel("p1.42", linger_s) # a Channel: one-way messages between two objects
     ep.counters.snapshot(); ep.close()
 
 Invariants:
@@ -20,6 +21,8 @@ Invariants:
   request) and a counter, never an exception out of serve().
 - Peer ids are resolved to addresses once, by asking `global` (RESOLVE); the
   answer is cached. A timed-out link is reset, so nothing stale is delivered.
+- A Channel carries the same messages (header, counters) beside the inbox,
+  from one object to one object: no routing id, no dispatch, no handler.
 """
 
 import errno
@@ -258,6 +261,12 @@ class Endpoint:
         self.transport.reply(route, frame)
         self.counters.tx(src, op, len(frame))
 
+    def channel(self, peer: str, linger_s: float, sender: "Endpoint | None" = None
+                ) -> "Channel":
+        """A new Channel to an object of `peer`. It receives beside this endpoint's
+        inbox and sends from `sender`'s transport (default: this one's)."""
+        return Channel(self, sender or self, peer, linger_s)
+
     def at_close(self, fn: Callable[[], None]) -> None:
         """Run fn() first thing in close() (e.g. a last one-way message)."""
         self._at_close.append(fn)
@@ -275,6 +284,52 @@ class Endpoint:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Channel:
+    """One end of a FIT channel between two objects (a FIT shortcut's stubs): one-way
+    messages in order. The ends swap `address`es and connect() to each other's.
+    send() from one thread at a time and recv() from one thread at a time (maybe
+    another); close() when neither runs. What was sent before close() still leaves
+    for `linger_s`. A malformed frame is counted and skipped."""
+
+    def __init__(self, receiver: Endpoint, sender: Endpoint, peer: str, linger_s: float):
+        self.peer = peer
+        self._link = receiver.transport.channel(   # type: ignore[attr-defined]
+            linger_s, sender.transport)
+        self._rx_counters, self._tx_counters = receiver.counters, sender.counters
+        self.address: str = self._link.address
+        self.pollable = self._link.pollable   # for a zmq.Poller: readable when a message waits
+
+    def connect(self, address: str) -> None:
+        self._link.connect(address)
+
+    def send(self, op: int, payload: Frame, timeout_s: float, head: bytes = b"") -> None:
+        """One message, `head` + `payload` (one copy); PeerUnreachable if the peer's end
+        takes no connection within timeout_s."""
+        n = len(head) + len(payload)
+        if n > FIT_MAX_PAYLOAD_BYTES:
+            raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
+        self._link.send(_pack_header(MAGIC, VERSION, ONEWAY, op, 0, 0, n) + head + payload,
+                        timeout_s)
+        self._tx_counters.tx(self.peer, op, n + HEADER_SIZE)
+
+    def recv(self, timeout_s: float) -> tuple[int, memoryview] | None:
+        """(op, payload) of the next message, waiting up to timeout_s (0: only what is
+        there); None if none came. The payload is the caller's to keep."""
+        frame = self._link.recv(timeout_s)
+        if frame is None:
+            return None
+        try:
+            _, op, _, _, payload = header.parse(frame)
+        except FitError:
+            self._rx_counters.error("malformed")
+            return None
+        self._rx_counters.rx(self.peer, op, len(frame))
+        return op, payload
+
+    def close(self) -> None:
+        self._link.close()
 
 
 def _echo(msg: Message) -> memoryview:

@@ -17,6 +17,12 @@
   full queue must never block a sender that waits for nothing. A peer sending a frame
   over FIT_HARD_LIMIT_BYTES is disconnected by ZeroMQ (frames between the FIT
   limit and that are answered EMSGSIZE by the endpoint).
+- Channels (`channel()`, beside the contract of transport.py): a direct link
+  between two objects of two endpoints, frames in order, no routing id. A PULL
+  bound beside the inbox (ipc: the inbox's path and a number; tcp: its host, a
+  free port) takes what the peer sends; a PUSH (made in `sender`'s context: its
+  I/O thread) connected to the peer's PULL sends, so one thread may send while
+  another receives. What was sent before close() still leaves for `linger_s`.
 """
 
 import zmq
@@ -45,6 +51,7 @@ class ZmqTransport(Transport):
         self._inbox: zmq.Socket | None = None
         self._inbox_timeout_ms = -1
         self._peer_names: dict[bytes, str] = {}
+        self._channels = 0
         self.address = None
         if bind is not None:
             self._bind(bind)
@@ -152,6 +159,17 @@ class ZmqTransport(Transport):
             sock.setsockopt(zmq.SNDHWM, FIT_HWM_MSGS)
             sock.setsockopt(zmq.RCVHWM, FIT_HWM_MSGS)
 
+    def channel(self, linger_s: float, sender: "ZmqTransport | None" = None) -> "ZmqChannel":
+        """A new channel: its receiving end bound beside the inbox (OSError if it cannot
+        be), its sending end made in `sender` (default: this transport)."""
+        assert self.address is not None, "channels need an inbox"
+        self._channels += 1
+        if self.address.startswith("ipc://"):
+            where = f"{self.address}.{self._channels}"
+        else:   # tcp://HOST:PORT
+            where = self.address.rsplit(":", 1)[0] + ":*"
+        return ZmqChannel(self._ctx, where, linger_s, (sender or self)._ctx)
+
     def forget(self, peer: str) -> None:
         sock = self._dealers.pop(peer, None)
         if sock is not None:
@@ -166,3 +184,83 @@ class ZmqTransport(Transport):
             self._inbox.close(0)
             self._inbox = None
         self._ctx.term()
+
+
+class ZmqChannel:
+    """One end of a channel (ZmqTransport.channel): `address` is where the peer's
+    end connects; connect() this end to the peer's. send() from one thread at a time,
+    recv() from one thread at a time (maybe another); close() when neither runs."""
+
+    def __init__(self, ctx: zmq.Context, bind: str, linger_s: float, tx_ctx: zmq.Context):
+        self._tx_ctx = tx_ctx
+        self._linger_ms = int(linger_s * 1000)
+        self._tx: zmq.Socket | None = None
+        self._rx_timeout_ms = -1
+        rx = self._socket(zmq.PULL, ctx, {
+            zmq.LINGER: FIT_LINGER_MS, zmq.RCVHWM: FIT_HWM_MSGS,
+            zmq.MAXMSGSIZE: FIT_HARD_LIMIT_BYTES}, bind=bind)
+        self.pollable = rx   # for a zmq.Poller: readable when a frame waits
+        self.address = rx.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def connect(self, address: str) -> None:
+        self._tx = self._socket(zmq.PUSH, self._tx_ctx, {
+            zmq.IMMEDIATE: 1,   # as a DEALER's: a send to a vanished peer fails
+            zmq.LINGER: self._linger_ms, zmq.RECONNECT_IVL: FIT_RECONNECT_IVL_MS,
+            zmq.SNDHWM: FIT_HWM_MSGS}, connect=address)
+
+    @staticmethod
+    def _socket(kind: int, ctx: zmq.Context, options: dict[int, int], bind: str | None = None,
+                connect: str | None = None) -> zmq.Socket:
+        """A socket, bound or connected; OSError if there is none to be had (EMFILE...)."""
+        sock = None
+        try:
+            sock = ctx.socket(kind)
+            for option, value in options.items():
+                sock.setsockopt(option, value)
+            if bind is not None:
+                sock.bind(bind)
+            else:
+                sock.connect(connect)
+            return sock
+        except zmq.ZMQError as exc:
+            if sock is not None:
+                sock.close(0)
+            raise OSError(exc.errno, f"no FIT channel at {bind or connect}: {exc}") from None
+
+    def send(self, frame: Frame, timeout_s: float) -> None:
+        """Queue one frame for the peer; PeerUnreachable if no connection within timeout_s."""
+        tx = self._tx
+        assert tx is not None, "send on a channel not connected"
+        try:
+            tx.send(frame, _NOBLOCK)
+            return
+        except zmq.Again:
+            pass
+        if tx.poll(max(0, int(timeout_s * 1000)), zmq.POLLOUT):   # not connected yet, or gone
+            try:
+                tx.send(frame, _NOBLOCK)
+                return
+            except zmq.Again:
+                pass
+        raise PeerUnreachable(f"no channel to {tx.getsockopt_string(zmq.LAST_ENDPOINT)} "
+                              f"within {timeout_s:g} s")
+
+    def recv(self, timeout_s: float) -> bytes | None:
+        """The next frame, waiting up to timeout_s (0: only what is there); None: none.
+        (The parts of a multi-part message come as frames of their own.)"""
+        rx = self.pollable
+        try:
+            if timeout_s <= 0:
+                return rx.recv(_NOBLOCK)
+            ms = max(1, int(timeout_s * 1000 + 0.999))
+            if ms != self._rx_timeout_ms:
+                rx.setsockopt(zmq.RCVTIMEO, ms)
+                self._rx_timeout_ms = ms
+            return rx.recv()
+        except zmq.Again:
+            return None
+
+    def close(self) -> None:
+        self.pollable.close(0)
+        if self._tx is not None:
+            self._tx.close()   # its LINGER: what was sent still leaves

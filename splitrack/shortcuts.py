@@ -8,9 +8,12 @@ a stub of the rack does:
   through a rendezvous path in the run directory and unlinked at once:
   `PipePath`. The kernel holds the bytes and does the flow control; the
   socket's fileno() becomes the pair's end, so select sees it both ways.
-- different pComponents: a direct **FIT** channel between the two stubs
-  (STUB_SC_DATA, STUB_SC_CREDIT, STUB_CLOSED between their inboxes), windows
-  as on the ordinary path: `FitPath`.
+- different pComponents: a **FIT** channel of the two stubs' own
+  (Endpoint.channel, beside the processes' inboxes): STUB_SC_DATA,
+  STUB_SC_CREDIT and STUB_CLOSED in order, windows as on the ordinary path:
+  `FitPath`. Its reader is a thread waiting on the socket (as a pipe's; the
+  process's inbox is looked at between slices), or, once the process is
+  threaded, the inbox thread (Runtime.watch).
 The connector sends STUB_SC_CONNECT to the listener's process; the listener's
 stub makes the accepted stub at once (its accept queue holds it, as a
 kernel's backlog holds a handshaken connection) and answers STUB_CONNECTED.
@@ -24,7 +27,7 @@ Ends: close or SHUT_WR is EOF for the peer. On the pipe the kernel says the
 rest (EPIPE, ECONNRESET, EOF when a process dies). A FIT peer that closed
 makes later sends EPIPE; one that dies is found by its PID within
 SHORTCUT_PEER_CHECK_S (a waiting stub, or the inbox thread) and is
-ECONNRESET. Path methods run with the stub's lock held.
+ECONNRESET. Path methods run with the stub's lock held, but for the waits.
 """
 
 import _socket
@@ -32,6 +35,7 @@ import errno
 import os
 import select
 import socket
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -45,13 +49,20 @@ from splitrack.params import (
     SHORTCUT_FIT_WINDOW_BYTES,
     SHORTCUT_PEER_CHECK_S,
     SHORTCUT_PIPE_BYTES,
+    SKELETON_LINGER_S,
+    SOCKET_BUFFER_BYTES,
     SOCKET_CREDIT_BYTES,
+    STUB_FOLLOWER_SLICE_S,
     STUB_PUSH_TIMEOUT_S,
 )
 from splitrack.rundir import identify
 
 _std = _socket.socket  # the kernel's socket type (C), whatever socket.socket is made later
 PEER_CLOSED = -1       # STUB_CLOSED's value when a FIT peer closed (not only SHUT_WR)
+_SC_DATA, _SC_CREDIT = int(Op.STUB_SC_DATA), int(Op.STUB_SC_CREDIT)   # plain ints: faster
+# Credit goes back once this much was read: the same share of the window as on the
+# ordinary path. (A credit that comes ahead of an answer costs its reader a wake-up.)
+_FIT_CREDIT_BYTES = SHORTCUT_FIT_WINDOW_BYTES * SOCKET_CREDIT_BYTES // SOCKET_BUFFER_BYTES
 
 
 # ---- the connector's side -------------------------------------------------------------------
@@ -75,8 +86,12 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
     rendezvous = _rendezvous(rt, stub._id) if same else None
     if rendezvous:
         args["path"] = rendezvous.getsockname()
-    else:   # pushes may come before the answer is read: the path must be there first
-        stub._path = FitPath(stub, listener["process"], 0)
+    else:   # the listener's first bytes may come before the answer is read
+        try:
+            stub._path = FitPath(stub, listener["process"])
+        except OSError:
+            return False   # no channel (no room for one): the ordinary path
+        args["channel"] = stub._path.channel.address
     rt.add_peer(listener["process"], listener["inbox"])
     stub._connected = None
     try:
@@ -86,14 +101,17 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
                 stub._park_connect)
         answer = stub._connected or {"errno": errno.ETIMEDOUT}
         if "errno" in answer:
-            stub._path = None
+            with stub._lock:
+                if stub._path is not None:
+                    stub._path.release()
+                stub._path = None
             return False   # the listener went away or did not answer: the ordinary path
         if rendezvous:
             rendezvous.settimeout(wait)
             fd, _ = rendezvous._accept()   # queued before the listener answered
             stub._path = PipePath(stub, fd)
         else:
-            stub._path.connected(answer["sk"])
+            stub._path.connected(answer["sk"], answer["channel"])
     finally:
         if rendezvous:
             os.unlink(rendezvous.getsockname())
@@ -141,13 +159,15 @@ def accept(listener: Any, args: dict[str, Any]) -> None:
                 raise
             conn._path = PipePath(conn, sock.detach())
         else:
-            conn._path = FitPath(conn, args["process"], args["stub"])
+            conn._path = FitPath(conn, args["process"], args["stub"], args["channel"])
         conn._local = conn._to_program(args["local"])
         conn._peer = conn._to_program(args["peer"])
         conn._mode = args["kind"]
         listener._accepts.append({"stub": conn})
         listener._ring()
         answer = {"sk": conn._id, "local": args["local"]}
+        if args["kind"] == "fit":
+            answer["channel"] = conn._path.channel.address
     except OSError as exc:
         if conn is not None:
             conn.close()
@@ -235,80 +255,91 @@ class PipePath:
 
 
 class FitPath:
-    """Different pComponents: FIT messages straight between the two stubs."""
+    """Different pComponents: a FIT channel between the two stubs.
+
+    `reading` is held by whoever reads the channel: a waiting thread for a slice,
+    or the inbox thread for as long as it watches it; whoever holds it once the
+    path is released closes the channel (`let_go`)."""
 
     name = "fit"
 
-    def __init__(self, stub: Any, peer: str, peer_stub: int):
+    def __init__(self, stub: Any, peer: str, peer_stub: int = 0, channel: str | None = None):
         self.stub, self.rt = stub, stub._rt
         self.peer = peer
-        self.connected(peer_stub)
         pid = int(peer.split(".")[1])
         try:
             self.peer_created = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:
             self.peer_created = 0.0
         self.peer_pid = pid
-        self.rx: deque[bytes] = deque()   # received chunks, in order
-        self.rx_bytes = 0
+        # what the stub sent before close() still leaves, as a closed skeleton's does
+        self.channel = self.rt.channel(peer, SKELETON_LINGER_S)
+        self.reading = threading.Lock()
+        self.released = False
+        self.rx: deque[memoryview] = deque()   # received chunks, in order
         self.unacked = 0
         self.credit = SHORTCUT_FIT_WINDOW_BYTES
         self.closed_sent = False
         self.checked = time.monotonic()
+        self.peer_stub, self.head = 0, b""
+        if channel is not None:
+            try:
+                self.connected(peer_stub, channel)
+            except OSError:
+                self.channel.close()
+                raise
+        self.rt.watch(self)
 
-    def connected(self, peer_stub: int) -> None:
-        """The peer stub's id (the connector learns it from the answer)."""
+    def connected(self, peer_stub: int, channel: str) -> None:
+        """The peer stub's id and channel (the connector learns them from the answer)."""
+        self.channel.connect(channel)
         self.peer_stub = peer_stub
         self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
-        if not self.rx:
+        rx = self.rx
+        if not rx:
             return None
-        data = self.rx[0]
+        data = rx[0]
         if len(data) > want:
             data = data[:want]
             if not peek:
-                self.rx[0] = self.rx[0][want:]
+                rx[0] = rx[0][want:]
         elif not peek:
-            self.rx.popleft()
+            rx.popleft()
         k = len(data)
         if not peek:
-            self.rx_bytes -= k
             self.unacked += k
-            if self.unacked >= SOCKET_CREDIT_BYTES:
-                self._tell(Op.STUB_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
+            if self.unacked >= _FIT_CREDIT_BYTES:
+                self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
                 self.unacked = 0
-            if not self.rx:
+            if not rx:
                 self.stub._drained()
         if view is None:
-            return data
+            return bytes(data)
         view[:k] = data
         return k
 
     def pushed(self, op: int, payload: memoryview) -> None:
-        if op == Op.STUB_SC_DATA:
-            data = bytes(payload[SK.size:])
-            if data:
-                self.rx.append(data)
-                self.rx_bytes += len(data)
-                self.stub._ring()
-        elif op == Op.STUB_SC_CREDIT:
+        if op == _SC_CREDIT:   # (data is delivered by _deliver)
             self.credit += SK_N.unpack_from(payload)[1]
             self.stub._cond.notify_all()
 
     def put(self, chunk: memoryview) -> int:
         n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
         if n:
-            if not self._tell(Op.STUB_SC_DATA, self.head + (chunk if n == len(chunk)
-                                                          else chunk[:n])):
-                raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET))
+            try:
+                self.channel.send(_SC_DATA, chunk if n == len(chunk) else chunk[:n],
+                                  STUB_PUSH_TIMEOUT_S, self.head)
+            except OSError:   # the peer's end takes nothing: it is gone
+                raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)) from None
             self.credit -= n
         return n
 
     def _tell(self, op: int, payload: bytes) -> bool:
-        """One message to the peer stub; False if its process takes none (it is gone)."""
+        """One message to the peer stub; False if its end takes none (it is gone)."""
         try:
-            self.rt.send(self.peer, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
+            self.channel.send(op, payload, STUB_PUSH_TIMEOUT_S)
             return True
         except OSError:
             return False
@@ -316,23 +347,69 @@ class FitPath:
     def can_send(self) -> bool:
         return self.credit > 0
 
+    # ---- waiting: the waiter reads the channel, unless another thread does ----------------
     def wait_readable(self, deadline: float | None) -> bool:
-        return self.rt.wait(self._readable, deadline, self._park_readable)
+        return self._wait(self._readable, deadline, self.stub._park_readable)
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self.rt.wait(self._writable, deadline, self._park_writable)
+        return self._wait(self.stub._can_send, deadline, self.stub._park_writable)
 
     def _readable(self) -> bool:
-        return self.stub._rung or self.check_peer()
+        return self.stub._rung
 
-    def _writable(self) -> bool:
-        return self.stub._can_send() or self.check_peer()
+    def _wait(self, ready: Any, deadline: float | None, park: Any) -> bool:
+        """Until ready() (True) or the deadline (False)."""
+        while not ready():
+            if self.released:
+                return True   # closed meanwhile: the caller finds out
+            if deadline is None:
+                most = SHORTCUT_PEER_CHECK_S
+            else:
+                most = min(deadline - time.monotonic(), SHORTCUT_PEER_CHECK_S)
+                if most <= 0:
+                    return False
+            if not self.reading.acquire(blocking=False):
+                # the inbox thread reads it (and rings the stub), or another waiter does
+                park(most if self.rt.threaded else min(most, STUB_FOLLOWER_SLICE_S))
+                self.check_peer()
+                continue
+            try:
+                if not ready():
+                    self._read(most)
+            finally:
+                self.let_go()
+        return True
 
-    def _park_readable(self, timeout: float | None) -> None:   # in slices: see check_peer
-        self.stub._park_readable(_slice(timeout))
+    def _read(self, timeout: float) -> None:
+        got = self.channel.recv(timeout)
+        if got is not None:
+            self._deliver(*got)
+        else:   # a slice went by: the process's inbox's turn; is the peer alive?
+            self.rt.pump()
+            self.check_peer()
 
-    def _park_writable(self, timeout: float | None) -> None:
-        self.stub._park_writable(_slice(timeout))
+    def _deliver(self, op: int, payload: memoryview) -> None:
+        """A message from the channel, by its reader (the stub's lock not held)."""
+        if op != _SC_DATA:
+            self.stub._pushed(op, payload)   # credit, STUB_CLOSED
+            return
+        stub = self.stub
+        with stub._lock:
+            if not stub._dead and len(payload) > SK.size:
+                self.rx.append(payload[SK.size:])   # a channel's payloads are ours to keep
+                stub._ring()
+
+    def drain(self) -> None:
+        """The inbox thread's, holding `reading`: every message waiting on the channel."""
+        while (got := self.channel.recv(0)) is not None:
+            self._deliver(*got)
+
+    def let_go(self) -> None:
+        """Release `reading` -- and close the channel, if the path was released
+        meanwhile (whoever then takes `reading` closes it; nobody gives it back)."""
+        self.reading.release()
+        if self.released and self.reading.acquire(blocking=False):
+            self.channel.close()
 
     def check_peer(self) -> bool:
         """Checked at most every SHORTCUT_PEER_CHECK_S: a dead peer process is a reset."""
@@ -346,6 +423,7 @@ class FitPath:
             if not self.stub._eof:
                 self.stub._error = self.stub._error or errno.ECONNRESET
             self.stub._ring()
+            self.stub._cond.notify_all()
         self.closed_sent = True   # nobody to tell
         return True
 
@@ -357,6 +435,10 @@ class FitPath:
     def release(self) -> None:
         if self.peer_stub:   # the peer's later sends fail (EPIPE), as to a closed TCP socket
             self._tell(Op.STUB_CLOSED, SK_ERR.pack(self.peer_stub, PEER_CLOSED))
+        self.released = True
+        self.rt.unwatch(self)
+        if self.reading.acquire(blocking=False):
+            self.channel.close()   # nobody reads it; else its reader closes it (let_go)
 
 
 def _roomy(sock: Any) -> None:
@@ -372,10 +454,6 @@ def _roomy(sock: Any) -> None:
 
 
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)   # Linux's number
-
-
-def _slice(timeout: float | None) -> float:
-    return SHORTCUT_PEER_CHECK_S if timeout is None else min(timeout, SHORTCUT_PEER_CHECK_S)
 
 
 def _ms(deadline: float | None, most_s: float) -> float:

@@ -12,15 +12,17 @@ import threading
 import psutil
 import pytest
 
-from helpers import SPLITRACK, wait_until
+from helpers import SPLITRACK, running_rack, small_spec, wait_until
 from netprogs import (
     ASYNCIO_ECHO,
     ECHO_CLIENT,
     ECHO_SERVER,
     SCRATCH,
     SELECTORS_ECHO,
+    SEND_AND_EXIT,
     SOCKETSERVER_ECHO,
     SOURCE,
+    environ,
     n0_network,
     network_rack,
     on_rack,
@@ -280,3 +282,105 @@ def test_selectors_see_a_dead_shortcut_peer_and_shutdown_is_eof(net, client_on):
         assert done.stdout == "eof\n" and done.returncode == 128 + 9, done.stderr
         assert proc.stdout.readline().strip() in ("eof", "reset")
         assert proc.stdout.readline().strip() == "accept 22"
+
+
+def test_a_fit_sender_that_exits_at_once_loses_nothing(net):
+    rack, env = net
+    reader = textwrap.dedent("""
+        import socket, sys
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+        got = bytearray()
+        while data := c.recv(1 << 20):
+            got += data
+        print(bytes(got) == bytes(range(256)) * (int(sys.argv[3]) // 256), flush=True)
+    """)
+    size = 3 << 20   # more than the window: the sender waits for credit, then exits
+    with on_rack(env, SEND_AND_EXIT, NIC, str(size), name="sc") as (_, (port,)):
+        proc = run_on_rack(env, reader, NIC, str(port), str(size), on="p1", name="sc")
+    assert proc.returncode == 0 and proc.stdout == "True\n", proc.stderr
+
+
+def test_a_fit_sender_waiting_for_credit_sees_the_peer_close(net):
+    rack, env = net
+    closer = textwrap.dedent("""
+        import socket, sys
+        s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        c, _ = s.accept()
+        c.recv(1)
+        c.close()   # bytes unread and more coming: the sender's window never reopens
+        s.accept()   # alive, as a server is (a dead peer is another test's)
+    """)
+    sender = textwrap.dedent("""
+        import socket, sys
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])))   # no timeout
+        try:
+            c.sendall(b"x" * (8 << 20))
+            print("sent", flush=True)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            print(type(exc).__name__, flush=True)
+    """)
+    with on_rack(env, closer, NIC, name="sc") as (_, (port,)):
+        proc = run_on_rack(env, sender, NIC, str(port), on="p1", name="sc")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in ("BrokenPipeError", "ConnectionResetError")
+
+
+def test_closed_fit_connections_leave_nothing_open(net):
+    """Each FIT connection has a channel of its own; closing either end closes it,
+    whoever reads it (a waiting thread, or the inbox thread once the program selects)."""
+    rack, env = net
+    server = textwrap.dedent("""
+        import os, selectors, socket, sys, time
+        s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+        print(s.getsockname()[1], flush=True)
+        def serve_one(threaded):
+            c, _ = s.accept()
+            sel = selectors.DefaultSelector()
+            if threaded:
+                sel.register(c, selectors.EVENT_READ)
+            while not threaded or sel.select():
+                data = c.recv(10)
+                if not data:
+                    break
+                c.sendall(data)
+            sel.close()
+            c.close()
+        def fds_within(most):   # closed sockets go a moment later (ZeroMQ's reaper...)
+            deadline = time.monotonic() + 10
+            while len(os.listdir("/proc/self/fd")) > most and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return len(os.listdir("/proc/self/fd"))
+        for threaded in (False, True):
+            if threaded:
+                s.fileno()   # from now on the inbox thread reads the channels
+            serve_one(threaded)   # the client's process and this one are linked now
+            before = len(os.listdir("/proc/self/fd"))
+            for _ in range(10):
+                serve_one(threaded)
+            print(threaded, "leaks" if fds_within(before) > before else "ok", flush=True)
+    """)
+    client = textwrap.dedent("""
+        import socket, sys
+        for _ in range(22):
+            with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30) as c:
+                c.sendall(b"ping")
+                assert c.recv(10) == b"ping"
+    """)
+    with on_rack(env, server, NIC, name="sc") as (proc, (port,)):
+        done = run_on_rack(env, client, NIC, str(port), on="p1", name="sc")
+        assert done.returncode == 0, done.stderr
+        assert [proc.stdout.readline().split() for _ in range(2)] == \
+            [["False", "ok"], ["True", "ok"]]
+
+
+def test_a_fit_shortcut_over_tcp_endpoints():
+    with running_rack(lambda storage: small_spec(storage, name="sctcp", endpoints="tcp")) \
+            as rack:
+        env = environ(rack)
+        with on_rack(env, ECHO_SERVER, NIC, name="sctcp") as (_, (port,)):
+            before = n0_network(rack)
+            proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "3", on="p1", name="sctcp")
+            assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr
+            after = n0_network(rack)
+    assert after["shortcuts_fit"] == before["shortcuts_fit"] + 1
