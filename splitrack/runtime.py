@@ -17,6 +17,9 @@ SPLITRACK_PACKING):
       thread hop: a cross-thread wake-up costs ~40 us a round trip here.
     threaded (once a program asks for a socket's fileno(), to select on it):
       one inbox thread reads it, and rings the stubs' descriptors.
+  The channels of FIT shortcuts (shortcuts.FitPath) are read likewise: inline
+  by a thread waiting on that socket, threaded by the inbox thread, which
+  watches every channel `watch()` gave it (a zmq.Poller beside the inbox).
 - buffers: each stub's receive and send rings live in rack memory, in vRegions
   of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
 - the flusher: a thread, started the first time a stub holds sends back
@@ -36,7 +39,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import zmq
+
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
+from fit_rpc.endpoint import Channel
 from fit_rpc.netpath import SK
 from splitrack import shortcuts
 from splitrack.params import (
@@ -51,7 +57,8 @@ from splitrack.vm import VirtualMemory, _this
 
 _STUB_ID = SK   # every push starts with the stub's id
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,
-           Op.STUB_CONNECTED, Op.STUB_SC_CONNECT, Op.STUB_SC_DATA, Op.STUB_SC_CREDIT)
+           Op.STUB_CONNECTED, Op.STUB_SC_CONNECT)
+_INBOX_BATCH = 64   # the inbox thread serves at most this many messages between polls
 
 
 class Runtime:
@@ -83,6 +90,8 @@ class Runtime:
         self._stop = False
         self.threaded = False
         self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
+        self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread
+        self._rewatch = False                 # _watched changed since the inbox thread looked
         atexit.register(self.close)
 
     # ---- calls (any thread) ---------------------------------------------------------------
@@ -154,6 +163,12 @@ class Runtime:
                 self.call(GLOBAL_ID, Op.GNM_IS_RACK_IP, {"ip": ip})["rack"])
         return rack
 
+    def channel(self, peer: str, linger_s: float) -> Channel:
+        """A FIT channel to an object of process `peer` (a FIT shortcut's stub). It
+        receives beside the inbox and sends as the calls do: on two I/O threads, as
+        those have (with one for both, round trips here were slower and less steady)."""
+        return self.inbox.channel(peer, linger_s, self.vm.ep)
+
     def add_peer(self, process: str, inbox: str) -> None:
         with self.lock:
             self.vm.ep.add_peer(process, inbox)
@@ -167,9 +182,11 @@ class Runtime:
         """`path` (a NicPath, its stub's lock held) started holding sends back."""
         self._held.append(path)
         if self._flusher is None:
-            self._flusher = threading.Thread(target=self._flush_held, daemon=True,
-                                             name="splitrack-stub-flusher")
-            self._flusher.start()
+            with _runtime_lock:   # one flusher, whichever thread holds first
+                if self._flusher is None:
+                    self._flusher = threading.Thread(target=self._flush_held, daemon=True,
+                                                     name="splitrack-stub-flusher")
+                    self._flusher.start()
         self._flush.set()
 
     def _flush_held(self) -> None:
@@ -220,9 +237,63 @@ class Runtime:
         for stub in list(self.stubs.values()):
             stub._sync_bell()
 
+    def watch(self, path: Any) -> None:
+        """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""
+        self._watched.add(path)
+        self._rewatch = True
+
+    def unwatch(self, path: Any) -> None:
+        self._watched.discard(path)
+        self._rewatch = True
+
     def _serve(self) -> None:
+        """The inbox thread: the inbox, and the watched channels."""
         with self._inbox_lock:   # a leader finishes its slice first
-            self.inbox.serve_forever(tick=self._tick, every_s=SHORTCUT_PEER_CHECK_S)
+            poller = zmq.Poller()
+            inbox = self.inbox.pollable
+            poller.register(inbox, zmq.POLLIN)
+            paths: dict[Any, Any] = {}   # channel socket -> its path (`reading` held)
+            clock = time.monotonic
+            next_tick = clock() + SHORTCUT_PEER_CHECK_S
+            while True:
+                busy = self._sync(poller, paths) if self._rewatch else False
+                wait = STUB_FOLLOWER_SLICE_S if busy else max(0.0, next_tick - clock())
+                if not paths:   # the inbox alone: no poller in the way
+                    self.inbox.serve(wait)
+                else:
+                    for sock, _ in poller.poll(wait * 1000):
+                        if sock is not inbox:
+                            paths[sock].drain()
+                            continue
+                        served = 0
+                        while served < _INBOX_BATCH and self.inbox.serve(0):
+                            served += 1
+                if clock() >= next_tick:
+                    if self._tick():
+                        return
+                    next_tick = clock() + SHORTCUT_PEER_CHECK_S
+
+    def _sync(self, poller: zmq.Poller, paths: dict[Any, Any]) -> bool:
+        """The poller watches what watch() asked for; True if a waiting thread still
+        reads a channel (try again soon)."""
+        self._rewatch = False
+        wanted = set(self._watched)
+        for sock, path in list(paths.items()):
+            if path not in wanted:
+                poller.unregister(sock)
+                del paths[sock]
+                path.let_go()
+        busy = False
+        for path in wanted.difference(paths.values()):
+            if path.released:
+                continue
+            if path.reading.acquire(blocking=False):
+                poller.register(path.channel.pollable, zmq.POLLIN)
+                paths[path.channel.pollable] = path
+            else:
+                busy = True
+        self._rewatch = self._rewatch or busy
+        return busy
 
     def _push(self, msg: Message) -> None:
         stub = self.stubs.get(_STUB_ID.unpack_from(msg.payload)[0])

@@ -183,7 +183,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def _can_send(self) -> bool:
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
-                    or self._dead)
+                    or self._peer_gone or self._dead)
 
     # ---- the bell: fileno() is readable while something waits ----------------------------
     # `_rung` is the state; the byte in the socketpair mirrors it once the runtime is
@@ -262,6 +262,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         conn = info.get("stub") or BsdSocketStub(AF_INET, SOCK_STREAM)   # a shortcut's is made
         if _socket_module.getdefaulttimeout() is None and self._timeout is not None:
             conn.setblocking(True)   # as the stdlib's accept() does
+        conn._opts = {**self._opts, **conn._opts}   # as Linux, TCP_NODELAY... inherited
         if "stub" in info:
             return conn, conn._peer
         conn._mode, conn._n, conn._sk = self._mode, self._n, info["sk"]
@@ -508,6 +509,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
             self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level, "opt": optname,
                                       "value": value})
         self._opts[(level, optname)] = value
+        if (level, optname) == (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY) \
+                and value and self._path is not None and self._n is not None:
+            with self._lock:   # as Linux, what waits goes now
+                self._path.announce_held()
 
     def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> int:
         if buflen:
@@ -547,7 +552,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         except OSError as exc:  # the errno Linux would give, with Linux's words
             raise _err(exc.errno or errno.EIO) from None
 
-    # ---- pushes from the skeleton (the runtime's inbox thread) ----------------------------------
+    # ---- pushes from the skeleton (the inbox reader), or a FIT shortcut's channel -------------
     def _pushed(self, op: int, payload: memoryview) -> None:
         with self._lock:   # the Condition's own lock (a plain `with` is one call fewer)
             if self._dead:

@@ -17,17 +17,21 @@ from netprogs import network_rack, on_rack
 
 NIC = "127.0.0.11"
 
-# argv: NIC COUNT SIZE NODELAY(0/1) THEN(close/sleep). Prints "port pid"; sends COUNT
-# messages of SIZE bytes (message i is byte i % 251 repeated) to the first client.
+# argv: NIC COUNT SIZE NODELAY (0; 1: on the socket; 2: on the listener) THEN (close or
+# sleep). Prints "port pid"; sends COUNT messages of SIZE bytes (message i is byte i % 251
+# repeated) to the first client.
 SENDER = textwrap.dedent("""
     import os, socket, sys, time
     ip, count, size, nodelay, then = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
     s = socket.socket()
+    if nodelay == 2:   # set on the listener: the accepted socket inherits it, as on Linux
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.bind((ip, 0))
     s.listen()
     print(s.getsockname()[1], os.getpid(), flush=True)
     c, _ = s.accept()
-    if nodelay:
+    assert c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == (nodelay == 2)
+    if nodelay == 1:
         c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for i in range(count):
         c.sendall(bytes([i % 251]) * size)
@@ -65,7 +69,7 @@ def _sends_seen_by_n0(rack, process: str) -> int:
 
 
 @pytest.mark.parametrize("mode", ["dma", "ddio"])
-@pytest.mark.parametrize("nodelay", [0, 1])
+@pytest.mark.parametrize("nodelay", [0, 1, 2])
 def test_small_sends_are_packed_unless_nodelay_and_every_byte_arrives(pack, mode, nodelay):
     rack, env = pack
     count, size = 3000, 100
