@@ -10,15 +10,16 @@ second pComponent. Repetitions interleave everything compared, so that the
 machine's noise hits all alike. Per mode and size:
 
 - echo RTT p50/p99 (TCP_NODELAY, one connection, `rounds` round trips);
-- one-way throughput, MB/s and messages/s: the server sends `volume` bytes in
-  send()s of `size` (`throughput_MBps`: the send path, where message packing
-  acts), and receives them (`rx_throughput_MBps`). DDIO and DMA are measured
-  with packing off too (`packing`).
+- one-way throughput, MB/s and messages/s, each over `seconds`: the server
+  send()s `size` bytes at a time (`throughput_MBps`: the send path, where
+  message packing acts), and receives (`rx_throughput_MBps`). DDIO and DMA
+  are measured with packing off too (`packing`).
 
 And once: connect() time, a client on the rack (p0) vs the same client as a
 plain process, both to the plain Linux server; the nComponent's CPU time
 (psutil, the nMonitor process's own accounting) while the DDIO server streams
-`cpu_volume` bytes out and in, per GB; and NIC scaling (nic_scaling.py).
+out and in for `cpu_seconds` each, per GB moved; and NIC scaling
+(nic_scaling.py). `linux` is always measured: it is the baseline.
 
 Baselines measured in the same run: Linux TCP loopback (the `linux` mode),
 raw pyzmq DEALER/ROUTER between two plain processes, raw os.pipe between two
@@ -35,10 +36,11 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "rtt_p99_us", "throughput_MBps", "msgs_per_s", "rx_throughput_MBps"}],
 "baselines": {"raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us",
 "raw_zmq_p50_us_by_size", "raw_pipe_p50_us_by_size", "relay_floor_p50_us_by_size"},
-"connect": {"linux_p50_us", "rack_p50_us", "ratio"}, "ncomponent_cpu":
-{"tx_core_s_per_GB", "rx_core_s_per_GB", "bytes"}, "nic_scaling": [{"nics",
-"throughput_MBps"}], "packing": [{"mode", "size", "on_MBps", "off_MBps"}],
-"targets": [{"name", "value", "target", "met"}], "settings": {...}}
+"ddio_over_relay_floor": {size: ratio}, "connect": {"linux_p50_us", "rack_p50_us",
+"ratio", ...}, "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size",
+"tx_bytes", "rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}],
+"packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets": [{"name", "value",
+"target", "met"}], "settings": {...}}
 --plot F.png draws the figures (plots.py) and writes F.md, a summary table.
 """
 
@@ -66,11 +68,10 @@ MODES = ("linux", "ddio", "dma", "pipe", "fit")
 SIZES = (128, 256, 512, 1024, 2048, 4096)
 LINUX_IP = "127.0.0.5"   # the "remote Linux" server's address, outside the rack
 # The full sweep, and --quick's (well under a minute, the README's main job).
-FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "volume": 32 << 20, "max_sends": 20_000,
-        "connects": 500, "cpu_volume": 128 << 20, "nics": (1, 2, 4), "nic_volume": 64 << 20}
-QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 2, "volume": 16 << 20,
-         "max_sends": 4000, "connects": 100, "cpu_volume": 32 << 20, "nics": (1, 2),
-         "nic_volume": 16 << 20}
+FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "seconds": 0.25, "connects": 500,
+        "cpu_seconds": 1.0, "nics": (1, 2, 4), "nic_seconds": 1.0}
+QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 2, "seconds": 0.1, "connects": 100,
+         "cpu_seconds": 0.5, "nics": (1, 2), "nic_seconds": 0.5}
 
 
 def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> dict[str, Any]:
@@ -114,8 +115,6 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
             servers.enter_context(RawServer(raw_address))
             for _ in range(reps):
                 for size in sizes:
-                    sends = min(s["volume"] // size, s["max_sends"])
-                    volume = sends * size
                     warm = BENCH_WARMUP_ROUNDS
                     base["raw", size] += measure_in_process(raw_address, size, s["rounds"], warm)
                     base["floor", size] += tcp_client.echo_rtts(*addr["floor"], size,
@@ -124,8 +123,8 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
                     for m in modes:
                         plan = [{"kind": "echo", "size": size, "rounds": s["rounds"],
                                  "warmup": warm},
-                                {"kind": "tx", "size": size, "total": volume},
-                                {"kind": "rx", "size": size, "total": volume}]
+                                {"kind": "tx", "size": size, "seconds": s["seconds"]},
+                                {"kind": "rx", "size": size, "seconds": s["seconds"]}]
                         if m in ("pipe", "fit"):   # the client is on the rack too
                             on = ps[0] if m == "pipe" else ps[1]
                             got = _rack_client(rack_run, env, on, addr[m], plan)
@@ -136,7 +135,7 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
                         tput.setdefault(("tx", m, size), []).append(got[1]["MBps"])
                         tput.setdefault(("rx", m, size), []).append(got[2]["MBps"])
                     for m in packable:
-                        got = tcp_client.tx(*addr[m + "-unpacked"], size, volume)
+                        got = tcp_client.tx(*addr[m + "-unpacked"], size, s["seconds"])
                         tput.setdefault(("tx", m + "-unpacked", size), []).append(got["MBps"])
                     advance()
                 n = max(1, s["connects"] // reps)
@@ -145,9 +144,10 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
                     rack_run, env, ps[0], addr["linux"],
                     [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1]
                 advance()
-            cpu = _ncomponent_cpu(rack, ncomp["id"], addr.get("ddio"), sizes, s["cpu_volume"])
+            cpu = _ncomponent_cpu(rack, ncomp["id"], addr.get("ddio"), sizes,
+                                  s["cpu_seconds"])
             advance()
-        scaling = nic_scaling.measure(spec, s["nics"], s["nic_volume"], advance)
+        scaling = nic_scaling.measure(spec, s["nics"], s["nic_seconds"], advance)
     return _report(rtt, tput, base, connect, cpu, scaling, modes, s)
 
 
@@ -164,19 +164,20 @@ def _rack_client(rack_run: list[str], env: dict[str, str], on: str, addr: tuple[
 
 
 def _ncomponent_cpu(rack: Rack, n_id: str, addr: tuple[str, int] | None,
-                    sizes: tuple[int, ...], volume: int) -> dict[str, float] | None:
+                    sizes: tuple[int, ...], seconds: float) -> dict[str, float] | None:
     """Core-seconds the nMonitor spends per GB while the DDIO server streams out and in."""
     if addr is None:
         return None
     proc = psutil.Process(rack.components[n_id]["pid"])
     size = 4096 if 4096 in sizes else max(sizes)
-    out: dict[str, float] = {"bytes": volume, "size": size}
+    out: dict[str, float] = {"size": size}
     for direction, measure in (("tx", tcp_client.tx), ("rx", tcp_client.rx)):
         before = proc.cpu_times()
-        measure(*addr, size, volume)
+        moved = measure(*addr, size, seconds)["bytes"]
         after = proc.cpu_times()
         core_s = (after.user - before.user) + (after.system - before.system)
-        out[f"{direction}_core_s_per_GB"] = round(core_s / (volume / 1e9), 3)
+        out[f"{direction}_bytes"] = moved
+        out[f"{direction}_core_s_per_GB"] = round(core_s / (moved / 1e9), 3)
     return out
 
 
@@ -204,6 +205,9 @@ def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
                       "raw_pipe_p50_us_by_size": {str(z): v for z, v in p50["pipe"].items()},
                       "relay_floor_p50_us_by_size": {str(z): v
                                                      for z, v in p50["floor"].items()}},
+        "ddio_over_relay_floor": {str(z): round(r["rtt_p50_us"] / p50["floor"][z], 3)
+                                  for r in results if r["mode"] == "ddio"
+                                  for z in [r["size"]]},
         "connect": {"linux_p50_us": _p(connect["linux"], 50),
                     "rack_p50_us": _p(connect["rack"], 50),
                     "linux_p99_us": _p(connect["linux"], 99),
@@ -215,9 +219,8 @@ def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
                     for m in ("ddio", "dma") if m in modes for z in sizes],
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items()},
     }
-    if "linux" in modes:
-        report["baselines"]["linux_tcp_p50_us"] = next(
-            r["rtt_p50_us"] for r in results if r["mode"] == "linux" and r["size"] == sizes[0])
+    report["baselines"]["linux_tcp_p50_us"] = next(
+        r["rtt_p50_us"] for r in results if r["mode"] == "linux" and r["size"] == sizes[0])
     report["targets"] = _targets(report, modes, p50)
     return report
 
@@ -232,11 +235,16 @@ def _targets(report: dict[str, Any], modes: tuple[str, ...], p50: dict) -> list[
         out.append({"name": name, "value": round(value, 3), "target": limit,
                     "met": value <= limit if at_most else value >= limit})
 
-    if {"linux", "ddio"} <= set(modes):
+    if "ddio" in modes:
         for z in (z for z in sizes if z <= 2048):
             target(f"DDIO RTT / (Linux + raw pyzmq) at {z} B",
                    by["ddio", z]["rtt_p50_us"] / (by["linux", z]["rtt_p50_us"] + p50["raw"][z]),
                    1.25)
+        if "dma" in modes:
+            rtt = {(m, z): by[m, z]["rtt_p50_us"] for m in ("linux", "ddio", "dma") for z in sizes}
+            target("sizes with RTT p50 in the paper's order, Linux < DDIO < DMA",
+                   sum(rtt["linux", z] < rtt["ddio", z] < rtt["dma", z] for z in sizes),
+                   len(sizes), at_most=False)
     for m, name, limit in (("pipe", "raw os.pipe", 1.5), ("fit", "raw pyzmq", 1.25)):
         if m in modes:
             for z in sizes:
@@ -246,7 +254,7 @@ def _targets(report: dict[str, Any], modes: tuple[str, ...], p50: dict) -> list[
     c = report["connect"]
     c["ratio"] = round(c["rack_p50_us"] / (c["linux_p50_us"] + p50["raw"][sizes[0]]), 3)
     target("rack connect / (Linux connect + raw pyzmq)", c["ratio"], 1.25)
-    if "linux" in modes and 4096 in sizes:
+    if 4096 in sizes:
         linux = by["linux", 4096]["throughput_MBps"]
         for m, limit in (("ddio", 0.5), ("dma", 0.35)):
             if m in modes:
@@ -274,6 +282,9 @@ def print_table(report: dict[str, Any]) -> None:
                        ("relay floor (no splitrack code)", "relay_floor_p50_us_by_size"),
                        ("raw os.pipe", "raw_pipe_p50_us_by_size")):
         print(f"{label} p50: " + ", ".join(f"{v:.1f}us ({z} B)" for z, v in b[key].items()))
+    if report["ddio_over_relay_floor"]:
+        print("DDIO RTT / relay floor (what the emulator's code adds): " + ", ".join(
+            f"{v:.2f} ({z} B)" for z, v in report["ddio_over_relay_floor"].items()))
     c = report["connect"]
     print(f"connect() p50: rack {c['rack_p50_us']:.1f}us, Linux {c['linux_p50_us']:.1f}us")
     for p in report["packing"]:
@@ -287,13 +298,15 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"{row['nics']} NIC(s), {row['clients']} clients: {row['throughput_MBps']:.1f} MB/s")
     print("targets:")
     for t in report["targets"]:
-        sign = "<=" if "throughput" not in t["name"] else ">="
+        sign = ">=" if "throughput" in t["name"] or "order" in t["name"] else "<="
         print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
               f"(target {sign} {t['target']})")
 
 
 def main(args: argparse.Namespace) -> int:
     modes = tuple(args.modes.split(",")) if args.modes else MODES
+    if "linux" not in modes:
+        modes = ("linux", *modes)   # the baseline of every ratio
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"splitrack: error: unknown mode(s) {', '.join(bad)} "

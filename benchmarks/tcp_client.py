@@ -1,9 +1,10 @@
 """The client side of `splitrack bench tcp`: every measurement, against tcp_server.py.
 
     echo_rtts(ip, port, size, rounds, warmup) -> round-trip times in µs
-    tx(ip, port, size, total)                 -> the server sends `total` bytes in
-                                                 send()s of `size`: {"MBps", "start", "end"}
-    rx(ip, port, size, total)                 -> the client sends them to the server
+    tx(ip, port, size, seconds)               -> the server send()s `size` bytes at a time
+                                                 for `seconds`: {"MBps", "bytes", "start",
+                                                 "end"}
+    rx(ip, port, size, seconds)               -> the client sends them to the server
     connect_times(ip, port, n)                -> n connect() times in µs
     at(t)                                     sleeps until time.monotonic() == t
 
@@ -51,42 +52,55 @@ def echo_rtts(ip: str, port: int, size: int, rounds: int, warmup: int) -> list[f
     return out
 
 
-def tx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
-    """The server sends: its send path (where packing acts) is measured. This end
-    acknowledges at once (TCP_QUICKACK after every recv): with delayed ACKs, a
-    Linux sender's Nagle stalls ~40 ms now and then, and the baseline with it."""
+def tx(ip: str, port: int, size: int, seconds: float) -> dict[str, float]:
+    """The server sends for `seconds`: its send path (where packing acts) is measured.
+    This end acknowledges at once (TCP_QUICKACK after every recv): with delayed ACKs,
+    a Linux sender's Nagle stalls ~40 ms now and then, and the baseline with it."""
     view = memoryview(bytearray(1 << 20))
     with socket.create_connection((ip, port), timeout=60) as sock:
         quickack = _quickack(sock)
         start = time.monotonic()
-        sock.sendall(b"T" + TX.pack(total, size))
+        stop = start + seconds
+        sock.sendall(b"T" + TX.pack(size))
         got = 0
-        while got < total:
+        while (now := time.monotonic()) < stop:
             n = sock.recv_into(view)
             if not n:
-                raise ConnectionError(f"the server closed after {got} of {total} bytes")
+                raise ConnectionError(f"the server closed after {got} bytes")
             got += n
             if quickack:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-        end = time.monotonic()
-    return _rate(total, start, end)
+    return _rate(got, start, now)
 
 
-def rx(ip: str, port: int, size: int, total: int) -> dict[str, float]:
-    """The server receives: its receive path is measured (this end sends each
+def rx(ip: str, port: int, size: int, seconds: float) -> dict[str, float]:
+    """The client sends for `seconds` and the server receives: its receive path is
+    measured, up to the server's count of what it received (this end sends each
     chunk at once, TCP_NODELAY: the sender's batching is not what is measured)."""
     chunk = b"\x5a" * size
     with socket.create_connection((ip, port), timeout=60) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         start = time.monotonic()
-        sock.sendall(b"R" + RX.pack(total))
-        for _ in range(total // size):
+        stop = start + seconds
+        sock.sendall(b"R")
+        while time.monotonic() < stop:
             sock.sendall(chunk)
-        sock.sendall(chunk[:total % size])
-        if sock.recv(1) != b"K":
-            raise ConnectionError("the server did not confirm what it received")
+        sock.shutdown(socket.SHUT_WR)
+        answer = _exactly(sock, 1 + RX.size)
         end = time.monotonic()
-    return _rate(total, start, end)
+    if answer[:1] != b"K":
+        raise ConnectionError("the server did not say what it received")
+    return _rate(RX.unpack(answer[1:])[0], start, end)
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        more = sock.recv(n - len(out))
+        if not more:
+            raise ConnectionError("the server closed before it answered")
+        out += more
+    return out
 
 
 def connect_times(ip: str, port: int, n: int) -> list[float]:
@@ -120,7 +134,7 @@ def at(t: float) -> None:
 
 
 def _rate(total: int, start: float, end: float) -> dict[str, float]:
-    return {"MBps": total / 1e6 / (end - start), "start": start, "end": end}
+    return {"MBps": total / 1e6 / (end - start), "bytes": total, "start": start, "end": end}
 
 
 def run_plan(plan: list[dict[str, Any]]) -> list[Any]:

@@ -8,10 +8,12 @@ Run as a plain process it is the "Linux" baseline; run with `splitrack run` its
 `socket` is the rack's (a bsdSocketStub), and nothing else differs. What a
 connection gets depends on its first byte (the client: tcp_client.py):
 
-    b"E"                 echo: answers b"E", then echoes everything (TCP_NODELAY)
-    b"T" + <QI> n, size  the server sends n bytes, in send()s of `size` bytes
-    b"R" + <Q>  n        the server receives n bytes, then answers b"K"
-    EOF                  nothing (a connect() measurement)
+    b"E"              echo: answers b"E", then echoes everything (TCP_NODELAY)
+    b"T" + <I> size   the server send()s `size` bytes at a time until the client
+                      goes away (it measures for as long as it likes, then closes)
+    b"R"              the server receives until EOF, then answers b"K" + <Q> the
+                      number of bytes it received
+    EOF               nothing (a connect() measurement)
 
 The relay floor (relay_floor.py) echoes the b"E" back too, so echo clients
 need not know which they talk to.
@@ -21,8 +23,8 @@ import socket
 import struct
 import sys
 
-TX = struct.Struct("<QI")
-RX = struct.Struct("<Q")
+TX = struct.Struct("<I")    # T: the size of each send()
+RX = struct.Struct("<Q")    # R's answer: bytes received
 
 
 def serve(ip: str) -> None:
@@ -52,20 +54,14 @@ def _serve_one(conn: socket.socket, view: memoryview) -> None:
         while n := conn.recv_into(view):
             conn.sendall(view[:n])
     elif cmd == b"T":
-        total, size = TX.unpack(_exactly(conn, TX.size))
-        chunk = view[:size]
-        for _ in range(total // size):
+        chunk = view[:TX.unpack(_exactly(conn, TX.size))[0]]
+        while True:   # until the client closes: EPIPE or ECONNRESET end it
             conn.sendall(chunk)
-        conn.sendall(view[:total % size])
-        conn.recv(1)   # the client closes once it has everything
     elif cmd == b"R":
-        left = RX.unpack(_exactly(conn, RX.size))[0]
-        while left > 0:
-            n = conn.recv_into(view, min(left, len(view)))
-            if not n:
-                return
-            left -= n
-        conn.sendall(b"K")
+        got = 0
+        while n := conn.recv_into(view):
+            got += n
+        conn.sendall(b"K" + RX.pack(got))
 
 
 def _exactly(conn: socket.socket, n: int) -> bytes:
