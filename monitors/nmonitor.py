@@ -317,8 +317,6 @@ class NMonitor(Monitor):
         if "value" in args:
             for s in skel.socks:
                 self.proxy.apply(s, level, opt, need(args, "value", int))
-            if (level, opt) == (socket.IPPROTO_TCP, socket.TCP_NODELAY):
-                skel.nodelay = bool(args["value"])   # its confirmations (skeleton.flush)
             return codec.encode()
         return codec.encode({"value": self.proxy.query(skel.sock, level, opt)})
 

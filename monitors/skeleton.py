@@ -14,9 +14,7 @@ Flow control, both ways bounded by SOCKET_BUFFER_BYTES:
   reader leaves the bytes in the kernel and TCP pushes back on the sender;
 - send: the stub never has more than a window of bytes unconfirmed; the
   skeleton confirms (STUB_SENT) what the kernel took, in batches of
-  SOCKET_CREDIT_BYTES, so tx never holds more than the window -- and, for a
-  socket without TCP_NODELAY, as soon as tx is empty (an ACK, for the stub's
-  message packing).
+  SOCKET_CREDIT_BYTES, so tx never holds more than the window.
 
 States: a listener (accepts; its connections wait for N_START), a connection,
 or closing (N_CLOSE: no more reading; tx drains to the kernel, then the kernel
@@ -65,7 +63,6 @@ class Skeleton:
         self.path: Any = None           # data_paths.Ddio or data_paths.Dma, set at start()
         self.window = 0                 # bytes the stub can still take
         self.unconfirmed = 0            # sent to the kernel, not yet confirmed to the stub
-        self.nodelay = False            # the kernel socket's TCP_NODELAY (set at start)
         self.eof = False                # nothing more will be read from the kernel
         self.shut_wr = False            # SHUT_WR asked: once tx is drained
         self.closing_since: float | None = None
@@ -97,7 +94,6 @@ class Skeleton:
     # ---- start: the stub's buffer is known ---------------------------------------------
     def start(self, rx: NRing, tx: NRing, path: Any, window: int) -> None:
         self.rx, self.tx, self.path, self.window = rx, tx, path, window
-        self.nodelay = bool(self.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
         self.net.watch(self)
 
     # ---- kernel readiness -------------------------------------------------------------
@@ -147,11 +143,7 @@ class Skeleton:
             return
         self.bytes_out += sent
         self.unconfirmed += sent
-        # The stub blocks only at a full window, so confirmations go in batches; but a
-        # socket without TCP_NODELAY hears at once that the kernel took all it sent,
-        # as an ACK: its stub holds small sends back only while some are in flight.
-        if self.unconfirmed >= SOCKET_CREDIT_BYTES or (
-                self.unconfirmed and not tx.used and not self.nodelay):
+        if self.unconfirmed >= SOCKET_CREDIT_BYTES:  # the stub blocks only at a full window
             self.path.confirm(self, self.unconfirmed)
             self.unconfirmed = 0
         if tx.used == 0:

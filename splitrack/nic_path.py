@@ -15,16 +15,17 @@ the same order by the skeleton (monitors/data_paths.py).
 - windows: at most SOCKET_BUFFER_BYTES unconsumed each way; consumed bytes
   go back as N_CREDIT in batches, sent ones come back as STUB_SENT.
 - message packing (the paper's suggested improvement; on unless the process
-  runs with SPLITRACK_PACKING=0), Nagle's rule: a send that comes while
-  earlier bytes are still in flight to the kernel (announced, not confirmed)
-  and within PACK_GAP_S of the last announcement is written into the send
-  ring and *held*; held sends go to the skeleton together, one flush and one
-  N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the stub waits on
-  the socket, STUB_SENT arrives (a skeleton of a socket without TCP_NODELAY
-  confirms as soon as the kernel took everything, as an ACK would), it shuts
-  down or closes, or the runtime's flusher runs (PACK_DELAY_S later, or when
-  the interpreter next switches threads). TCP is a byte stream, so nothing a
-  peer can rely on changes; a socket with TCP_NODELAY never holds.
+  runs with SPLITRACK_PACKING=0): a send that comes while earlier bytes are in
+  flight (announced, not yet confirmed) and within PACK_GAP_S of the last
+  announcement is written into the send ring and *held*; held sends go to the
+  skeleton together, one flush and one N_SEND_DMA (or one N_SEND), once
+  PACK_MAX_BYTES are held, the stub waits on the socket, STUB_SENT arrives,
+  it shuts down or closes, or the runtime's flusher runs (PACK_DELAY_S
+  later, or when the interpreter next switches threads). TCP is a byte
+  stream, so nothing a peer can rely on changes. A socket with TCP_NODELAY
+  never holds, nor does one of a program that selects (the runtime is
+  threaded): such a program waits in select(), not on the socket, and a reply
+  it wrote in two sends would wait for the flusher.
 
 Every method runs with the stub's lock held (stub.py), except the waits,
 which take it themselves; the VirtualMemory lock is taken inside, always
@@ -114,6 +115,7 @@ class NicPath:
         self.credit -= n
         self.held += n
         if self.packing and self.held < PACK_MAX_BYTES and not self.stub._opts.get(_NODELAY) \
+                and not self.rt.threaded \
                 and (self.held > n or (in_flight and _clock() - self.announced < PACK_GAP_S)):
             if self.held == n:
                 self.rt.hold(self)
