@@ -153,6 +153,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for option, kinds in _BENCH_OPTIONS.items():
         if getattr(args, option) not in (None, False) and args.kind not in kinds:
             raise RackError(f"--{option} is for bench {' and '.join(kinds)}, not {args.kind}")
+    signal.signal(signal.SIGTERM, _interrupt)   # stopped: its racks, servers, files go too
 
     return importlib.import_module(f"benchmarks.{args.kind}").main(args)
 
