@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.tcp_server import RX, TX
+from benchmarks.tcp_server import RX, TX, recv_exactly
 
 
 def echo_rtts(ip: str, port: int, size: int, rounds: int, warmup: int) -> list[float]:
@@ -86,21 +86,11 @@ def rx(ip: str, port: int, size: int, seconds: float) -> dict[str, float]:
         while time.monotonic() < stop:
             sock.sendall(chunk)
         sock.shutdown(socket.SHUT_WR)
-        answer = _exactly(sock, 1 + RX.size)
+        answer = recv_exactly(sock, 1 + RX.size)
         end = time.monotonic()
     if answer[:1] != b"K":
         raise ConnectionError("the server did not say what it received")
     return _rate(RX.unpack(answer[1:])[0], start, end)
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        more = sock.recv(n - len(out))
-        if not more:
-            raise ConnectionError("the server closed before it answered")
-        out += more
-    return out
 
 
 def connect_times(ip: str, port: int, n: int) -> list[float]:

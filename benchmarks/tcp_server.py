@@ -54,7 +54,7 @@ def _serve_one(conn: socket.socket, view: memoryview) -> None:
         while n := conn.recv_into(view):
             conn.sendall(view[:n])
     elif cmd == b"T":
-        chunk = view[:TX.unpack(_exactly(conn, TX.size))[0]]
+        chunk = view[:TX.unpack(recv_exactly(conn, TX.size))[0]]
         while True:   # until the client closes: EPIPE or ECONNRESET end it
             conn.sendall(chunk)
     elif cmd == b"R":
@@ -64,12 +64,13 @@ def _serve_one(conn: socket.socket, view: memoryview) -> None:
         conn.sendall(b"K" + RX.pack(got))
 
 
-def _exactly(conn: socket.socket, n: int) -> bytes:
+def recv_exactly(conn: socket.socket, n: int) -> bytes:
+    """n bytes from conn (ConnectionError if it ends first); the client uses it too."""
     out = b""
     while len(out) < n:
         more = conn.recv(n - len(out))
         if not more:
-            raise ConnectionError("the client closed before its request was complete")
+            raise ConnectionError(f"the peer closed after {len(out)} of {n} bytes")
         out += more
     return out
 
