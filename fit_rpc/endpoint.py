@@ -13,7 +13,8 @@ Interface:
 Invariants:
 - Invocations go both ways: any endpoint with an inbox serves requests, and
   while it waits for a reply it keeps serving them, so two endpoints calling
-  each other at once cannot deadlock (a handler may itself call).
+  each other at once cannot deadlock (a handler may itself call); unless the
+  caller says serve=False, for a peer that never calls it.
 - Replies are matched by `seq` (FIT's slot index). A reply for an outer call
   that arrives while an inner call waits is kept for the outer call; a reply
   nobody awaits (its caller timed out) is dropped and counted `stale_reply`.
@@ -117,12 +118,14 @@ class Endpoint:
 
     # ---- calling -------------------------------------------------------------
     def call(self, peer: str, op: int, payload: Frame = b"",
-             timeout: float | None = None) -> memoryview:
+             timeout: float | None = None, serve: bool = True) -> memoryview:
         """Send a request to `peer` and return the reply payload.
 
         Raises FitTimeout (no reply in time), PeerUnreachable (no connection),
         UnknownDestination (no such id), MessageTooLarge (nothing sent), or the
-        OSError the peer answered with.
+        OSError the peer answered with. serve=False: the inbox waits meanwhile
+        (no handler runs nested in this call; only for a peer that never calls
+        back, or the two could deadlock until the timeout).
         """
         if timeout is None:
             timeout = FIT_CALL_TIMEOUT_S
@@ -132,7 +135,7 @@ class Endpoint:
         awaiting = self._awaiting
         awaiting.add(seq)
         try:
-            return self._await_reply(peer, op, seq, deadline)
+            return self._await_reply(peer, op, seq, deadline, serve)
         finally:
             awaiting.discard(seq)
 
@@ -157,7 +160,8 @@ class Endpoint:
         self.transport.send(peer, address, frame, timeout)
         self.counters.tx(peer, op, n + HEADER_SIZE)
 
-    def _await_reply(self, peer: str, op: int, seq: int, deadline: float) -> memoryview:
+    def _await_reply(self, peer: str, op: int, seq: int, deadline: float,
+                     serve: bool) -> memoryview:
         transport = self.transport
         while True:
             early = self._early.pop(seq, None)
@@ -169,7 +173,7 @@ class Endpoint:
                 raise FitTimeout(f"no reply from {peer} to {op_name(op)} within the timeout")
             frames = transport.recv_reply(peer, remaining)
             if frames is None:  # nothing this slice: serve what waits in our inbox
-                while (arrival := transport.recv_inbound(0)) is not None:
+                while serve and (arrival := transport.recv_inbound(0)) is not None:
                     self._dispatch(arrival)
                 continue
             rseq = _seq_of(frames)

@@ -57,13 +57,13 @@ class Op(IntEnum):
                                # needed); the answer is STUB_CONNECTED
     N_LISTEN = 0x0603
     N_START = 0x0604           # one-way: an accepted skeleton gets its stub's receive buffer
-    N_SEND = 0x0605            # one-way: DDIO send, the bytes ride in the message
+    N_SEND = 0x0605            # one-way: DDIO send, the bytes wait in the stub's extCache lines
     N_SEND_DMA = 0x0606        # one-way: DMA send, the bytes wait in the mComponent
     N_CREDIT = 0x0607          # one-way: the stub consumed received bytes (window reopens)
     N_SHUTDOWN = 0x0608        # one-way
     N_CLOSE = 0x0609           # one-way
     N_SOCKOPT = 0x060A         # setsockopt/getsockopt on the kernel socket
-    N_RELEASE = 0x060B         # one-way, from a pMonitor: a process ended
+    N_RELEASE = 0x060B         # from a pMonitor: a process ended
     N_LOOKUP = 0x060C          # who listens on ip:port (the intra-rack shortcut asks)
     # bsdSocketStub (skeleton -> stub; all one-way)
     STUB_DATA = 0x0701         # DDIO: received bytes for the stub's receive buffer

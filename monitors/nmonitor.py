@@ -1,6 +1,7 @@
 """The nMonitor: the network component nN.
 
-At setup it registers its NICs (IPv4 addresses) with GNM and maps its DRAM.
+At setup it registers its NICs (IPv4 addresses) with GNM and maps its DRAM;
+dDDIO maps each pComponent's extCache when a socket there first needs it.
 Then one loop (serve) waits on its FIT inbox and every kernel socket its
 bsdSocketSkeletons own, with one epoll (the inbox through ZeroMQ's ZMQ_FD, read
 as ZeroMQ asks: drain while ZMQ_EVENTS says POLLIN): a stub's message and a
@@ -14,7 +15,8 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
     N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value]} -> {value}
-    N_RELEASE   one-way {pid}, from the process's pMonitor: it ended
+    N_RELEASE   {pid}, from the process's pMonitor: it ended (the reply: its skeletons
+                took what it sent out of its memory; then the pMonitor frees that)
     N_LOOKUP    {ip, port} -> {process, stub, inbox}: who listens there (the intra-rack
                 shortcut, issue 5); ECONNREFUSED if nobody. Counted as a pipe or FIT
                 shortcut by whether the asker is on the listener's pComponent
@@ -25,6 +27,7 @@ N_RELEASE. A request about another process's skeleton is EPERM; about none, EBAD
 """
 
 import errno
+import os
 import select
 import socket
 import time
@@ -36,7 +39,7 @@ from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.core import Monitor
-from monitors.data_paths import Ddio, Dma
+from monitors.data_paths import Ddio, Dma, ExtCaches
 from monitors.proxy import Proxy
 from monitors.skeleton import Skeleton
 from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
@@ -54,16 +57,17 @@ class NMonitor(Monitor):
         self.by_fd: dict[int, Skeleton] = {}
         self.masks: dict[int, int] = {}
         self.epoll = select.epoll()
-        self.ddio = Ddio(self)
+        self.extcaches = ExtCaches(os.getcwd())   # monitors run in the run directory
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
         self._load: dict[str, Any] = {}
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
-                       "shortcuts_pipe": 0, "shortcuts_fit": 0}
+                       "shortcuts_pipe": 0, "shortcuts_fit": 0,
+                       "ddio_extcache_bytes": 0, "ddio_mcomponent_bytes": 0}
         for op, fn in ((Op.N_BIND, self.n_bind), (Op.N_LISTEN, self.n_listen),
                        (Op.N_CONNECT, self.n_connect), (Op.N_START, self.n_start),
-                       (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send_dma),
+                       (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send),
                        (Op.N_CREDIT, self.n_credit), (Op.N_SHUTDOWN, self.n_shutdown),
                        (Op.N_CLOSE, self.n_close), (Op.N_SOCKOPT, self.n_sockopt),
                        (Op.N_RELEASE, self.n_release), (Op.N_LOOKUP, self.n_lookup)):
@@ -124,8 +128,10 @@ class NMonitor(Monitor):
     def tick(self) -> None:
         now = time.monotonic()
         for skel in list(self.skels.values()):
-            if skel.lingered(now) or (skel.owner in self.gone and skel.closing_since is None):
+            if skel.lingered(now):
                 self.closed(skel)
+            elif skel.owner in self.gone and skel.closing_since is None:
+                self._orphaned(skel)
             elif skel.connecting and now > skel.connect_deadline:
                 self.connect_done(skel, errno.ETIMEDOUT)
         self.gone &= {skel.owner for skel in self.skels.values()}   # forget the finished
@@ -283,15 +289,10 @@ class NMonitor(Monitor):
 
     # ---- ops: the data path ----------------------------------------------------------------
     def n_send(self, msg: Message) -> None:
-        (sk,) = SK.unpack_from(msg.payload)
-        skel = self._own(msg, sk)
-        if skel.tx is not None and not skel.broken:
-            skel.send(msg.payload[SK.size:])
-
-    def n_send_dma(self, msg: Message) -> None:
+        """N_SEND (dDDIO) or N_SEND_DMA: the stub's next n bytes wait in its send ring."""
         sk, n = SK_N.unpack_from(msg.payload)
         skel = self._own(msg, sk)
-        if isinstance(skel.path, Dma) and not skel.broken:
+        if skel.path is not None and skel.path.send_op == msg.op and not skel.broken:
             skel.path.load(skel, n)
 
     def n_credit(self, msg: Message) -> None:
@@ -337,10 +338,14 @@ class NMonitor(Monitor):
         owner = f"{msg.src}.{need(args, 'pid', int)}"   # only its own pMonitor may
         self.gone.add(owner)   # no more pushes; tick() closes what is left
         for skel in [s for s in self.skels.values() if s.owner == owner]:
-            if skel.rx is None or skel.broken:
-                self.closed(skel)
-            else:
-                skel.close()   # as the kernel does at exit: what was sent still leaves
+            self._orphaned(skel)
+
+    def _orphaned(self, skel: Skeleton) -> None:
+        """The skeleton's process ended."""
+        if skel.rx is None or skel.broken:
+            self.closed(skel)
+        else:
+            skel.close()   # as the kernel does at exit: what was sent still leaves
 
     # ---- internals --------------------------------------------------------------------------
     def _new(self, owner: str, socks: list[socket.socket]) -> Skeleton:
@@ -353,11 +358,12 @@ class NMonitor(Monitor):
 
     def _start(self, skel: Skeleton, buffers: dict[str, Any]) -> None:
         mode = need(buffers, "mode", str)
+        rings = (_pid(skel.owner), need(buffers, "home", str),
+                 tuple(need(buffers, "rbuf", list)), tuple(need(buffers, "tbuf", list)))
         if mode == "dma":
-            path: Any = Dma(self, _pid(skel.owner), need(buffers, "home", str),
-                            tuple(need(buffers, "rbuf", list)), tuple(need(buffers, "tbuf", list)))
+            path: Any = Dma(self, *rings)
         elif mode == "ddio":
-            path = self.ddio
+            path = Ddio(self, *rings, self.extcaches.of(skel.owner.partition(".")[0]))
         else:
             raise OSError(errno.EINVAL, f"no data path {mode!r} (dma, ddio)")
         rx, tx = self.proxy.rings()

@@ -14,9 +14,10 @@ that every emulated process of pN maps, and it runs those processes:
 - track: a process announces itself with P_ATTACH when it first uses rack
   memory (a launched one, or any local process that attaches explicitly). Every
   MONITOR_IDLE_CHECK_S the pMonitor looks for tracked processes that ended
-  (exit or crash) and releases all they held: their extCache lines (dropped,
-  not written back), their counter slot, their sockets at every nComponent
-  (N_RELEASE) and their pages at every mComponent (M_RELEASE).
+  (exit or crash) and releases all they held: first their sockets at every
+  nComponent (N_RELEASE, a call: the skeletons take what the process sent
+  out of its memory), then their extCache lines (dropped, not written back),
+  their counter slot, and their pages at every mComponent (M_RELEASE).
 Ops: P_ATTACH, P_PROCESSES (docs/protocol.md, 0x03xx). Counters: STATS
 carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
 process and in total.
@@ -36,12 +37,13 @@ from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from monitors.core import Monitor
 from native.extcache import ExtCache
+from splitrack.params import FIT_CALL_TIMEOUT_S
 from splitrack.rundir import RunDir, identify
 
 _SPAWN_MAX_BYTES = 1 << 20
 _DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "splitrack", "_dropin")   # holds the sitecustomize.py of rack programs
-RELEASE_TIMEOUT_S = 0.5   # an mComponent that cannot take a release in this is stopping
+RELEASE_TIMEOUT_S = 0.5   # a component that cannot take a release in this is stopping
 
 
 class PMonitor(Monitor):
@@ -60,7 +62,7 @@ class PMonitor(Monitor):
         self.children: dict[int, subprocess.Popen] = {}
         self.released = 0
         self._reported = 0    # the process count GPM last heard
-        self._gone: set[str] = set()  # mComponents that did not take a release (when stopping)
+        self._gone: set[str] = set()  # components that did not take a release (when stopping)
         self.ep.on(Op.P_ATTACH, self.p_attach)
         self.ep.on(Op.P_PROCESSES, self.p_processes)
         self._spawn_sock = self._start_spawn_server()
@@ -116,23 +118,33 @@ class PMonitor(Monitor):
 
     # ---- process exit ---------------------------------------------------------------
     def release(self, pid: int) -> None:
-        """Everything an ended process held: extCache lines, counters, pages."""
+        """Everything an ended process held: sockets, extCache lines, counters, pages.
+        Its sockets go first, and are waited for: their skeletons take what it sent
+        out of its memory before its lines are dropped and its pages freed."""
         self.tracked.pop(pid, None)
+        for n in self.n_ids:
+            self._release_at(n, Op.N_RELEASE, pid)
         dropped = self.xc.drop_pid(pid)
         self.xc.slot_release(pid)
-        for c in self.n_ids + self.m_ids:   # its sockets first: peers see EOF or reset
-            if self.stopping and c in self._gone:
-                continue  # stopping with the rack: do not wait on it once per process
-            op = Op.M_RELEASE if c.startswith("m") else Op.N_RELEASE
-            try:
-                self.ep.send(c, op, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S)
-            except OSError as exc:  # that component is gone (the rack is stopping?)
-                self.log.warning("could not release process %d at %s: %s", pid, c, exc)
-                self._gone.add(c)
+        for m in self.m_ids:
+            self._release_at(m, Op.M_RELEASE, pid)
         self.released += 1
         self.log.info("process %d ended: dropped %d extCache lines, released its pages "
                       "and sockets",
                       pid, dropped)
+
+    def _release_at(self, c: str, op: int, pid: int) -> None:
+        if self.stopping and c in self._gone:
+            return  # stopping with the rack: do not wait on it once per process
+        try:
+            if op == Op.N_RELEASE:   # a call: done when the skeletons have the bytes
+                self.ep.call(c, op, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S
+                             if self.stopping else FIT_CALL_TIMEOUT_S)
+            else:
+                self.ep.send(c, op, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S)
+        except OSError as exc:  # that component is gone (the rack is stopping?)
+            self.log.warning("could not release process %d at %s: %s", pid, c, exc)
+            self._gone.add(c)
 
     def _ids(self, kind: str) -> list[str]:
         """The ids of the rack's components of one kind (from the run directory's spec)."""

@@ -8,13 +8,15 @@ FIT socket itself: every message goes out through `self.net` (the nMonitor),
 and the bytes' way to or from the process (dDMA or dDDIO) is `self.path`
 (data_paths.py).
 
-Flow control, both ways bounded by SOCKET_BUFFER_BYTES:
+Flow control, both ways bounded:
 - receive: the stub grants a window (its receive buffer's free bytes); the
   skeleton reads from the kernel only while the window is open, so a slow
   reader leaves the bytes in the kernel and TCP pushes back on the sender;
-- send: the stub never has more than a window of bytes unconfirmed; the
-  skeleton confirms (STUB_SENT) what the kernel took, in batches of
-  SOCKET_CREDIT_BYTES, so tx never holds more than the window.
+- send: the stub announces bytes it wrote into its send ring (at most the
+  ring's size unconfirmed); the skeleton pulls them into tx as far as tx has
+  room (`path.pull`), hands tx to the kernel, pulls again as the kernel takes
+  bytes, and confirms (STUB_SENT) what it pulled in batches of
+  SOCKET_SENT_BYTES. A slow peer leaves the bytes in the stub's ring.
 
 States: a listener (accepts; its connections wait for N_START), a connection,
 or closing (N_CLOSE: no more reading; tx drains to the kernel, then the kernel
@@ -27,11 +29,7 @@ import time
 from typing import Any, Protocol
 
 from native.nring import NRing
-from splitrack.params import (
-    SKELETON_LINGER_S,
-    SKELETON_RECV_CHUNK_BYTES,
-    SOCKET_CREDIT_BYTES,
-)
+from splitrack.params import SKELETON_LINGER_S, SKELETON_RECV_CHUNK_BYTES, SOCKET_SENT_BYTES
 
 
 class Net(Protocol):
@@ -62,13 +60,12 @@ class Skeleton:
         self.tx: NRing | None = None
         self.path: Any = None           # data_paths.Ddio or data_paths.Dma, set at start()
         self.window = 0                 # bytes the stub can still take
-        self.unconfirmed = 0            # sent to the kernel, not yet confirmed to the stub
+        self.unconfirmed = 0            # pulled from the stub's ring, not yet confirmed to it
         self.eof = False                # nothing more will be read from the kernel
         self.shut_wr = False            # SHUT_WR asked: once tx is drained
         self.closing_since: float | None = None
         self.connecting = False         # N_CONNECT waits for the kernel's handshake
         self.connect_deadline = 0.0
-        self.close_pending = False      # N_CLOSE came while dDMA loads were in flight
         self.bytes_in = self.bytes_out = 0
         self.dead = False               # closed and its rings freed
         self.broken = False             # the connection failed: what the stub sends is dropped
@@ -88,7 +85,7 @@ class Skeleton:
         return self.connecting or (self.tx is not None and self.tx.used > 0)
 
     def busy(self) -> bool:
-        """Bytes the stub sent that are not in tx yet (dDMA loads in flight)."""
+        """Bytes the stub sent that are not in tx yet (not pulled, or being pulled)."""
         return self.path is not None and self.path.busy()
 
     # ---- start: the stub's buffer is known ---------------------------------------------
@@ -130,30 +127,37 @@ class Skeleton:
         self.flush()
 
     def flush(self) -> None:
-        """Hand tx to the kernel; confirm to the stub in batches."""
+        """Hand tx to the kernel, refilling it from the stub's send ring; confirm what
+        was pulled, in batches."""
         tx = self.tx
         if tx is None:
             return
         was = tx.used
-        try:
-            sent = tx.send(self.sock.fileno()) if was else 0
-        except OSError as exc:
-            tx.reset()
-            self._fail(exc.errno or errno.EIO)
-            return
-        self.bytes_out += sent
-        self.unconfirmed += sent
-        if self.unconfirmed >= SOCKET_CREDIT_BYTES:  # the stub blocks only at a full window
+        while True:
+            self.unconfirmed += self.path.pull(self)
+            if self.dead or self.broken:
+                return
+            used = tx.used
+            try:
+                sent = tx.send(self.sock.fileno()) if used else 0
+            except OSError as exc:
+                tx.reset()
+                self._fail(exc.errno or errno.EIO)
+                return
+            self.bytes_out += sent
+            if sent < used or not sent or not self.path.busy():
+                break   # the kernel is full, or nothing more waits
+        if self.unconfirmed >= SOCKET_SENT_BYTES:  # the stub blocks only at a full ring
             self.path.confirm(self, self.unconfirmed)
             self.unconfirmed = 0
         if tx.used == 0:
             self._drained()
-        if (tx.used > 0) != (was > 0) or sent < was:
+        if (tx.used > 0) != (was > 0):
             self.net.watch(self)
 
     def _drained(self) -> None:
         if self.busy():
-            return   # the bytes of a dDMA load in flight come before SHUT_WR or close
+            return   # bytes the stub sent before SHUT_WR or close go first
         if self.shut_wr:
             try:
                 self.sock.shutdown(socket.SHUT_WR)
@@ -164,14 +168,6 @@ class Skeleton:
             self.net.closed(self)
 
     # ---- the stub's requests ----------------------------------------------------------
-    def send(self, data: memoryview) -> None:
-        assert self.tx is not None
-        if self.tx.put(data) != len(data):  # the stub overran its window: a broken stub
-            self.tx.reset()
-            self._fail(errno.ENOBUFS)
-            return
-        self.flush()
-
     def credit(self, n: int) -> None:
         was_closed = not self.wants_read()
         self.window += n
@@ -188,7 +184,10 @@ class Skeleton:
                 self._drained()
 
     def close(self) -> None:
-        """N_CLOSE: stop reading, drain tx, then the kernel socket closes."""
+        """N_CLOSE (or N_RELEASE): stop reading, take every byte out of the stub's send
+        ring (which goes away now), drain them to the kernel, then close the socket."""
+        if self.path is not None and not self.broken:
+            self.unconfirmed += self.path.pull(self, everything=True)
         self.closing_since = time.monotonic()
         if (self.tx is None or self.tx.used == 0) and not self.busy():
             self.net.closed(self)

@@ -2,18 +2,20 @@
 
 A `NicPath` is the data half of a connected BsdSocketStub (stub.py) whose
 bytes cross a NIC. Its buffers are in the process's rack memory: a receive
-ring and a send ring of SOCKET_BUFFER_BYTES each (runtime.buffers), walked in
-the same order by the skeleton (monitors/data_paths.py).
+ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
+(runtime.buffers), walked in the same order by the skeleton
+(monitors/data_paths.py).
 
-- send, DDIO: the bytes are written into the send ring's extCache lines and go
-  from there to the skeleton in N_SEND. DMA: they are written, the lines are
-  flushed to the mComponent, and N_SEND_DMA tells the skeleton to load them
-  (the paper's Fig. 5, steps 1-5).
+- send, DDIO: the bytes are written into the send ring's extCache lines, and
+  N_SEND tells the skeleton how many; it reads them from those lines. DMA:
+  they are written, the lines are flushed to the mComponent, and N_SEND_DMA
+  tells the skeleton to load them from there (the paper's Fig. 5, steps 1-5).
 - receive, DDIO: the skeleton's bytes (STUB_DATA) are placed into the receive
   ring's extCache lines. DMA: the skeleton wrote them into the mComponent
   (STUB_DATA_DMA); the stale lines are dropped and the read misses to it.
-- windows: at most SOCKET_BUFFER_BYTES unconsumed each way; consumed bytes
-  go back as N_CREDIT in batches, sent ones come back as STUB_SENT.
+- windows: at most a ring's worth unconsumed each way; consumed bytes go
+  back as N_CREDIT in batches, sent ones come back as STUB_SENT once the
+  skeleton has them in nComponent DRAM.
 - message packing (the paper's suggested improvement; on unless the process
   runs with SPLITRACK_PACKING=0): a send that comes while earlier bytes are in
   flight (announced, not yet confirmed) and within PACK_GAP_S of the last
@@ -39,7 +41,12 @@ from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.netpath import SK, SK_N, ring_pieces
-from splitrack.params import PACK_GAP_S, PACK_MAX_BYTES, SOCKET_BUFFER_BYTES, SOCKET_CREDIT_BYTES
+from splitrack.params import (
+    PACK_GAP_S,
+    PACK_MAX_BYTES,
+    SOCKET_CREDIT_BYTES,
+    SOCKET_SEND_BUFFER_BYTES,
+)
 
 _NODELAY = (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)
 _clock = time.monotonic
@@ -56,7 +63,7 @@ class NicPath:
         self.sk = 0                   # the skeleton's id there
         self.rhead = self.rtail = self.unacked = 0   # receive ring: read, arrived, to credit
         self.tpos = 0                                # send ring: written
-        self.credit = SOCKET_BUFFER_BYTES            # send window left
+        self.credit = SOCKET_SEND_BUFFER_BYTES       # send window left
         self.held = 0                                # ... written, not yet announced (packing)
         self.announced = 0.0                         # ... when bytes last went to the skeleton
         self.packing = self.rt.packing
@@ -110,7 +117,7 @@ class NicPath:
             self.vm.write(start + at, chunk)
         else:
             self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
-        in_flight = SOCKET_BUFFER_BYTES - self.credit - self.held   # announced, unconfirmed
+        in_flight = SOCKET_SEND_BUFFER_BYTES - self.credit - self.held   # announced, unconfirmed
         self.tpos += n
         self.credit -= n
         self.held += n
@@ -121,7 +128,7 @@ class NicPath:
                 self.rt.hold(self)
             return n
         try:
-            self._announce(chunk)
+            self._announce()
         except BaseException:   # not sent: as if this send() had not happened
             self.tpos -= n
             self.credit += n
@@ -135,27 +142,23 @@ class NicPath:
         the connection, and the program's next call on the socket says so."""
         if self.held and self.buffers is not None:
             try:
-                self._announce(None)
+                self._announce()
             except OSError as exc:
                 self.stub._error = self.stub._error or exc.errno or errno.EIO
                 self.stub._ring()
                 self.stub._cond.notify_all()
 
-    def _announce(self, last: memoryview | None) -> None:
-        """The held bytes to the skeleton, in one message (`last`: the held bytes'
-        tail, when it is all of them, so they need not be read back)."""
+    def _announce(self) -> None:
+        """The held bytes to the skeleton, in one message: DDIO, N_SEND (the skeleton
+        reads them from the send ring's extCache lines); DMA, the lines are flushed
+        to the mComponent first, then N_SEND_DMA (the skeleton loads them from there)."""
         total = self.held
-        tbuf, start = self.buffers["tbuf"], self.tpos - total
         if self.buffers["mode"] == "dma":
-            for addr, k in ring_pieces(tbuf, start, total):
+            for addr, k in ring_pieces(self.buffers["tbuf"], self.tpos - total, total):
                 self.vm.flush(addr, k)
             self.rt.send(self.n, Op.N_SEND_DMA, SK_N.pack(self.sk, total))
-        else:  # dDDIO: the lines' bytes go to the skeleton in the message. A lone chunk
-            # was just written there, so it is not read back out of the lines.
-            if last is None or len(last) != total:
-                last = memoryview(bytearray(total))
-                self._ring_io(tbuf, start, last, self.vm.read_into)
-            self.rt.send(self.n, Op.N_SEND, SK.pack(self.sk) + last)
+        else:
+            self.rt.send(self.n, Op.N_SEND, SK_N.pack(self.sk, total))
         self.held = 0
         self.announced = _clock()
 

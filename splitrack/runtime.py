@@ -49,6 +49,7 @@ from splitrack.params import (
     PACK_DELAY_S,
     SHORTCUT_PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
+    SOCKET_SEND_BUFFER_BYTES,
     SOCKET_SLOTS_PER_REGION,
     STUB_FOLLOWER_SLICE_S,
     STUB_LEADER_SLICE_S,
@@ -59,6 +60,7 @@ _STUB_ID = SK   # every push starts with the stub's id
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,
            Op.STUB_CONNECTED, Op.STUB_SC_CONNECT)
 _INBOX_BATCH = 64   # the inbox thread serves at most this many messages between polls
+_SLOT_BYTES = SOCKET_BUFFER_BYTES + SOCKET_SEND_BUFFER_BYTES   # one socket's two rings
 
 
 class Runtime:
@@ -118,10 +120,11 @@ class Runtime:
         self.stubs.pop(sid, None)
 
     def buffers(self, mode: str) -> dict[str, Any]:
-        """A free slot: receive ring then send ring, SOCKET_BUFFER_BYTES each."""
+        """A free slot: the receive ring (SOCKET_BUFFER_BYTES), then the send ring
+        (SOCKET_SEND_BUFFER_BYTES)."""
         with self.lock:
             if not self._slots:
-                size = 2 * SOCKET_BUFFER_BYTES
+                size = _SLOT_BYTES
                 start = self.vm.alloc(size * SOCKET_SLOTS_PER_REGION)
                 self._slots.extend(start + i * size for i in range(SOCKET_SLOTS_PER_REGION))
                 for i in range(SOCKET_SLOTS_PER_REGION):
@@ -129,12 +132,15 @@ class Runtime:
             rbuf = self._slots.pop()
         return {"mode": mode, "home": self._homes[rbuf], "window": SOCKET_BUFFER_BYTES,
                 "rbuf": [rbuf, SOCKET_BUFFER_BYTES],
-                "tbuf": [rbuf + SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES]}
+                "tbuf": [rbuf + SOCKET_BUFFER_BYTES, SOCKET_SEND_BUFFER_BYTES]}
 
     def free_buffers(self, buffers: dict[str, Any]) -> None:
         rbuf = buffers["rbuf"][0]
         with self.lock:
-            self.vm.invalidate(rbuf, 2 * SOCKET_BUFFER_BYTES)  # nothing stale for the next stub
+            # Nothing stale for the next stub to receive: a dirty line left in the
+            # receive ring could be written back over what a dDMA put there. The send
+            # ring stays cached: every byte of it is written before it is sent.
+            self.vm.invalidate(rbuf, SOCKET_BUFFER_BYTES)
             self._slots.append(rbuf)
 
     # ---- routing --------------------------------------------------------------------------------

@@ -163,6 +163,7 @@ SEND_AND_EXIT = textwrap.dedent("""
     s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
     print(s.getsockname()[1], flush=True)
     c, _ = s.accept()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)   # the kernel holds little
     c.sendall(bytes(range(256)) * (int(sys.argv[2]) // 256))
     sys.exit(0)
 """)

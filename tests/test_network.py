@@ -19,7 +19,7 @@ import pytest
 
 from fit_rpc import Op
 from fit_rpc.netpath import DMA
-from helpers import wait_until
+from helpers import running_rack, small_spec, wait_until
 from netprogs import (
     ASYNCIO_ECHO,
     DMA_BURST,
@@ -30,6 +30,7 @@ from netprogs import (
     SLEEPY_READER,
     SOCKETSERVER_ECHO,
     SOURCE,
+    environ,
     n0_network,
     network_rack,
     on_rack,
@@ -327,6 +328,43 @@ def test_a_reader_that_sleeps_loses_nothing(net):
         sock.shutdown(socket.SHUT_WR)
         assert proc.stdout.readline().strip() == "100000"
     assert n0_network(rack)["stubs_lost"] == lost
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_a_sender_that_exits_before_its_peer_reads_loses_nothing(net, mode):
+    # The program's last megabyte waits in its own send ring when it exits (the
+    # skeleton pulls from there as the kernel takes bytes): closing must hand it
+    # all to the skeleton before the ring is freed.
+    rack, env = net
+    size = 1 << 20   # all of it fits in the program's send ring
+    with on_rack(env, SEND_AND_EXIT, NIC, str(size), mode=mode) as (proc, (port,)):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.settimeout(30)
+        with sock:
+            sock.connect((NIC, port))
+            assert proc.wait(timeout=60) == 0   # it sent everything and exited unread
+            received = recv_exactly(sock, size)
+            assert received == bytes(range(256)) * (size // 256) and sock.recv(1) == b""
+    wait_until(lambda: n0_network(rack)["skeletons"] == 0)
+
+
+def test_ddio_reads_evicted_lines_from_the_mcomponent():
+    # An extCache smaller than one send ring: most of the ring's lines are evicted
+    # (written back) before the skeleton reads them, so dDDIO loads those from m0.
+    def spec(storage):
+        return {**small_spec(storage, name="tinyxc"),
+                "pcomponent": [{"id": "p0", "extcache": "256KiB", "ways": 4}]}
+
+    with running_rack(spec) as rack:
+        size = 8 << 20
+        with on_rack(environ(rack), SEND_AND_EXIT, NIC, str(size), mode="ddio",
+                     name="tinyxc") as (_, (port,)), connect(port) as sock:
+            received = recv_exactly(sock, size)
+            assert received == bytes(range(256)) * (size // 256)
+        counts = n0_network(rack)
+        assert counts["ddio_mcomponent_bytes"] > 0
+        assert counts["ddio_mcomponent_bytes"] + counts["ddio_extcache_bytes"] >= size
 
 
 def test_dma_senders_that_close_at_once_lose_nothing(net):
