@@ -40,6 +40,7 @@ class Op(IntEnum):
     M_RELEASE = 0x0405
     M_DMA_READ = 0x0406        # dDMA: an nComponent loads bytes of a process's memory
     M_DMA_WRITE = 0x0407       # dDMA: an nComponent stores bytes into a process's memory
+    M_FETCH = 0x0408           # read-ahead: several consecutive lines of a process's pages
     # sComponent file service
     S_OPEN = 0x0501
     S_READ = 0x0502

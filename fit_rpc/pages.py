@@ -6,12 +6,17 @@ M_MISS request:   MISS = <I Q I Q> (pid, vpage, victim_pid, victim_vpage), then,
                   Reply: the missed line's bytes (line size of the rack).
 M_WRITEBACK:      WRITEBACK = <I I> (pid, n), then n u64 vpages, then n lines.
                   Reply: empty.
+M_FETCH:          FETCH = <I Q I> (pid, vpage, n): n consecutive lines from vpage
+                  (1 <= n <= FETCH_MAX_LINES). Reply: n lines, zeros where never
+                  written back.
 JSON is too slow here (several µs a message); these are struct.pack'ed.
 """
 
 import struct
 
 MISS = struct.Struct("<IQIQ")
+FETCH = struct.Struct("<IQI")
+FETCH_MAX_LINES = 64
 WRITEBACK = struct.Struct("<II")
 VPAGE = struct.Struct("<Q")
 

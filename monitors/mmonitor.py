@@ -9,6 +9,7 @@ Serves (docs/protocol.md, 0x04xx):
 - M_MISS              one line back to the pComponent; a page never written
                       back reads as zeros without taking a frame; a dirty
                       victim may ride along (LegoOS piggyback);
+- M_FETCH             several consecutive lines (a miss that reads ahead);
 - M_WRITEBACK         lines into frames, a frame allocated on first write-back;
 - M_RELEASE           everything of a process (it ended; sent by its pMonitor);
 - M_DMA_READ / M_DMA_WRITE
@@ -29,7 +30,7 @@ from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
 from fit_rpc.netpath import DMA
-from fit_rpc.pages import MISS, unpack_writeback
+from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, unpack_writeback
 from monitors.address_space import AddressSpace
 from monitors.core import Monitor
 
@@ -52,6 +53,7 @@ class MMonitor(Monitor):
         self.ep.on(Op.M_ALLOC, self.m_alloc)
         self.ep.on(Op.M_FREE, self.m_free)
         self.ep.on(Op.M_MISS, self.m_miss)
+        self.ep.on(Op.M_FETCH, self.m_fetch)
         self.ep.on(Op.M_WRITEBACK, self.m_writeback)
         self.ep.on(Op.M_RELEASE, self.m_release)
         self.ep.on(Op.M_DMA_READ, self.m_dma_read)
@@ -110,6 +112,25 @@ class MMonitor(Monitor):
             self.counts["zero_misses"] += 1
             return self.zero
         return self.view[frame * self.line:(frame + 1) * self.line]
+
+    def m_fetch(self, msg: Message) -> bytearray:
+        if len(msg.payload) != FETCH.size:
+            raise MalformedMessage(f"M_FETCH of {len(msg.payload)} bytes")
+        pid, vpage, n = FETCH.unpack_from(msg.payload)
+        self._own_pid(msg, pid)
+        if not 0 < n <= FETCH_MAX_LINES:
+            raise OSError(errno.EINVAL, f"M_FETCH of {n} lines (1..{FETCH_MAX_LINES})")
+        space = self._space(pid)
+        for v in range(vpage, vpage + n):
+            space.check(v)
+        out = bytearray(n * self.line)   # zeros: pages never written back
+        for j in range(n):
+            frame = space.pages.get(vpage + j)
+            if frame is not None:
+                out[j * self.line:(j + 1) * self.line] = \
+                    self.view[frame * self.line:(frame + 1) * self.line]
+        self.counts["misses"] += n
+        return out
 
     def m_writeback(self, msg: Message) -> bytes:
         pid, vpages, lines = unpack_writeback(msg.payload, self.line)

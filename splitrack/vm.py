@@ -17,7 +17,10 @@ by all processes of the pComponent:
   p-local zero-fill);
 - miss: one M_MISS to the home mComponent; a dirty victim bound for the same
   mComponent rides in that message (piggyback), otherwise it is written back
-  first with M_WRITEBACK; the set stays locked meanwhile (extcache.h).
+  first with M_WRITEBACK; the set stays locked meanwhile (extcache.h). When
+  the access goes on into more lines that are not cached but were written
+  back before, one M_FETCH brings them all (read-ahead), then they are
+  installed one by one.
 An address outside the process's regions is OSError(EFAULT); no rack memory
 left is OSError(ENOMEM). The process is known to its pMonitor (P_ATTACH),
 which frees everything it held when it exits or crashes.
@@ -36,7 +39,7 @@ import threading
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
-from fit_rpc.pages import MISS, pack_writeback
+from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, pack_writeback
 from native.extcache import FLUSHES, ExtCache
 
 _ADDRESS_SPACES = itertools.count(1)   # each VirtualMemory gets its own 1 TiB of addresses
@@ -57,6 +60,8 @@ class VirtualMemory:
         self._starts: list[int] = []                  # sorted region starts
         self._regions: dict[int, tuple[int, int]] = {}  # start -> (end, home index)
         self._touched: set[int] = set()               # pages ever installed
+        self._probe = bytearray(1)                    # _fault: is a line cached?
+        self._ahead = max(1, min(FETCH_MAX_LINES, self.xc.nsets * self.xc.ways // 4))
         # virtual addresses are never reused, even by a second attach in one process
         self._next = next(_ADDRESS_SPACES) << 40
 
@@ -129,7 +134,7 @@ class VirtualMemory:
             raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
         done = copy(self.slot, self.pid, addr, view)
         while done < len(view):
-            self._fault(addr + done)
+            self._fault(addr + done, len(view) - done)
             done += copy(self.slot, self.pid, addr + done, view[done:])
 
     def flush(self, addr: int, n: int) -> int:
@@ -191,13 +196,27 @@ class VirtualMemory:
         self.close()
 
     # ---- the miss path -------------------------------------------------------------------
-    def _fault(self, addr: int) -> None:
-        """Bring the line holding `addr` into the extCache (EFAULT if unmapped)."""
+    def _fault(self, addr: int, want: int = 1) -> None:
+        """Bring the line holding `addr` into the extCache (EFAULT if unmapped); with
+        it, as one M_FETCH, the next lines of the `want` bytes from `addr` if they
+        were written back before (a sequential read does not miss line by line)."""
         i = bisect.bisect_right(self._starts, addr) - 1
         if i < 0 or self._regions[self._starts[i]][0] <= addr:
             raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
-        home = self._regions[self._starts[i]][1]
+        end, home = self._regions[self._starts[i]]
         vpage = addr // self.line
+        last = min(-(-(addr + want) // self.line), end // self.line, vpage + self._ahead)
+        n = 1 if vpage in self._touched else 0
+        probe = self._probe
+        while vpage + n < last and vpage + n in self._touched and \
+                not self.xc.read_into(-1, self.pid, (vpage + n) * self.line, probe):
+            n += 1   # written back before, and not cached: fetched with the first
+        if n > 1:
+            self._fetch(home, vpage, n)
+        else:
+            self._miss(home, vpage)
+
+    def _miss(self, home: int, vpage: int) -> None:
         victim = self.xc.miss_begin(self.slot, self.pid, vpage)
         if victim is None:
             return  # cached after all
@@ -220,6 +239,28 @@ class VirtualMemory:
         except BaseException:
             self.xc.miss_abort(self.pid, vpage)
             raise
+
+    def _fetch(self, home: int, vpage: int, n: int) -> None:
+        """n lines from vpage, written back before and not cached, fetched in one
+        message and then installed one by one (at most a quarter of the extCache's
+        lines, `_ahead`). No set is locked during the fetch:
+        only this process installs its lines, and it holds vm.lock, so they stay
+        uncached and what the home holds for them cannot change meanwhile (no
+        eviction can write one back)."""
+        lines = self.ep.call(self.m_ids[home], Op.M_FETCH, FETCH.pack(self.pid, vpage, n))
+        for j in range(n - 1, -1, -1):   # the line wanted now last: no install evicts it
+            victim = self.xc.miss_begin(self.slot, self.pid, vpage + j)
+            if victim is None:
+                continue
+            vpid, vhome, vvpage = victim
+            try:
+                if vpid:
+                    self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
+                self.xc.miss_end(self.slot, self.pid, vpage + j, home,
+                                 lines[j * self.line:(j + 1) * self.line])
+            except BaseException:
+                self.xc.miss_abort(self.pid, vpage + j)
+                raise
 
     def _writeback(self, home: int, pid: int, vpages: list[int], lines: list[Any]) -> None:
         self.ep.call(self.m_ids[home], Op.M_WRITEBACK, pack_writeback(pid, vpages, lines))

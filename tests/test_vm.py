@@ -131,6 +131,55 @@ def test_dirty_victim_for_the_same_mcomponent_rides_in_the_miss(tiny_rack, vm):
         assert vm.read(addr + p * LINE, 9) == bytes([p]) * 8 + b"d"
 
 
+def test_a_sequential_read_fetches_ahead_in_one_message():
+    """Lines written back before and not cached come in one M_FETCH, not one M_MISS
+    each; the read-ahead is at most a quarter of the extCache (here 1024 lines)."""
+    def spec(storage):
+        return small_spec(storage, name="ahead")
+
+    with running_rack(spec) as rack:
+        vm = VirtualMemory.attach(rack, "p0")
+        try:
+            addr = vm.alloc(100 * LINE)
+            home = vm.regions()[0][2]
+            data = random.Random(3).randbytes(100 * LINE)
+            vm.write(addr, data)
+            vm.flush(addr, 100 * LINE)
+            vm.invalidate(addr, 100 * LINE)
+            vm.write(addr + 70 * LINE, b"cached and dirty")   # stays: newer than m0's
+            links = vm.ep.counters.snapshot()["links"][home]
+            fetches = links.get("M_FETCH", {}).get("tx_msgs", 0)
+            misses = links.get("M_MISS", {}).get("tx_msgs", 0)
+            got = vm.read(addr, 100 * LINE)
+            assert got[70 * LINE:70 * LINE + 16] == b"cached and dirty"
+            assert got[:70 * LINE] == data[:70 * LINE]
+            assert got[70 * LINE + 16:] == data[70 * LINE + 16:]
+            links = vm.ep.counters.snapshot()["links"][home]
+            # lines 0-63 (the first fetch, 64 at most), 64-69 (stops at the cached
+            # line 70); the line 70 write above was one miss of its own
+            assert links["M_FETCH"]["tx_msgs"] - fetches == 3   # then 71-99
+            assert links["M_MISS"]["tx_msgs"] - misses == 0
+            from fit_rpc.pages import FETCH
+
+            with rack.endpoint() as intruder, pytest.raises(PermissionError):
+                intruder.call(home, Op.M_FETCH, FETCH.pack(vm.pid, addr // LINE, 2))
+            for n in (0, 65):
+                with pytest.raises(OSError) as info:
+                    vm.ep.call(home, Op.M_FETCH, FETCH.pack(vm.pid, addr // LINE, n))
+                assert info.value.errno == errno.EINVAL
+        finally:
+            vm.close()
+
+
+def test_read_ahead_in_a_tiny_extcache_still_progresses(vm):
+    addr = vm.alloc(64 * LINE)   # 8 lines of extCache: each fetch is at most 2 lines
+    data = random.Random(4).randbytes(64 * LINE)
+    vm.write(addr, data)
+    vm.flush(addr, 64 * LINE)
+    vm.invalidate(addr, 64 * LINE)
+    assert vm.read(addr, 64 * LINE) == data
+
+
 def test_two_mcomponents_hold_regions(tiny_rack, vm):
     a = vm.alloc(1 << 20)
     b = vm.alloc(1 << 20)
