@@ -156,8 +156,6 @@ class ZmqTransport(Transport):
         finally:
             if short:
                 sock.setsockopt(zmq.RCVTIMEO, FIT_REPLY_SLICE_MS)
-            sock.setsockopt(zmq.SNDHWM, FIT_HWM_MSGS)
-            sock.setsockopt(zmq.RCVHWM, FIT_HWM_MSGS)
 
     def channel(self, linger_s: float, sender: "ZmqTransport | None" = None) -> "ZmqChannel":
         """A new channel: its receiving end bound beside the inbox (OSError if it cannot
