@@ -242,11 +242,11 @@ class VirtualMemory:
 
     def _fetch(self, home: int, vpage: int, n: int) -> None:
         """n lines from vpage, written back before and not cached, fetched in one
-        message and then installed one by one (at most a quarter of the extCache's
-        lines, `_ahead`). No set is locked during the fetch:
-        only this process installs its lines, and it holds vm.lock, so they stay
-        uncached and what the home holds for them cannot change meanwhile (no
-        eviction can write one back)."""
+        message and then installed one by one (n is at most a quarter of the
+        extCache's lines, `_ahead`). No set is locked during the fetch: only this
+        process installs its lines, and it holds vm.lock, so they stay uncached
+        and what the home holds for them cannot change meanwhile (no eviction can
+        write one back)."""
         lines = self.ep.call(self.m_ids[home], Op.M_FETCH, FETCH.pack(self.pid, vpage, n))
         for j in range(n - 1, -1, -1):   # the line wanted now last: no install evicts it
             victim = self.xc.miss_begin(self.slot, self.pid, vpage + j)
