@@ -152,13 +152,11 @@ class NicPath:
         """The held bytes to the skeleton, in one message: DDIO, N_SEND (the skeleton
         reads them from the send ring's extCache lines); DMA, the lines are flushed
         to the mComponent first, then N_SEND_DMA (the skeleton loads them from there)."""
-        total = self.held
-        if self.buffers["mode"] == "dma":
+        total, dma = self.held, self.buffers["mode"] == "dma"
+        if dma:
             for addr, k in ring_pieces(self.buffers["tbuf"], self.tpos - total, total):
                 self.vm.flush(addr, k)
-            self.rt.send(self.n, Op.N_SEND_DMA, SK_N.pack(self.sk, total))
-        else:
-            self.rt.send(self.n, Op.N_SEND, SK_N.pack(self.sk, total))
+        self.rt.send(self.n, Op.N_SEND_DMA if dma else Op.N_SEND, SK_N.pack(self.sk, total))
         self.held = 0
         self.announced = _clock()
 
