@@ -23,9 +23,11 @@ out and in for `cpu_seconds` each, per GB moved; and NIC scaling
 
 Baselines measured in the same run: Linux TCP loopback (the `linux` mode),
 raw pyzmq DEALER/ROUTER between two plain processes, raw os.pipe between two
-plain processes (raw_pipe.py), and the relay floor (relay_floor.py: the
+plain processes (raw_pipe.py), the relay floor (relay_floor.py: the
 rack's process layout -- a TCP socket in one process, one pyzmq hop each way
-to a second -- with no splitrack code). The targets (docs/benchmarks.md):
+to a second -- with no splitrack code), and the connect floor (raw_zmq.py
+--connect: one pyzmq round trip to a process that makes the kernel connect).
+The targets (docs/benchmarks.md):
     DDIO p50 <= 1.25 x (Linux TCP p50 + raw pyzmq p50), Linux < DDIO < DMA
     pipe p50 <= 1.5 x raw os.pipe p50;  fit p50 <= 1.25 x raw pyzmq p50
     rack connect p50 <= 1.25 x (Linux connect p50 + raw pyzmq p50)
@@ -37,8 +39,9 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "baselines": {"raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us",
 "raw_zmq_p50_us_by_size", "raw_pipe_p50_us_by_size", "relay_floor_p50_us_by_size"},
 "ddio_over_relay_floor": {size: ratio}, "connect": {"linux_p50_us", "rack_p50_us",
-"ratio", ...}, "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size",
-"tx_bytes", "rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}],
+"floor_p50_us", "ratio", "floor_ratio", "rack_over_floor", ...},
+"ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size", "tx_bytes",
+"rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}],
 "packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets": [{"name", "value",
 "target", "met"}], "settings": {...}}
 --plot F.png draws the figures (plots.py) and writes F.md, a summary table.
@@ -57,7 +60,7 @@ import psutil
 
 from benchmarks import nic_scaling, plots, raw_pipe, tcp_client
 from benchmarks.progress import progress
-from benchmarks.raw_zmq import RawServer, measure_in_process
+from benchmarks.raw_zmq import RawClient, RawServer, measure_in_process
 from benchmarks.report import finish
 from benchmarks.servers import server
 from splitrack.params import BENCH_WARMUP_ROUNDS
@@ -88,7 +91,7 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
     tput: dict[tuple[str, str, int], list[float]] = {}   # (direction, mode, size) -> MB/s
     base: dict[tuple[str, int], list[float]] = {(b, z): [] for b in ("raw", "floor", "pipe")
                                                 for z in sizes}
-    connect: dict[str, list[float]] = {"linux": [], "rack": []}
+    connect: dict[str, list[float]] = {"linux": [], "rack": [], "floor": []}
     steps = reps * len(sizes) + reps + 1 + len(s["nics"])
     with progress("bench tcp", steps) as advance:
         with Rack(rack_spec) as rack, contextlib.ExitStack() as servers:
@@ -113,6 +116,10 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
                                                "--no-packing", "--", *program, nic])
             raw_address = f"ipc://{rack.run.path}/raw-echo.sock"
             servers.enter_context(RawServer(raw_address))
+            floor_address = f"ipc://{rack.run.path}/connect-floor.sock"
+            servers.enter_context(RawServer(floor_address, nic=nic))
+            connect_floor = RawClient(floor_address)
+            servers.callback(connect_floor.close)
             for _ in range(reps):
                 for size in sizes:
                     warm = BENCH_WARMUP_ROUNDS
@@ -140,6 +147,8 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
                     advance()
                 n = max(1, s["connects"] // reps)
                 connect["linux"] += tcp_client.connect_times(*addr["linux"], n)
+                connect_floor.connects(*addr["linux"], BENCH_WARMUP_ROUNDS)
+                connect["floor"] += connect_floor.connects(*addr["linux"], n)
                 connect["rack"] += _rack_client(
                     rack_run, env, ps[0], addr["linux"],
                     [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1]
@@ -210,6 +219,7 @@ def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
                                   for z in [r["size"]]},
         "connect": {"linux_p50_us": _p(connect["linux"], 50),
                     "rack_p50_us": _p(connect["rack"], 50),
+                    "floor_p50_us": _p(connect["floor"], 50),
                     "linux_p99_us": _p(connect["linux"], 99),
                     "rack_p99_us": _p(connect["rack"], 99)},
         "ncomponent_cpu": cpu, "nic_scaling": scaling,
@@ -253,6 +263,8 @@ def _targets(report: dict[str, Any], modes: tuple[str, ...], p50: dict) -> list[
                        limit)
     c = report["connect"]
     c["ratio"] = round(c["rack_p50_us"] / (c["linux_p50_us"] + p50["raw"][sizes[0]]), 3)
+    c["floor_ratio"] = round(c["floor_p50_us"] / (c["linux_p50_us"] + p50["raw"][sizes[0]]), 3)
+    c["rack_over_floor"] = round(c["rack_p50_us"] / c["floor_p50_us"], 3)
     target("rack connect / (Linux connect + raw pyzmq)", c["ratio"], 1.25)
     if 4096 in sizes:
         linux = by["linux", 4096]["throughput_MBps"]
@@ -286,7 +298,10 @@ def print_table(report: dict[str, Any]) -> None:
         print("DDIO RTT / relay floor (what the emulator's code adds): " + ", ".join(
             f"{v:.2f} ({z} B)" for z, v in report["ddio_over_relay_floor"].items()))
     c = report["connect"]
-    print(f"connect() p50: rack {c['rack_p50_us']:.1f}us, Linux {c['linux_p50_us']:.1f}us")
+    print(f"connect() p50: rack {c['rack_p50_us']:.1f}us, Linux {c['linux_p50_us']:.1f}us, "
+          f"connect floor (no splitrack code) {c['floor_p50_us']:.1f}us "
+          f"= {c['floor_ratio']:.2f} x (Linux + raw pyzmq); rack / floor "
+          f"{c['rack_over_floor']:.2f}")
     for p in report["packing"]:
         print(f"packing, {p['mode']} at {p['size']} B: {p['on_MBps']:.1f} MB/s on, "
               f"{p['off_MBps']:.1f} MB/s off")

@@ -54,8 +54,8 @@ class Op(IntEnum):
     S_RENAME = 0x050A
     # nComponent: the Proxy and its bsdSocketSkeletons (stub -> skeleton)
     N_BIND = 0x0601            # create a skeleton with a kernel socket bound on a NIC
-    N_CONNECT = 0x0602         # one-way: connect a skeleton's kernel socket (creates one if
-                               # needed); the answer is STUB_CONNECTED
+    N_CONNECT = 0x0602         # connect a skeleton's kernel socket (creates one if needed);
+                               # the reply, or STUB_CONNECTED if the handshake is pending
     N_LISTEN = 0x0603
     N_START = 0x0604           # one-way: an accepted skeleton gets its stub's receive buffer
     N_SEND = 0x0605            # one-way: DDIO send, the bytes wait in the stub's extCache lines
@@ -72,7 +72,7 @@ class Op(IntEnum):
     STUB_ACCEPT = 0x0703       # a listener's new connection
     STUB_SENT = 0x0704         # send credit back: the kernel took these bytes
     STUB_CLOSED = 0x0705       # EOF (errno 0) or an error on the connection
-    STUB_CONNECTED = 0x0706    # the answer to N_CONNECT (or STUB_SC_CONNECT): {sk, local} | {errno}
+    STUB_CONNECTED = 0x0706    # a pending N_CONNECT (or STUB_SC_CONNECT) done: {sk, local}|{errno}
     # bsdSocketStub <-> bsdSocketStub: the intra-rack shortcuts (all one-way)
     STUB_SC_CONNECT = 0x0707   # to a listener's process: a shortcut connection, pipe or FIT
     STUB_SC_DATA = 0x0708      # FIT shortcut: bytes for the peer stub

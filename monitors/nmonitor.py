@@ -10,8 +10,9 @@ kernel event are handled by the same thread, in arrival order.
 Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it)
     N_LISTEN    {sk, backlog}
-    N_CONNECT   one-way {sk | src+opts+inbox+stub, dst, timeout, buffers}; once the
-                kernel's handshake is done (or failed), STUB_CONNECTED {sk, local} | {errno}
+    N_CONNECT   {sk | src+opts+inbox+stub, dst, timeout, buffers} -> {sk, local} when
+                the kernel's handshake was done inside connect() (loopback), else
+                {sk, pending}, and STUB_CONNECTED {sk, local} | {errno} once it is
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
     N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value]} -> {value}
@@ -239,15 +240,14 @@ class NMonitor(Monitor):
         self.watch(skel)
         return codec.encode()
 
-    def n_connect(self, msg: Message) -> None:
+    def n_connect(self, msg: Message) -> bytes:
         args, _ = msg.args()
-        stub = need(args, "stub", int)
-        try:
-            self._connect(msg, args, stub)
-        except OSError as exc:   # one-way: the stub hears it as STUB_CONNECTED {errno}
-            self._tell_connect(msg.src, stub, {"errno": exc.errno or errno.EIO})
+        skel = self._connect(msg, args, need(args, "stub", int))
+        if skel.connecting:
+            return codec.encode({"sk": skel.sk, "pending": True})
+        return codec.encode({"sk": skel.sk, "local": list(skel.sock.getsockname())})
 
-    def _connect(self, msg: Message, args: dict[str, Any], stub: int) -> None:
+    def _connect(self, msg: Message, args: dict[str, Any], stub: int) -> Skeleton:
         ip, port = need(args, "dst", list)
         self.ep.add_peer(msg.src, need(args, "inbox", str))
         if "sk" in args:
@@ -265,14 +265,21 @@ class NMonitor(Monitor):
         except OSError:
             self.closed(skel)
             raise
-        skel.connecting = True
-        timeout = args.get("timeout")
-        skel.connect_deadline = time.monotonic() + (
-            CONNECT_TIMEOUT_S if timeout is None else float(timeout))
         if err in (errno.EINPROGRESS, errno.EAGAIN):
-            self.watch(skel)   # writable: the handshake is done (connect_done)
+            err = _handshake(skel.sock)
+        if err is None:   # the handshake goes on: writable once it is done (connect_done)
+            skel.connecting = True
+            timeout = args.get("timeout")
+            skel.connect_deadline = time.monotonic() + (
+                CONNECT_TIMEOUT_S if timeout is None else float(timeout))
+            self.watch(skel)
+        elif err:
+            self.closed(skel)
+            raise OSError(err, os.strerror(err))
         else:
-            self.connect_done(skel, err)
+            self.counts["connected"] += 1
+            self.watch(skel)
+        return skel
 
     def n_start(self, msg: Message) -> None:
         args, _ = msg.args()
@@ -405,6 +412,19 @@ class NMonitor(Monitor):
             self._load = nics
             self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
                          codec.encode({"id": self.id, "load": {"nics": nics}}), timeout=0.5)
+
+
+def _handshake(sock: socket.socket) -> int | None:
+    """After a non-blocking connect: 0 connected, an errno failed, None not done yet.
+    On loopback the kernel has run the whole handshake before connect() returns."""
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        return err
+    try:
+        sock.getpeername()
+    except OSError:   # ENOTCONN: the SYN is still out
+        return None
+    return 0
 
 
 def _pid(owner: str) -> int:

@@ -294,17 +294,18 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 else self._rt.nic()
             args.update(src=src, opts=self._opt_list())
         self._connected, self._path = None, path   # pushes may come before connect() returns
-        deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
         try:
-            self._rt.send(self._n, Op.N_CONNECT, codec.encode(args))
+            answer = self._rt.call(self._n, Op.N_CONNECT, args)
         except OSError as exc:
-            self._failed_connect()
-            raise _err(exc.errno or errno.EIO) from None
-        # The kernel's handshake happens in the nComponent; no lock is held meanwhile.
-        if not self._rt.wait(lambda: self._connected is not None, deadline, self._park_connect):
-            self._failed_connect()
-            raise TimeoutError("timed out")
-        answer = self._connected
+            answer = {"errno": exc.errno or errno.EIO}
+        if answer.get("pending"):
+            # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
+            deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
+            if not self._rt.wait(lambda: self._connected is not None, deadline,
+                                 self._park_connect):
+                self._failed_connect()
+                raise TimeoutError("timed out")
+            answer = self._connected
         if "errno" in answer:
             self._failed_connect()
             if answer["errno"] == errno.ETIMEDOUT and self._timeout:

@@ -198,6 +198,46 @@ def test_socket_errors_carry_linux_errnos(net):
     assert lines["badopt"] == "OSError 92"
 
 
+def test_a_connect_the_kernel_cannot_finish_at_once_times_out_or_completes_later(net):
+    """A full accept queue drops SYNs: the nComponent's connect goes on past N_CONNECT's
+    answer ({pending}); STUB_CONNECTED ends it, with ETIMEDOUT or once the SYN's
+    retransmission gets in (Linux: after 1 s)."""
+    rack, env = net
+    outside = socket.socket()
+    outside.bind(("127.0.0.5", 0))
+    outside.listen(0)                                        # one queued connection fills it
+    filler = socket.create_connection(outside.getsockname())
+    code = textwrap.dedent("""
+        import socket, sys, time
+        addr = ("127.0.0.5", int(sys.argv[1]))
+        print(0, flush=True)   # on_rack's first line
+        s = socket.socket(); s.settimeout(0.3)
+        try:
+            s.connect(addr)
+            print("connected?!", flush=True)
+        except TimeoutError as exc:
+            print("timeout", exc, flush=True)
+        t0 = time.monotonic()
+        with socket.create_connection(addr, timeout=20) as c:
+            print("connected after", round(time.monotonic() - t0, 1), flush=True)
+            c.sendall(b"late")
+    """)
+    with on_rack(env, code, str(outside.getsockname()[1])) as (proc, _):
+        first = proc.stdout.readline().strip()
+        time.sleep(0.5)   # the second connect's first SYN is dropped meanwhile
+        outside.accept()[0].close()   # room for one: the retransmitted SYN gets in
+        outside.settimeout(20)
+        conn, _ = outside.accept()
+        with conn:
+            assert recv_exactly(conn, 4) == b"late"
+        second = proc.stdout.readline().split()
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    filler.close()
+    outside.close()
+    assert first == "timeout timed out"
+    assert second[:2] == ["connected", "after"] and float(second[2]) >= 0.5
+
+
 def test_peer_reset_is_connection_reset_on_the_rack(net):
     rack, env = net
     code = textwrap.dedent("""
