@@ -50,6 +50,7 @@ from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES
 log = logging.getLogger("fit_rpc")
 _unpack_header = header.HEADER.unpack_from
 _pack_header = header.HEADER.pack
+_pack_header_into = header.HEADER.pack_into
 
 GLOBAL_ID = "global"
 
@@ -118,20 +119,24 @@ class Endpoint:
 
     # ---- calling -------------------------------------------------------------
     def call(self, peer: str, op: int, payload: Frame = b"",
-             timeout: float | None = None, serve: bool = True) -> memoryview:
+             timeout: float | None = None, serve: bool = True, room: bool = False
+             ) -> memoryview:
         """Send a request to `peer` and return the reply payload.
 
         Raises FitTimeout (no reply in time), PeerUnreachable (no connection),
         UnknownDestination (no such id), MessageTooLarge (nothing sent), or the
         OSError the peer answered with. serve=False: the inbox waits meanwhile
         (no handler runs nested in this call; only for a peer that never calls
-        back, or the two could deadlock until the timeout).
+        back, or the two could deadlock until the timeout). room=True: the payload
+        is a writable buffer whose first HEADER_SIZE bytes are room for the FIT
+        header, written there in place (a large payload is not copied); the
+        buffer may be read until the reply comes (if the call fails, drop it).
         """
         if timeout is None:
             timeout = FIT_CALL_TIMEOUT_S
         deadline = time.monotonic() + timeout  # sending, too, counts against the timeout
         self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
-        self._transmit(peer, REQUEST, op, seq, payload, timeout)
+        self._transmit(peer, REQUEST, op, seq, payload, timeout, room)
         awaiting = self._awaiting
         awaiting.add(seq)
         try:
@@ -151,12 +156,16 @@ class Endpoint:
         self._transmit(peer, ONEWAY, op, 0, payload, timeout)
 
     def _transmit(self, peer: str, kind: int, op: int, seq: int, payload: Frame,
-                  timeout: float) -> None:
-        n = len(payload)
+                  timeout: float, room: bool = False) -> None:
+        n = len(payload) - HEADER_SIZE if room else len(payload)
         if n > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
         address = self._addresses.get(peer) or self.resolve(peer, timeout)
-        frame = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n) + payload
+        if room:
+            _pack_header_into(payload, 0, MAGIC, VERSION, kind, op, 0, seq, n)
+            frame = payload
+        else:
+            frame = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n) + payload
         self.transport.send(peer, address, frame, timeout)
         self.counters.tx(peer, op, n + HEADER_SIZE)
 

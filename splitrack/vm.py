@@ -39,7 +39,7 @@ import threading
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
-from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, pack_writeback
+from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WritebackMessage, pack_writeback
 from native.extcache import FLUSHES, ExtCache
 
 _ADDRESS_SPACES = itertools.count(1)   # each VirtualMemory gets its own 1 TiB of addresses
@@ -58,6 +58,7 @@ class VirtualMemory:
         self.m_ids: list[str] = info["m_ids"]
         self.slot = self.xc.slot_acquire(self.pid)
         self._starts: list[int] = []                  # sorted region starts
+        self._writebacks: dict[int, WritebackMessage] = {}   # per home, reused by flushes
         self._regions: dict[int, tuple[int, int]] = {}  # start -> (end, home index)
         self._touched: set[int] = set()               # pages ever installed
         self._probe = bytearray(1)                    # _fault: is a line cached?
@@ -143,26 +144,40 @@ class VirtualMemory:
             return self._flush(addr, n)
 
     def _flush(self, addr: int, n: int) -> int:
-        pending: dict[int, tuple[list[int], list[bytes]]] = {}
-        buf = bytearray(self.line)
-        flushed = 0
-        for vpage in range(addr // self.line, -(-(addr + n) // self.line)):
-            home = self.xc.clean(self.pid, vpage, buf)
-            if home is None:
-                continue
-            pages, lines = pending.setdefault(home, ([], []))
-            pages.append(vpage)
-            lines.append(bytes(buf))
-            flushed += 1
-            if len(pages) == _WRITEBACK_BATCH:
-                self._writeback(home, self.pid, pages, lines)
-                pages.clear()
-                lines.clear()
-        for home, (pages, lines) in pending.items():
-            if pages:
-                self._writeback(home, self.pid, pages, lines)
-        self.xc.count(self.slot, FLUSHES, flushed)
+        """Each dirty line is cleaned straight into the M_WRITEBACK of its home (the
+        last line's home's first: a range's lines mostly share one home)."""
+        msgs = self._writebacks
+        for msg in msgs.values():
+            msg.vpages.clear()   # what a failed flush left
+        home, flushed = 0, 0
+        try:
+            for vpage in range(addr // self.line, -(-(addr + n) // self.line)):
+                msg = msgs.get(home) or msgs.setdefault(
+                    home, WritebackMessage(self.line, _WRITEBACK_BATCH))
+                line_home = self.xc.clean(self.pid, vpage, msg.next_line())
+                if line_home is None:
+                    continue
+                if line_home != home:   # another home's line: into its message
+                    other = msgs.get(line_home) or msgs.setdefault(
+                        line_home, WritebackMessage(self.line, _WRITEBACK_BATCH))
+                    other.next_line()[:] = msg.next_line()
+                    home, msg = line_home, other
+                flushed += 1
+                if msg.add(vpage):
+                    self._send_writeback(home, msg)
+            for h, msg in list(msgs.items()):
+                if msg.vpages:
+                    self._send_writeback(h, msg)
+        finally:
+            self.xc.count(self.slot, FLUSHES, flushed)
         return flushed
+
+    def _send_writeback(self, home: int, msg: WritebackMessage) -> None:
+        try:
+            self.ep.call(self.m_ids[home], Op.M_WRITEBACK, msg.take(self.pid), room=True)
+        except BaseException:
+            del self._writebacks[home]   # the transport may still read it: a new one next
+            raise
 
     def invalidate(self, addr: int, n: int) -> int:
         """Drop the cached lines of [addr, addr+n) without writing them back."""

@@ -197,6 +197,25 @@ def test_two_mcomponents_hold_regions(tiny_rack, vm):
         assert mstats(tiny_rack, m)["memory"]["misses"] >= 1
 
 
+def test_one_flush_over_two_homes_writes_each_line_back_to_its_own(tiny_rack, vm):
+    a = vm.alloc(4 * LINE)
+    b = vm.alloc(4 * LINE)
+    homes = [home for _, _, home in vm.regions()]
+    assert sorted(homes) == ["m0", "m1"]
+    tail, head = a + 3 * LINE, b   # a's last line, b's first (a guard page between)
+    data = {addr: bytes([i + 1]) * LINE for i, addr in enumerate((tail, head))}
+    for addr, chunk in data.items():   # two lines: in a 2-way extCache neither evicts
+        vm.write(addr, chunk)          # the other
+    before = {m: mstats(tiny_rack, m)["memory"]["writebacks"] for m in ("m0", "m1")}
+    assert vm.flush(tail, head + LINE - tail) == 2
+    after = {m: mstats(tiny_rack, m)["memory"]["writebacks"] for m in ("m0", "m1")}
+    assert all(after[m] > before[m] for m in ("m0", "m1"))
+    vm.invalidate(a, 4 * LINE)
+    vm.invalidate(b, 4 * LINE)
+    for addr, chunk in data.items():
+        assert vm.read(addr, len(chunk)) == chunk
+
+
 def test_address_outside_the_regions_is_efault(vm):
     addr = vm.alloc(2 * LINE)
     for bad in (addr + 2 * LINE, addr - 1, 12345, -4096):
