@@ -44,9 +44,13 @@ import os
 from typing import Any
 
 from fit_rpc import Op
+from fit_rpc.header import HEADER_SIZE
 from fit_rpc.netpath import DMA, SK, SK_ERR, SK_N, ring_pieces
 from native.extcache import ExtCache
+from splitrack.params import NCOMPONENT_RING_BYTES
 from splitrack.rundir import RunDir
+
+_WRITE_AT = HEADER_SIZE + DMA.size   # where an M_DMA_WRITE's bytes start
 
 
 class Ddio:
@@ -137,16 +141,21 @@ class Dma(Ddio):
     name = "dma"
     send_op = Op.N_SEND_DMA
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._write_msg = memoryview(bytearray(_WRITE_AT + NCOMPONENT_RING_BYTES))
+
     def deliver(self, skel: Any, n: int) -> None:
-        data = memoryview(skel.rx.get(n))
-        at = 0
+        """Each piece goes from rx straight into an M_DMA_WRITE built in a buffer this
+        path reuses (FIT header room first: Endpoint.call(..., room=True))."""
         try:
             for addr, length in ring_pieces(self.rbuf, self.rpos, n):
-                self.net.ep.call(self.home, Op.M_DMA_WRITE,
-                                 DMA.pack(self.pid, addr, length) + data[at:at + length],
-                                 serve=False)
-                at += length
+                msg = self._write_msg[:_WRITE_AT + length]
+                DMA.pack_into(msg, HEADER_SIZE, self.pid, addr, length)
+                skel.rx.get_into(msg[_WRITE_AT:])
+                self.net.ep.call(self.home, Op.M_DMA_WRITE, msg, serve=False, room=True)
         except OSError as exc:   # the process's memory is gone (it ended), or m is
+            self._write_msg = memoryview(bytearray(len(self._write_msg)))   # may be in use
             skel._fail(exc.errno or errno.EIO)
             return
         self.rpos += n

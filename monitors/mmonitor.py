@@ -159,7 +159,7 @@ class MMonitor(Monitor):
             self._report_load()
         return codec.encode()
 
-    def m_dma_read(self, msg: Message) -> bytes:
+    def m_dma_read(self, msg: Message) -> bytearray:
         pid, addr, n = self._dma_request(msg)
         out = bytearray(n)
         for vpage, lo, hi, at in self._pieces(self._space(pid), addr, n):
@@ -168,7 +168,7 @@ class MMonitor(Monitor):
                 base = frame * self.line
                 out[at:at + hi - lo] = self.view[base + lo:base + hi]
         self.counts["dma_read_bytes"] += n
-        return bytes(out)
+        return out
 
     def m_dma_write(self, msg: Message) -> bytes:
         pid, addr, n = self._dma_request(msg)
