@@ -6,7 +6,7 @@ Interface (used by nmonitor.py only):
     proxy.bound(ip, port, opts, with_loopback) -> [kernel sockets], port
     proxy.for_connect(src_ip, opts) -> kernel socket bound to (src_ip, 0)
     proxy.apply(sock, level, opt, value) / proxy.query(sock, level, opt)
-    proxy.rings() -> (rx, tx) NRings of SOCKET_BUFFER_BYTES each; ENOBUFS when DRAM is full
+    proxy.rings() -> (rx, tx) NRings of NCOMPONENT_RING_BYTES each; ENOBUFS when DRAM is full
     proxy.free(rx, tx)
 
 Routing: a socket leaves from the NIC it was bound on; an unbound one from the
@@ -21,7 +21,7 @@ import mmap
 import socket
 
 from native.nring import NRing
-from splitrack.params import SOCKET_BUFFER_BYTES
+from splitrack.params import NCOMPONENT_RING_BYTES
 
 ALLOWED = {
     (socket.SOL_SOCKET, socket.SO_REUSEADDR), (socket.SOL_SOCKET, socket.SO_REUSEPORT),
@@ -37,8 +37,8 @@ class Proxy:
         self.nics = set(nics)
         self.loopback = loopback
         self.arena = mmap.mmap(-1, dram_bytes)          # the nComponent's DRAM
-        self._free = [NRing(self.arena, i * SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES)
-                      for i in range(dram_bytes // SOCKET_BUFFER_BYTES - 1, -1, -1)]
+        self._free = [NRing(self.arena, i * NCOMPONENT_RING_BYTES, NCOMPONENT_RING_BYTES)
+                      for i in range(dram_bytes // NCOMPONENT_RING_BYTES - 1, -1, -1)]
         self.slots_total = len(self._free)
 
     # ---- kernel sockets -----------------------------------------------------------------

@@ -20,13 +20,14 @@ HEALTH_TIMEOUT_S = 1.0                    # `splitrack status` per-component pro
 UP_POLL_INTERVAL_S = 0.5                  # foreground `splitrack up` checks its monitors
 
 # --- the network path (bsdSocketStub <-> bsdSocketSkeleton) ---------------------------
-SOCKET_BUFFER_BYTES = 128 * 1024          # a stub's receive buffer in rack memory (the receive
-                                          # window), and each nComponent DRAM ring (rx, tx)
-SOCKET_CREDIT_BYTES = 32 * 1024           # credit goes back once this much was consumed
+SOCKET_BUFFER_BYTES = 512 * 1024          # a stub's receive buffer in rack memory (the receive
+                                          # window: ~2x the receive throughput of 128 KiB)
+SOCKET_CREDIT_BYTES = 128 * 1024          # credit goes back once this much was consumed
+NCOMPONENT_RING_BYTES = 128 * 1024        # each nComponent DRAM ring of a connection (rx, tx)
 SOCKET_SEND_BUFFER_BYTES = 1024 * 1024    # a stub's send buffer in rack memory (the send window;
                                           # the skeleton pulls it into tx as tx drains)
 SOCKET_SENT_BYTES = 256 * 1024            # the skeleton confirms pulled bytes in batches of this
-SOCKET_SLOTS_PER_REGION = 16              # stub buffers per vRegion the runtime allocates
+SOCKET_SLOTS_PER_REGION = 8               # stub buffers per vRegion the runtime allocates
 PACK_GAP_S = 0.0001                       # packing: a send this soon after the last one is held
 PACK_MAX_BYTES = 256 * 1024               # ... and held bytes go once this many are held
 PACK_DELAY_S = 0.001                      # ... or at most this much later (the flusher)
