@@ -92,7 +92,7 @@ def _tcp_summary(report: dict[str, Any]) -> list[str]:
                      f"{r['msgs_per_s']:.0f} | {r['rx_throughput_MBps']:.1f} |")
     c = report["connect"]
     lines += ["", f"connect() p50: rack {c['rack_p50_us']:.1f} µs, Linux "
-                  f"{c['linux_p50_us']:.1f} µs", ""]
+                  f"{c['linux_p50_us']:.1f} µs, connect floor {c['floor_p50_us']:.1f} µs", ""]
     if report.get("ncomponent_cpu"):
         cpu = report["ncomponent_cpu"]
         lines += [f"nComponent CPU: {cpu['tx_core_s_per_GB']:.2f} core-s/GB tx, "
