@@ -69,7 +69,10 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     for key in ("raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us"):
         assert baselines[key] > 0
     assert set(baselines["relay_floor_p50_us_by_size"]) == {"128", "4096"}
-    assert report["connect"]["linux_p50_us"] > 0 and report["connect"]["rack_p50_us"] > 0
+    connect = report["connect"]
+    assert connect["linux_p50_us"] > 0 and connect["rack_p50_us"] > 0
+    assert connect["floor_p50_us"] > connect["linux_p50_us"]   # a pyzmq round trip more
+    assert connect["rack_over_floor"] == round(connect["rack_p50_us"] / connect["floor_p50_us"], 3)
     cpu = report["ncomponent_cpu"]
     assert cpu["tx_core_s_per_GB"] > 0 and cpu["rx_core_s_per_GB"] > 0
     assert [(r["nics"], r["nics_used"]) for r in report["nic_scaling"]] == [(1, 1), (2, 2)]
