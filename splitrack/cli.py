@@ -281,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "zero-fills and evictions vs raw pyzmq; tcp: the paper's TCP "
                         "micro-benchmarks (echo RTT, throughput, connect, nComponent CPU, "
                         "NIC scaling; DDIO, DMA, pipe and FIT shortcuts) vs Linux TCP loopback, "
-                        "raw pyzmq and raw os.pipe; wordcount: the paper's macro benchmark")
+                        "raw pyzmq, raw os.pipe and the relay and connect floors; wordcount: "
+                        "the paper's macro benchmark")
     p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
     p.add_argument("--plot", metavar="F.png",
