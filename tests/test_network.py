@@ -207,6 +207,7 @@ def test_a_connect_the_kernel_cannot_finish_at_once_times_out_or_completes_later
     outside.bind(("127.0.0.5", 0))
     outside.listen(0)                                        # one queued connection fills it
     filler = socket.create_connection(outside.getsockname())
+    dropped = listen_overflows()
     code = textwrap.dedent("""
         import socket, sys, time
         addr = ("127.0.0.5", int(sys.argv[1]))
@@ -222,9 +223,9 @@ def test_a_connect_the_kernel_cannot_finish_at_once_times_out_or_completes_later
             print("connected after", round(time.monotonic() - t0, 1), flush=True)
             c.sendall(b"late")
     """)
-    with on_rack(env, code, str(outside.getsockname()[1])) as (proc, _):
+    with outside, filler, on_rack(env, code, str(outside.getsockname()[1])) as (proc, _):
         first = proc.stdout.readline().strip()
-        time.sleep(0.5)   # the second connect's first SYN is dropped meanwhile
+        wait_until(lambda: listen_overflows() >= dropped + 2)   # each connect's first SYN
         outside.accept()[0].close()   # room for one: the retransmitted SYN gets in
         outside.settimeout(20)
         conn, _ = outside.accept()
@@ -232,10 +233,19 @@ def test_a_connect_the_kernel_cannot_finish_at_once_times_out_or_completes_later
             assert recv_exactly(conn, 4) == b"late"
         second = proc.stdout.readline().split()
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
-    filler.close()
-    outside.close()
     assert first == "timeout timed out"
     assert second[:2] == ["connected", "after"] and float(second[2]) >= 0.5
+
+
+def listen_overflows() -> int:
+    """SYNs the kernel dropped because an accept queue was full (TcpExt ListenOverflows)."""
+    with open("/proc/net/netstat") as f:
+        lines = f.read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
+        if names.startswith("TcpExt:"):
+            counters = zip(names.split()[1:], map(int, values.split()[1:]), strict=True)
+            return dict(counters)["ListenOverflows"]
+    raise AssertionError("no TcpExt in /proc/net/netstat")
 
 
 def test_peer_reset_is_connection_reset_on_the_rack(net):
