@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 
 from benchmarks.corpus import Corpus
+from benchmarks.raw_zmq import RawClient, RawServer
 from helpers import SPLITRACK
 
 
@@ -86,6 +87,22 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| ddio | 128 |" in (tmp_path / "tcp.md").read_text()
     assert "targets:" in stdout and "connect() p50" in stdout
+
+
+def test_the_connect_floor_server_makes_each_connection_from_the_nic(tmp_path):
+    listener = socket.create_server(("127.0.0.5", 0), backlog=16)
+    listener.settimeout(10)
+    address = f"ipc://{tmp_path}/floor.sock"
+    with listener, RawServer(address, nic="127.0.0.11"):
+        client = RawClient(address)
+        try:
+            assert len(client.connects(*listener.getsockname(), 3)) == 3
+        finally:
+            client.close()
+        for _ in range(3):
+            conn, peer = listener.accept()
+            conn.close()
+            assert peer[0] == "127.0.0.11"
 
 
 def test_bench_wordcount_counts_right_in_every_mode(run_root, tmp_path):
