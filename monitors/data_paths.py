@@ -154,9 +154,8 @@ class Dma(Ddio):
                 DMA.pack_into(msg, HEADER_SIZE, self.pid, addr, length)
                 skel.rx.get_into(msg[_WRITE_AT:])
                 self.net.ep.call(self.home, Op.M_DMA_WRITE, msg, serve=False, room=True)
-        except OSError as exc:   # the process's memory is gone (it ended), or m is
-            self._write_msg = memoryview(bytearray(len(self._write_msg)))   # may be in use
-            skel._fail(exc.errno or errno.EIO)
+        except OSError as exc:   # the process's memory is gone (it ended), or m is; the
+            skel._fail(exc.errno or errno.EIO)   # skeleton reads no more, so never delivers
             return
         self.rpos += n
         self.net.push(skel, Op.STUB_DATA_DMA, SK_N.pack(skel.stub, n))
