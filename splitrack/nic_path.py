@@ -111,12 +111,7 @@ class NicPath:
         if not n:
             return 0
         chunk = chunk[:n]
-        start, size = self.buffers["tbuf"]
-        at = self.tpos % size
-        if at + n <= size:   # the usual case: no wrap, one copy into the lines
-            self.vm.write(start + at, chunk)
-        else:
-            self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
+        self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
         in_flight = SOCKET_SEND_BUFFER_BYTES - self.credit - self.held   # announced, unconfirmed
         self.tpos += n
         self.credit -= n
@@ -185,6 +180,10 @@ class NicPath:
             self.buffers = None
 
     def _ring_io(self, ring: list[int], pos: int, view: memoryview, copy: Any) -> None:
+        start, size = ring
+        if pos % size + len(view) <= size:   # the usual case: no wrap, one copy
+            copy(start + pos % size, view)
+            return
         at = 0
         for addr, k in ring_pieces(ring, pos, len(view)):
             copy(addr, view[at:at + k])
