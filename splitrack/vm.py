@@ -232,17 +232,15 @@ class VirtualMemory:
             self._miss(home, vpage)
 
     def _miss(self, home: int, vpage: int) -> None:
+        if vpage not in self._touched:   # never written anywhere: zeros, here
+            self._install(home, vpage, None)
+            self._touched.add(vpage)
+            return
         victim = self.xc.miss_begin(self.slot, self.pid, vpage)
         if victim is None:
             return  # cached after all
         vpid, vhome, vvpage = victim
         try:
-            if vpage not in self._touched:          # never written anywhere: zeros, here
-                if vpid:
-                    self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
-                self.xc.miss_end(self.slot, self.pid, vpage, home, None)
-                self._touched.add(vpage)
-                return
             if vpid and vhome == home:              # LegoOS piggyback
                 request = MISS.pack(self.pid, vpage, vpid, vvpage) + self.xc.victim_buf
             else:
@@ -264,18 +262,22 @@ class VirtualMemory:
         write one back)."""
         lines = self.ep.call(self.m_ids[home], Op.M_FETCH, FETCH.pack(self.pid, vpage, n))
         for j in range(n - 1, -1, -1):   # the line wanted now last: no install evicts it
-            victim = self.xc.miss_begin(self.slot, self.pid, vpage + j)
-            if victim is None:
-                continue
-            vpid, vhome, vvpage = victim
-            try:
-                if vpid:
-                    self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
-                self.xc.miss_end(self.slot, self.pid, vpage + j, home,
-                                 lines[j * self.line:(j + 1) * self.line])
-            except BaseException:
-                self.xc.miss_abort(self.pid, vpage + j)
-                raise
+            self._install(home, vpage + j, lines[j * self.line:(j + 1) * self.line])
+
+    def _install(self, home: int, vpage: int, line: Any) -> None:
+        """Put `line` (None: zeros) into the extCache as vpage's, its set's victim
+        written back first; nothing if vpage is cached after all."""
+        victim = self.xc.miss_begin(self.slot, self.pid, vpage)
+        if victim is None:
+            return
+        vpid, vhome, vvpage = victim
+        try:
+            if vpid:
+                self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
+            self.xc.miss_end(self.slot, self.pid, vpage, home, line)
+        except BaseException:
+            self.xc.miss_abort(self.pid, vpage)
+            raise
 
     def _writeback(self, home: int, pid: int, vpages: list[int], lines: list[Any]) -> None:
         self.ep.call(self.m_ids[home], Op.M_WRITEBACK, pack_writeback(pid, vpages, lines))
