@@ -2,6 +2,7 @@
 
     extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache)
     nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring)
+    fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings)
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.
@@ -34,7 +35,9 @@ def _ffi(name: str, libraries: list[str]) -> FFI:
 
 extcache_ffi = _ffi("extcache", ["pthread"])
 nring_ffi = _ffi("nring", [])
+fitring_ffi = _ffi("fitring", [])
 
 if __name__ == "__main__":
     extcache_ffi.compile(verbose=True)
     nring_ffi.compile(verbose=True)
+    fitring_ffi.compile(verbose=True)

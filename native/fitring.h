@@ -1,0 +1,174 @@
+/*
+ * fitring.h -- FIT's message rings in shared memory, and their doorbells.
+ *
+ * The shm transport (fit_rpc/shm_transport.py) connects two endpoints with one
+ * *segment*: a memfd that both processes map, holding two rings, one each way.
+ * Each ring has exactly one producer (the process that writes it) and one
+ * consumer (the process that reads it). Layout of a segment:
+ *
+ *   fr_segment header (4 KiB) | ring 0 data (cap bytes) | ring 1 data (cap bytes)
+ *
+ * Ring 0 carries messages from the side that made the segment (the connector)
+ * to the other (the acceptor); ring 1 the other way.
+ *
+ * A ring is a byte stream of records, each 8-byte aligned:
+ *
+ *   u32 length | u32 FR_MARK | length payload bytes | padding to 8
+ *
+ * A record never wraps: when it does not fit before the end of the data area,
+ * the producer writes a skip record (length FR_SKIP) and starts over at 0. It
+ * also starts over at 0 early, whenever the ring is empty, so that a ring of
+ * small messages keeps touching the same few pages.
+ *
+ * Positions only grow (64 bits): `head` is what the producer has published,
+ * `tail` what the consumer has consumed; used = head - tail <= cap. The
+ * producer never overwrites what is unread (that is LegoOS FIT's ack, for
+ * free): a full ring makes it wait, never drop.
+ *
+ * Memory ordering. The producer writes a record, then publishes head with a
+ * release store; the consumer reads head with an acquire load, so it never
+ * sees a half-written record (nor one of a producer that died while writing:
+ * its head was never published). Each side keeps its own position in private
+ * memory (fr_ring) and checks what it reads from the other: a peer that
+ * writes garbage into a ring makes that ring report -EBADMSG, never crashes
+ * the reader.
+ *
+ * Doorbells, without lost wake-ups. A consumer about to sleep stores 1 into
+ * its bell word, issues a full fence and checks its rings once more; a
+ * producer publishes head, issues a full fence and reads the bell word, and
+ * writes the consumer's eventfd only if it is set. With a full fence on both
+ * sides, at least one of them sees the other's store (Dekker): either the
+ * consumer finds the message, or the producer rings. An endpoint's inbound
+ * rings share one bell word (in a page only the consumer may write: the
+ * transport seals it against writes by others) and one eventfd, so an
+ * endpoint sleeps on one fd, which epoll, select and asyncio can watch.
+ * A producer that waits for space sets the ring's `want_space`; the consumer
+ * that frees space then rings the producer's eventfd.
+ *
+ * Functions return a negative errno for what the caller must handle
+ * (-EAGAIN: nothing now; -EBADMSG: the peer broke the ring; -EMSGSIZE: a
+ * record larger than the ring could ever hold) and never block, except
+ * fr_wait and fr_wait_space, which spin then sleep as asked.
+ */
+#ifndef SPLITRACK_FITRING_H
+#define SPLITRACK_FITRING_H
+
+#include <stdint.h>
+
+#define FR_MAGIC 0x47464954       /* "TIFG": a formatted segment */
+#define FR_VERSION 1
+#define FR_HEADER_BYTES 4096      /* the segment header; ring data follows */
+#define FR_RECORD_BYTES 8         /* a record's length and mark */
+#define FR_MARK 0x21544946        /* "FIT!": every record carries it */
+#define FR_SKIP 0xFFFFFFFF        /* a skip record's length: go on at offset 0 */
+#define FR_EARLY_WRAP 65536       /* an empty ring starts over at 0 past this offset */
+
+/* The shared part of one ring: each position on a cache line of its own. */
+typedef struct {
+    uint64_t head;           /* bytes published by the producer (release) */
+    uint32_t want_space;     /* the producer waits for the consumer to free space */
+    uint32_t pad0[13];
+    uint64_t tail;           /* bytes consumed by the consumer (release) */
+    uint32_t pad1[14];
+} fr_ctl;
+
+/* The segment header (FR_HEADER_BYTES, of which this is the start). */
+typedef struct {
+    uint32_t magic, version;
+    uint32_t cap;            /* data bytes of each ring, a multiple of 8 */
+    uint32_t pad;
+    uint32_t bell[2][16];    /* channel segments: each side's bell word, a line each */
+    fr_ctl ctl[2];
+} fr_segment;
+
+/* One side's private handle on one ring (never in shared memory). */
+typedef struct {
+    fr_ctl *ctl;             /* in the segment */
+    char *data;              /* in the segment: cap bytes */
+    uint32_t cap;            /* as checked when the segment was mapped */
+    uint64_t pos;            /* producer: its head; consumer: its tail */
+    uint32_t reserved;       /* producer: record bytes reserved, not yet committed */
+    uint32_t skip;           /* producer: bytes the reservation skips to reach offset 0 */
+    uint32_t peeked;         /* consumer: record bytes of the message peeked */
+    const uint32_t *peer_bell; /* producer: the consumer's bell word (read only) */
+    int peer_efd;            /* the other side's eventfd: the consumer's (producer side),
+                                the producer's (consumer side, for want_space) */
+} fr_ring;
+
+/* Bytes of a segment with two rings of cap data bytes each (cap rounded up to 8). */
+uint64_t fr_segment_size(uint32_t cap);
+
+/* Format a fresh segment of `size` bytes (the connector does this once). */
+int fr_format(void *seg, uint64_t size, uint32_t cap);
+
+/* Check a segment made by the other side: its magic, version and that `size`
+ * holds two rings of its cap; returns the cap (> 0) or -EINVAL. */
+int64_t fr_check(void *seg, uint64_t size);
+
+/* Fill a handle for ring `which` (0 or 1) of a checked segment. */
+void fr_attach(fr_ring *r, void *seg, uint32_t cap, int which, const uint32_t *peer_bell,
+               int peer_efd);
+
+/* The largest payload one record of this ring can carry. */
+uint32_t fr_max_payload(const fr_ring *r);
+
+/* ---- producer ----------------------------------------------------------- */
+
+/* Reserve room for a payload of n bytes: the offset in r->data where it goes
+ * (>= 0), -EAGAIN if the ring has no room now, -EMSGSIZE if it never will,
+ * -EBADMSG if the consumer broke the ring. At most one reservation at a time. */
+int64_t fr_reserve(fr_ring *r, uint32_t n);
+
+/* Publish the reserved record, its payload cut to n bytes (n <= the reserved
+ * size), and ring the consumer's doorbell if it sleeps. */
+void fr_commit(fr_ring *r, uint32_t n);
+
+/* Reserve, copy a then b (either may be empty), commit: one message of na+nb
+ * bytes. Returns 0 or what fr_reserve returned. */
+int fr_send2(fr_ring *r, const char *a, uint32_t na, const char *b, uint32_t nb);
+
+/* Wait until n bytes of payload fit: spin up to spin_ns, then sleep on
+ * own_efd (the producer's own eventfd, rung by the consumer) up to timeout_ns
+ * in all (< 0: forever). 0 when they fit, -ETIMEDOUT, -EMSGSIZE, -EBADMSG. */
+int fr_wait_space(fr_ring *r, uint32_t n, int own_efd, int64_t spin_ns, int64_t timeout_ns);
+
+/* ---- consumer ----------------------------------------------------------- */
+
+/* The next message: its payload's offset in r->data (>= 0) and its length in
+ * *len; -EAGAIN if there is none; -EBADMSG if the producer broke the ring. The
+ * payload stays valid until fr_consume. */
+int64_t fr_peek(fr_ring *r, uint32_t *len);
+
+/* Consume the message last peeked; ring the producer if it waits for space. */
+void fr_consume(fr_ring *r);
+
+/* Whether a message (or a broken ring) waits, without consuming anything. */
+int fr_pending(const fr_ring *r);
+
+/* ---- waiting: one consumer, many rings, one bell ------------------------- */
+
+/* Index of a ring among rings[0..n) that has a message, looking from `start`
+ * round, or -1. */
+int fr_ready(fr_ring *const *rings, int n, int start);
+
+/* Arm the bell before sleeping on the eventfd: 1 if armed (nothing waits),
+ * 0 if something waits (the bell is left down: do not sleep). */
+int fr_arm(fr_ring *const *rings, int n, uint32_t *bell);
+
+/* After waking (or instead of sleeping): bell down, eventfd drained. Returns
+ * whether the eventfd had been rung. */
+int fr_disarm(uint32_t *bell, int efd);
+
+/* Wait for a message on any of rings[0..n): spin up to spin_ns (yielding the
+ * CPU between looks), then arm the bell and sleep on efd and fds[0..nfds)
+ * (their hang-ups: a peer's end of the rendezvous) up to timeout_ns (< 0:
+ * forever). Returns a ring index (>= 0), n + k when fds[k] hung up or has
+ * data, -EAGAIN when woken with nothing found (a doorbell with nothing behind
+ * it), or -ETIMEDOUT. Leaves the bell down. */
+int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
+            const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns);
+
+/* Ring an eventfd once (a wake-up for a thread of this process, say). */
+void fr_ring_efd(int efd);
+
+#endif

@@ -1,0 +1,316 @@
+"""The Python binding of FIT's shared-memory rings and doorbells (fitring.h).
+
+Interface:
+    seg, fd = Segment.create(cap)      a fresh connection segment: a memfd, sealed
+                                       against shrinking, formatted (the connector)
+    seg = Segment.open(fd)             the other side's segment: seals and layout checked
+    ring = seg.ring(which, peer_bell, peer_efd)
+                                       this side's handle on ring 0 or 1 (producer or
+                                       consumer: the caller uses it as one of the two)
+    bell = Bell.create()               this endpoint's doorbell: a page only it may
+                                       write (sealed) holding the bell word, and an eventfd
+    word = Bell.peer_word(page_fd)     a peer's bell word, mapped read only
+    ring.send(head, payload)           one message (head + payload); False if no room now
+    ring.reserve(n) -> memoryview      room for n bytes in the ring; then ring.commit(n)
+    ring.wait_space(n, own_efd, spin_s, timeout_s) -> bool
+    ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
+    waitset = WaitSet(bell)            the rings one consumer waits on, and its bell
+    waitset.rings = [...]; waitset.wait(spin_s, timeout_s, fds) -> index | WOKEN | TIMEOUT
+
+C return codes become exceptions here and nowhere else: a ring its peer broke
+(-EBADMSG) raises RingBroken, a message no ring can hold (-EMSGSIZE)
+OSError(EMSGSIZE). A memoryview a ring hands out points into shared memory:
+it is valid until consume() (or commit()), and its bytes may change if the
+peer misbehaves -- copy what must be kept.
+"""
+
+import errno
+import fcntl
+import mmap
+import os
+from typing import Any
+
+from native import load
+
+_c = load("_fitring", "C FIT rings")
+ffi, lib = _c.ffi, _c.lib
+
+__all__ = ["Segment", "Ring", "Bell", "WaitSet", "RingBroken", "WOKEN", "TIMEOUT"]
+
+_F_ADD_SEALS, _F_GET_SEALS = 1033, 1034
+_SEAL_SEAL, _SEAL_SHRINK, _SEAL_GROW, _SEAL_FUTURE_WRITE = 1, 2, 4, 16
+_BELL_BYTES = 4096
+WOKEN = -1     # WaitSet.wait: woken with nothing to read (a doorbell with nothing behind it)
+TIMEOUT = -2   # WaitSet.wait: the timeout passed
+
+
+class RingBroken(OSError):
+    """The peer wrote something into a ring that is not a FIT ring (EBADMSG):
+    the connection cannot be trusted any further."""
+
+    def __init__(self, what: str):
+        super().__init__(errno.EBADMSG, what)
+
+
+def sealed_memfd(name: str, size: int, seals: int = _SEAL_SHRINK | _SEAL_GROW) -> int:
+    """A memfd of `size` bytes that nobody can shrink (so no mapping of it can fault)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, _F_ADD_SEALS, seals)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_sealed(fd: int, seals: int = _SEAL_SHRINK) -> int:
+    """The size of a memfd a peer passed, if it carries `seals`; EPERM otherwise
+    (a memfd its maker could shrink would crash us with SIGBUS)."""
+    try:
+        have = fcntl.fcntl(fd, _F_GET_SEALS)
+    except OSError:
+        raise OSError(errno.EPERM, "not a sealed memfd") from None
+    if have & seals != seals:
+        raise OSError(errno.EPERM, f"memfd seals {have:#x} lack {seals:#x}")
+    return os.fstat(fd).st_size
+
+
+class Segment:
+    """One connection's shared memory: two rings, one each way (fitring.h)."""
+
+    def __init__(self, mm: mmap.mmap, cap: int):
+        self.mm = mm
+        self.cap = cap
+        self.base = ffi.from_buffer(mm, require_writable=True)
+        self.view = memoryview(mm)
+
+    @classmethod
+    def create(cls, cap: int, name: str = "fit") -> tuple["Segment", int]:
+        size = lib.fr_segment_size(cap)
+        fd = sealed_memfd(name, size, _SEAL_SHRINK | _SEAL_GROW | _SEAL_SEAL)
+        try:
+            mm = mmap.mmap(fd, size)
+        except OSError:
+            os.close(fd)
+            raise
+        if lib.fr_format(ffi.from_buffer(mm, require_writable=True), size, cap) < 0:
+            os.close(fd)
+            raise ValueError(f"no ring of {cap} bytes")
+        return cls(mm, cap), fd
+
+    @classmethod
+    def open(cls, fd: int) -> "Segment":
+        size = check_sealed(fd, _SEAL_SHRINK)
+        mm = mmap.mmap(fd, size)
+        cap = lib.fr_check(ffi.from_buffer(mm, require_writable=True), size)
+        if cap < 0:
+            mm.close()
+            raise OSError(errno.EPROTO, "not a FIT segment")
+        return cls(mm, cap)
+
+    def ring(self, which: int, peer_bell: Any, peer_efd: int, keep: Any = None) -> "Ring":
+        """peer_bell: the consumer's bell word (a uint32_t *), for a producer;
+        keep: what must stay alive as long as the ring (the bell's mapping)."""
+        return Ring(self, which, peer_bell, peer_efd, keep)
+
+    def bell_word(self, side: int) -> Any:
+        """A channel segment's bell word of `side` (0: the maker's, 1: the other's)."""
+        return ffi.cast("fr_segment *", self.base).bell[side]
+
+    def close(self) -> None:
+        self.view.release()
+        self.base = None
+        try:
+            self.mm.close()
+        except BufferError:   # a message view still lives; the mapping goes with it
+            pass
+
+
+class Ring:
+    """One side's handle on one ring of a Segment: it produces or it consumes."""
+
+    __slots__ = ("seg", "r", "_len", "_data", "_view", "_keep")
+
+    def __init__(self, seg: Segment, which: int, peer_bell: Any, peer_efd: int,
+                 keep: Any = None):
+        self.seg = seg
+        self.r = ffi.new("fr_ring *")
+        self._keep = keep   # the mapping the bell word lives in
+        lib.fr_attach(self.r, seg.base, seg.cap, which,
+                      ffi.NULL if peer_bell is None else peer_bell, peer_efd)
+        self._len = ffi.new("uint32_t *")
+        self._data = lib.FR_HEADER_BYTES + which * seg.cap
+        self._view = seg.view
+
+    @property
+    def max_payload(self) -> int:
+        return lib.fr_max_payload(self.r)
+
+    # ---- producer ------------------------------------------------------------------
+    def send(self, head: Any, payload: Any = b"") -> bool:
+        """One message, head then payload; False if the ring has no room now."""
+        rc = lib.fr_send2(self.r, _ptr(head), len(head), _ptr(payload), len(payload))
+        if rc == 0:
+            return True
+        if rc == -errno.EAGAIN:
+            return False
+        raise _error(rc, "send")
+
+    def reserve(self, n: int) -> memoryview | None:
+        """Room for a message of n bytes, in the ring; None if there is none now."""
+        at = lib.fr_reserve(self.r, n)
+        if at < 0:
+            if at == -errno.EAGAIN:
+                return None
+            raise _error(at, "reserve")
+        start = self._data + at
+        return self._view[start:start + n]
+
+    def commit(self, n: int) -> None:
+        """Publish the reserved message, its first n bytes."""
+        lib.fr_commit(self.r, n)
+
+    def wait_space(self, n: int, own_efd: int, spin_s: float, timeout_s: float) -> bool:
+        """Until a message of n bytes fits (True) or timeout_s passes (False)."""
+        rc = lib.fr_wait_space(self.r, n, own_efd, int(spin_s * 1e9), _ns(timeout_s))
+        if rc == 0:
+            return True
+        if rc == -errno.ETIMEDOUT:
+            return False
+        raise _error(rc, "wait for space")
+
+    # ---- consumer ------------------------------------------------------------------
+    def peek(self) -> memoryview | None:
+        """The next message in place (valid until consume()); None if there is none."""
+        at = lib.fr_peek(self.r, self._len)
+        if at < 0:
+            if at == -errno.EAGAIN:
+                return None
+            raise _error(at, "peek")
+        start = self._data + at
+        return self._view[start:start + self._len[0]]
+
+    def consume(self) -> None:
+        lib.fr_consume(self.r)
+
+    def pending(self) -> bool:
+        return bool(lib.fr_pending(self.r))
+
+
+class Bell:
+    """An endpoint's doorbell: its bell word, on a page sealed so that peers can
+    map it only to read, and the eventfd producers write when the word is up."""
+
+    def __init__(self) -> None:
+        self.page_fd = sealed_memfd("fit-bell", _BELL_BYTES)
+        self._mm = mmap.mmap(self.page_fd, _BELL_BYTES)   # our one writable mapping
+        fcntl.fcntl(self.page_fd, _F_ADD_SEALS, _SEAL_FUTURE_WRITE | _SEAL_SEAL)
+        self._buf = ffi.from_buffer(self._mm, require_writable=True)
+        self.word = ffi.cast("uint32_t *", self._buf)
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+
+    @staticmethod
+    def peer_word(page_fd: int) -> Any:
+        """A peer's bell word (read only: its page is sealed against our writes)."""
+        check_sealed(page_fd, _SEAL_SHRINK | _SEAL_FUTURE_WRITE)
+        mm = mmap.mmap(page_fd, _BELL_BYTES, prot=mmap.PROT_READ)
+        return _Mapped(mm)
+
+    def ring(self) -> None:
+        """Wake whoever sleeps on this bell (a thread of this process)."""
+        lib.fr_ring_efd(self.efd)
+
+    def close(self) -> None:
+        os.close(self.efd)
+        os.close(self.page_fd)
+        self.word = self._buf = None
+        self._mm.close()
+
+
+class _Mapped:
+    """A read-only mapping of a peer's bell page; `ptr` is its bell word. It stays
+    mapped as long as a ring refers to it."""
+
+    def __init__(self, mm: mmap.mmap):
+        self.mm = mm
+        self.ptr = ffi.cast("uint32_t *", ffi.from_buffer(mm))
+
+    def close(self) -> None:
+        self.ptr = None
+        self.mm.close()
+
+
+class WaitSet:
+    """The consumer rings one waiter looks at, with its bell word and eventfd.
+    Assign `rings` when they change (an array is built then, not per wait)."""
+
+    def __init__(self, word: Any, efd: int):
+        self.word, self.efd = word, efd
+        self._rings: list[Ring] = []
+        self._array = ffi.new("fr_ring *[]", 1)
+        self._n = 0
+        self._start = 0
+        self._fds = ffi.new("int[]", 16)
+        self._nfds = -1
+        self._fds_list: list[int] = []
+
+    @property
+    def rings(self) -> list[Ring]:
+        return self._rings
+
+    @rings.setter
+    def rings(self, rings: list[Ring]) -> None:
+        self._rings = list(rings)
+        self._array = ffi.new("fr_ring *[]", max(1, len(rings)))
+        for i, ring in enumerate(rings):
+            self._array[i] = ring.r
+        self._n = len(rings)
+        self._start = 0
+
+    def ready(self) -> int:
+        """Index of a ring with a message (fairly: looking on from the last one), or -1."""
+        i = lib.fr_ready(self._array, self._n, self._start) if self._n else -1
+        if i >= 0:
+            self._start = (i + 1) % self._n
+        return i
+
+    def arm(self) -> bool:
+        """True: nothing waits and the bell is up, sleep on the eventfd (then disarm());
+        False: something waits, do not sleep."""
+        return bool(lib.fr_arm(self._array, self._n, self.word))
+
+    def disarm(self) -> bool:
+        """Bell down, eventfd drained; whether it had been rung."""
+        return bool(lib.fr_disarm(self.word, self.efd))
+
+    def wait(self, spin_s: float, timeout_s: float | None, fds: list[int] | None = None) -> int:
+        """A ring index with a message; len(rings) + k if fds[k] hung up; WOKEN if
+        woken with nothing to read (or by a signal); TIMEOUT."""
+        fds = fds or []
+        if fds != self._fds_list:
+            self._fds_list = list(fds[:16])
+            for k, fd in enumerate(self._fds_list):
+                self._fds[k] = fd
+        i = lib.fr_wait(self._array, self._n, self._start, self.word, self.efd, self._fds,
+                        len(self._fds_list), int(spin_s * 1e9), _ns(timeout_s))
+        if 0 <= i < self._n:
+            self._start = (i + 1) % self._n
+            return i
+        if i >= self._n:
+            return i
+        return TIMEOUT if i == -errno.ETIMEDOUT else WOKEN
+
+
+def _ptr(data: Any) -> Any:
+    return data if type(data) is bytes else ffi.from_buffer(data)
+
+
+def _ns(timeout_s: float | None) -> int:
+    return -1 if timeout_s is None else max(0, int(timeout_s * 1e9))
+
+
+def _error(rc: int, what: str) -> OSError:
+    if rc == -errno.EBADMSG:
+        return RingBroken(f"FIT ring {what}: the peer broke the ring")
+    return OSError(-rc, f"FIT ring {what}: {os.strerror(-rc)}")
