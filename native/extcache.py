@@ -1,8 +1,12 @@
 """The Python binding of the C extCache (extcache.h): one segment, mapped.
 
 Interface:
-    ExtCache.create(path, capacity, line_size, ways, policy)   the pMonitor, once
-    ExtCache.open(path)                                       every process of the pComponent
+    ExtCache.segment_size(capacity, line_size, ways)        bytes its segment needs
+    ExtCache.create(mapping, capacity, line_size, ways, policy)
+                                                            the pMonitor, once, over the
+                                                            region it owns (fit_rpc regions)
+    ExtCache.open(mapping)                                  every process of the pComponent,
+                                                            and dDDIO, over the region mapped
     xc.read_into(slot, pid, vaddr, buf) -> bytes copied before the first miss
     xc.write_from(slot, pid, vaddr, data) -> likewise
     xc.miss_begin / miss_end / miss_abort, xc.clean, xc.invalidate, xc.drop_pid
@@ -12,7 +16,6 @@ C return codes become exceptions here and nowhere else: a negative errno is a
 broken invariant in the caller and raises OSError.
 """
 
-import mmap
 import os
 from typing import Any
 
@@ -33,8 +36,7 @@ def _check(rc: int, what: str) -> int:
 
 
 class ExtCache:
-    def __init__(self, path: str, mm: mmap.mmap):
-        self.path = path
+    def __init__(self, mm: Any):
         self._mm = mm
         self._keep = ffi.from_buffer(mm)
         self.base = ffi.cast("void *", self._keep)
@@ -46,32 +48,24 @@ class ExtCache:
         self._victim_cbuf = ffi.from_buffer(self.victim_buf)
         self._home = ffi.new("uint32_t *")
 
-    @classmethod
-    def create(cls, path: str, capacity: int, line_size: int, ways: int,
-               policy: str = "lru") -> "ExtCache":
+    @staticmethod
+    def segment_size(capacity: int, line_size: int, ways: int) -> int:
         size = lib.xc_segment_size(capacity, line_size, ways)
         if size == 0:
             raise ValueError(f"no extCache of {capacity} B in {ways}-way sets of {line_size} B")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.ftruncate(fd, size)
-            mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        _check(lib.xc_format(ffi.from_buffer(mm), size, capacity, line_size, ways,
-                             POLICIES[policy]), "format")
-        return cls(path, mm)
+        return size
 
     @classmethod
-    def open(cls, path: str) -> "ExtCache":
-        fd = os.open(path, os.O_RDWR)
-        try:
-            size = os.fstat(fd).st_size
-            mm = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
-        _check(lib.xc_check(ffi.from_buffer(mm), size), f"segment {path}")
-        return cls(path, mm)
+    def create(cls, mm: Any, capacity: int, line_size: int, ways: int,
+               policy: str = "lru") -> "ExtCache":
+        _check(lib.xc_format(ffi.from_buffer(mm), len(mm), capacity, line_size, ways,
+                             POLICIES[policy]), "format")
+        return cls(mm)
+
+    @classmethod
+    def open(cls, mm: Any) -> "ExtCache":
+        _check(lib.xc_check(ffi.from_buffer(mm), len(mm)), "segment")
+        return cls(mm)
 
     # ---- hits ------------------------------------------------------------------
     def read_into(self, slot: int, pid: int, vaddr: int, buf: Any) -> int:

@@ -37,6 +37,12 @@ static int span(const nring *r, uint64_t pos, uint32_t n, struct iovec iov[2]) {
     return n > first ? 2 : 1;
 }
 
+uint32_t nring_commit(nring *r, uint32_t n) {
+    n = min_u32(n, nring_space(r));
+    r->tail += n;
+    return n;
+}
+
 uint32_t nring_put(nring *r, const char *src, uint32_t n) {
     struct iovec iov[2];
     n = min_u32(n, nring_space(r));

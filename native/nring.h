@@ -51,8 +51,12 @@ uint32_t nring_get(nring *r, char *dst, uint32_t n);
 /* Copy out min(n, used) bytes without consuming them; returns how many. */
 uint32_t nring_peek(const nring *r, char *dst, uint32_t n);
 
-/* Consume n <= used bytes (after a peek). */
+/* Consume n <= used bytes (after a peek, or after copying them out in place). */
 void nring_drop(nring *r, uint32_t n);
+
+/* Add n <= space bytes that the caller wrote into the free space in place
+ * (clamped to the space, like put); returns how many. */
+uint32_t nring_commit(nring *r, uint32_t n);
 
 /* One recvmsg(MSG_DONTWAIT) into the free space (two iovecs when it wraps),
  * at most max bytes. Returns the bytes received (> 0), 0 at EOF, or -errno:

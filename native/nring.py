@@ -6,6 +6,10 @@ Interface:
     ring.put(data) -> int          copy in what fits
     ring.get(n) -> bytes, ring.get_into(buf) -> int, ring.peek(n) -> bytes, ring.drop(n)
     ring.reset()                   empty it
+    ring.used_views(n) / ring.free_views(n)
+                                   the first n used / free bytes, in place: one or two
+                                   memoryviews (two where the ring wraps); after copying
+                                   out of or into them, ring.drop(n) / ring.commit(n)
     ring.recv(fd, max) -> int      one non-blocking read from a socket into the ring; 0: EOF
     ring.send(fd) -> int           one non-blocking write of the ring to a socket; 0: none taken
 C return codes become exceptions here and nowhere else (`_check`): a negative
@@ -57,6 +61,26 @@ class NRing:
         self.cap = cap
         self._r = ffi.new("nring *")
         lib.nring_init(self._r, self._arena + offset, cap)
+        self._bytes = memoryview(arena)[offset:offset + cap]
+
+    def _views(self, pos: int, n: int) -> list[memoryview]:
+        at = pos % self.cap
+        first = min(n, self.cap - at)
+        if first == n:
+            return [self._bytes[at:at + n]]
+        return [self._bytes[at:], self._bytes[:n - first]]
+
+    def used_views(self, n: int) -> list[memoryview]:
+        """The first min(n, used) bytes in the ring, in place (then drop() them)."""
+        return self._views(self._r.head, min(n, self.used))
+
+    def free_views(self, n: int) -> list[memoryview]:
+        """Room for min(n, space) bytes, in place (write them, then commit())."""
+        return self._views(self._r.tail, min(n, self.space))
+
+    def commit(self, n: int) -> int:
+        """Add n bytes written into free_views(); returns how many (clamped to space)."""
+        return lib.nring_commit(self._r, n)
 
     @property
     def used(self) -> int:
