@@ -1,4 +1,4 @@
-"""fit_rpc: the rack's interconnect, a FIT-like RPC layer (LegoOS's FIT, over ZeroMQ).
+"""fit_rpc: the rack's interconnect, a FIT-like RPC layer (LegoOS's FIT, over shared memory).
 
 Every cross-component interaction in splitrack is a FIT message; the wire format
 is docs/protocol.md. Public face:
@@ -8,7 +8,13 @@ is docs/protocol.md. Public face:
     codec                 codec.py       the "args" payload layout
     pages                 pages.py       struct layouts of the memory path's messages
     FitError and kin      errors.py      typed errors carrying errno codes
-    Transport             transport.py   the interface a transport implements
+    Channel               channel.py     one-way messages, object to object
+    Transport             transport.py   the interface a transport implements:
+                                         shm_transport.py (rings in shared memory, the
+                                         default), zmq_transport.py (ZeroMQ)
+    rendezvous, identity  rendezvous.py  where shm endpoints meet; identity.py: the ids
+                                         and what the kernel vouches for them
+    regions               regions.py     memory peers map, for one-sided access
 """
 
 from fit_rpc import codec

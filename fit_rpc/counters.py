@@ -4,9 +4,13 @@ Interface:
     c = Counters()
     c.tx(peer, op, nbytes); c.rx(peer, op, nbytes)   # hot path: one dict lookup
     c.error(name)                                     # malformed, unknown_op, ...
+    c.fold(peer, into)                                # a peer that is gone: its counts
+                                                      # join `into`'s (e.g. "p0.*")
     c.snapshot() -> {"links": {peer: {op_name: {tx_msgs, tx_bytes, rx_msgs, rx_bytes}}},
                      "errors": {name: n}}
-Byte counts include the 16-byte header. Counters only grow.
+Byte counts include the 16-byte header. Counters only grow; folding keeps every
+count and bounds the table by live peers (a rack that ran a thousand programs
+keeps one line per pComponent for them, not a thousand).
 """
 
 from fit_rpc.ops import op_name
@@ -28,6 +32,14 @@ class Counters:
 
     def error(self, name: str) -> None:
         self._errors[name] = self._errors.get(name, 0) + 1
+
+    def fold(self, peer: str, into: str) -> None:
+        for table in (self._tx, self._rx):
+            for key in [k for k in table if k[0] == peer]:
+                msgs, nbytes = table.pop(key)
+                cell = table.setdefault((into, key[1]), [0, 0])
+                cell[0] += msgs
+                cell[1] += nbytes
 
     def snapshot(self) -> dict:
         links: dict[str, dict[str, dict[str, int]]] = {}

@@ -1,13 +1,19 @@
 """A FIT endpoint: one process's requests, replies and handlers.
 
 Interface:
-    ep = Endpoint("p0", bind="ipc:///run/p0.sock", directory="ipc:///run/global.sock")
+    ep = Endpoint("p0", bind="shm:///run/p0.fit", directory="shm:///run/global.fit#41")
     ep.on(Op.HEALTH, handler)          # handler(msg: Message) -> payload | None
     ep.call("m0", Op.ECHO, b"x")       # request/reply -> memoryview (raises on error)
     ep.send("m0", Op.LOAD_REPORT, p)   # one-way
     ep.serve(timeout_s) / ep.serve_forever()
-    ep.pollable                        # the inbox, for a zmq.Poller beside kernel fds
-    ch = ep.channel("p1.42", linger_s) # a Channel: one-way messages between two objects
+    ep.fileno(), ep.arm(), ep.disarm(), ep.pending()
+                                       # readiness, for a loop that also waits on other
+                                       # fds (transport.py says how)
+    ep.vouch = fn                      # fn(peer, pid) -> True | False | None (not yet:
+                                       # ask again next message), on a link's first message
+    ep.region(name, size, grant)       # memory peers may map (regions.py)
+    ep.map_region(peer, name)          # a peer's region, mapped here
+    ch = ep.channel("p1.42", linger_s) # a Channel (channel.py): one-way, object to object
     ep.counters.snapshot(); ep.close()
 
 Invariants:
@@ -20,10 +26,15 @@ Invariants:
   nobody awaits (its caller timed out) is dropped and counted `stale_reply`.
 - A malformed, oversized or unknown message gets an error reply (if it was a
   request) and a counter, never an exception out of serve().
+- A handler's `msg.payload` is a view into the transport's frame, in place
+  (shm: in the ring); it is valid while the handler runs. Copy what must stay.
+- Identity: `msg.src` is the sender's id, `msg.pid` its pid as the kernel
+  vouched for it (None on zmq). Before the first message of each link is
+  handled, `vouch(src, pid)` must agree (monitors/identity.py); a link it
+  refuses gets EPERM for every request and the counter `forged`.
 - Peer ids are resolved to addresses once, by asking `global` (RESOLVE); the
-  answer is cached. A timed-out link is reset, so nothing stale is delivered.
-- A Channel carries the same messages (header, counters) beside the inbox,
-  from one object to one object: no routing id, no dispatch, no handler.
+  answer is cached until the peer's process ends. A timed-out link is reset,
+  so nothing stale is delivered.
 """
 
 import errno
@@ -33,6 +44,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import codec, header
+from fit_rpc import transport as transports
+from fit_rpc.channel import Channel
 from fit_rpc.counters import Counters
 from fit_rpc.errors import (
     FitError,
@@ -43,9 +56,11 @@ from fit_rpc.errors import (
     from_code,
 )
 from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION
+from fit_rpc.identity import kind_of
 from fit_rpc.ops import Op, op_name
+from fit_rpc.regions import Regions
 from fit_rpc.transport import Arrival, Frame, Transport
-from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES
+from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES, FIT_POLL_US
 
 log = logging.getLogger("fit_rpc")
 _unpack_header = header.HEADER.unpack_from
@@ -58,14 +73,17 @@ GLOBAL_ID = "global"
 class Message:
     """An inbound request or one-way message, as a handler sees it."""
 
-    __slots__ = ("src", "op", "seq", "kind", "payload")
+    __slots__ = ("src", "pid", "op", "seq", "kind", "payload", "route")
 
-    def __init__(self, src: str, op: int, seq: int, kind: int, payload: memoryview):
-        self.src = src          # sender's component id
+    def __init__(self, src: str, pid: int | None, op: int, seq: int, kind: int,
+                 payload: memoryview, route: Any):
+        self.src = src          # sender's id (checked against pid: identity.py)
+        self.pid = pid          # sender's pid, kernel-vouched (None: zmq, unknown)
         self.op = op
         self.seq = seq
         self.kind = kind        # header.REQUEST or header.ONEWAY
         self.payload = payload  # view into the received frame; valid during the handler
+        self.route = route      # the transport's way back to the sender
 
     def args(self) -> tuple[dict[str, Any], memoryview]:
         """The payload in the "args" layout (codec.py)."""
@@ -73,31 +91,28 @@ class Message:
 
 
 Handler = Callable[[Message], Frame | None]
-
-
-def make_transport(local_id: str, bind: str | None, scheme: str | None = None) -> Transport:
-    """The transport for an address scheme; ipc:// and tcp:// are ZeroMQ."""
-    scheme = scheme or (bind.split("://", 1)[0] if bind else "ipc")
-    if scheme in ("ipc", "tcp"):
-        from fit_rpc.zmq_transport import ZmqTransport
-
-        return ZmqTransport(local_id, bind)
-    raise ValueError(f"no FIT transport for scheme {scheme!r} (have: ipc, tcp)")
+Vouch = Callable[[str, int | None], bool | None]
 
 
 class Endpoint:
     def __init__(self, local_id: str, bind: str | None = None, *,
-                 directory: str | None = None, transport: Transport | None = None):
+                 directory: str | None = None, transport: Transport | None = None,
+                 poll_us: int = FIT_POLL_US):
         self.id = local_id
-        self.transport = transport or make_transport(local_id, bind, _scheme(directory))
+        self.transport = transport or transports.make(local_id, bind, _scheme(directory),
+                                                      poll_us)
         self.address = self.transport.address
-        self.pollable = getattr(self.transport, "pollable", None)
         self.counters = Counters()
+        self.transport.count = self.counters.error
+        self.transport.peer_gone = self._peer_gone
+        self.vouch: Vouch | None = None
+        self.on_peer_gone: list[Callable[[str], None]] = []
+        self.regions = Regions(self)
         self._addresses: dict[str, str] = {GLOBAL_ID: directory} if directory else {}
-        self._handlers: dict[int, Handler] = {Op.ECHO: _echo}
+        self._handlers: dict[int, Handler] = {Op.ECHO: _echo, Op.REGION_MAP: self.regions.serve}
         self._seq = 0
         self._awaiting: set[int] = set()
-        self._early: dict[int, list] = {}
+        self._early: dict[int, bytes] = {}
         self._at_close: list[Callable[[], None]] = []
 
     # ---- configuration -------------------------------------------------------
@@ -106,6 +121,10 @@ class Endpoint:
 
     def add_peer(self, peer: str, address: str) -> None:
         self._addresses[peer] = address
+
+    def address_of_global(self) -> str:
+        """The directory's address (whose scheme names the rack's transport)."""
+        return self._addresses.get(GLOBAL_ID, "")
 
     def resolve(self, peer: str, timeout: float | None = None) -> str:
         address = self._addresses.get(peer)
@@ -117,20 +136,34 @@ class Endpoint:
             address = self._addresses[peer] = codec.need(args, "address", str)
         return address
 
+    # ---- readiness (transport.py) --------------------------------------------
+    def fileno(self) -> int:
+        return self.transport.fileno()
+
+    def arm(self) -> bool:
+        return self.transport.arm()
+
+    def disarm(self) -> None:
+        self.transport.disarm()
+
+    def pending(self) -> bool:
+        return self.transport.pending()
+
     # ---- calling -------------------------------------------------------------
     def call(self, peer: str, op: int, payload: Frame = b"",
              timeout: float | None = None, serve: bool = True, room: bool = False
              ) -> memoryview:
         """Send a request to `peer` and return the reply payload.
 
-        Raises FitTimeout (no reply in time), PeerUnreachable (no connection),
-        UnknownDestination (no such id), MessageTooLarge (nothing sent), or the
-        OSError the peer answered with. serve=False: the inbox waits meanwhile
-        (no handler runs nested in this call; only for a peer that never calls
-        back, or the two could deadlock until the timeout). room=True: the payload
-        is a writable buffer whose first HEADER_SIZE bytes are room for the FIT
-        header, written there in place (a large payload is not copied); the
-        buffer may be read until the reply comes (if the call fails, drop it).
+        Raises FitTimeout (no reply in time), PeerUnreachable (no connection, or
+        the peer's process ended), UnknownDestination (no such id),
+        MessageTooLarge (nothing sent), or the OSError the peer answered with.
+        serve=False: the inbox waits meanwhile (no handler runs nested in this
+        call; only for a peer that never calls back, or the two could deadlock
+        until the timeout). room=True: the payload is a writable buffer whose
+        first HEADER_SIZE bytes are room for the FIT header, written there in
+        place (a large payload is not copied); the buffer may be read until the
+        reply comes (if the call fails, drop it).
         """
         if timeout is None:
             timeout = FIT_CALL_TIMEOUT_S
@@ -163,10 +196,10 @@ class Endpoint:
         address = self._addresses.get(peer) or self.resolve(peer, timeout)
         if room:
             _pack_header_into(payload, 0, MAGIC, VERSION, kind, op, 0, seq, n)
-            frame = payload
+            self.transport.send(peer, address, payload, timeout)
         else:
-            frame = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n) + payload
-        self.transport.send(peer, address, frame, timeout)
+            self.transport.send(peer, address, payload, timeout,
+                                _pack_header(MAGIC, VERSION, kind, op, 0, seq, n))
         self.counters.tx(peer, op, n + HEADER_SIZE)
 
     def _await_reply(self, peer: str, op: int, seq: int, deadline: float,
@@ -180,21 +213,20 @@ class Endpoint:
             if remaining <= 0:
                 transport.forget(peer)
                 raise FitTimeout(f"no reply from {peer} to {op_name(op)} within the timeout")
-            frames = transport.recv_reply(peer, remaining)
-            if frames is None:  # nothing this slice: serve what waits in our inbox
+            frame = transport.recv_reply(peer, remaining, serve)
+            if frame is None:  # nothing yet, or a request waits: serve our inbox
                 while serve and (arrival := transport.recv_inbound(0)) is not None:
                     self._dispatch(arrival)
                 continue
-            rseq = _seq_of(frames)
+            rseq = _seq_of(frame)
             if rseq == seq:
-                return self._take_reply(peer, frames)
+                return self._take_reply(peer, frame)
             if rseq in self._awaiting:  # an outer call's reply, met by a nested call
-                self._early[rseq] = frames
+                self._early[rseq] = frame
             else:
                 self.counters.error("stale_reply")
 
-    def _take_reply(self, peer: str, frames: list) -> memoryview:
-        frame = frames[0]
+    def _take_reply(self, peer: str, frame: Frame) -> memoryview:
         kind, op, err, _, payload = header.parse(frame)
         self.counters.rx(peer, op, len(frame))
         if kind != REPLY:
@@ -217,7 +249,7 @@ class Endpoint:
                       every_s: float = 0.1) -> None:
         """Serve until tick() returns True. tick runs every `every_s` seconds,
         whether the inbox is idle or busy (a signal handler that only sets a
-        flag is thus seen even if pyzmq swallowed its exception)."""
+        flag is thus seen even if a wait swallowed its exception)."""
         recv, dispatch, clock = self.transport.recv_inbound, self._dispatch, time.monotonic
         next_tick = clock() + every_s
         while True:
@@ -231,6 +263,12 @@ class Endpoint:
             next_tick = clock() + every_s
 
     def _dispatch(self, arrival: Arrival) -> None:
+        try:
+            self._handle(arrival)
+        finally:
+            self.transport.done(arrival)
+
+    def _handle(self, arrival: Arrival) -> None:
         src, route, frames = arrival.peer, arrival.route, arrival.frames
         op = seq = 0
         kind = REQUEST
@@ -241,10 +279,20 @@ class Endpoint:
             self.counters.rx(src, op, len(frames[0]))
             if kind == REPLY:
                 raise MalformedMessage("a reply sent to an inbox")
+            link = arrival.link
+            if link is not None and self.vouch is not None and not link.verdict:
+                verdict = link.verdict
+                if verdict is None:   # the link's first message: its owner decides, once
+                    verdict = self.vouch(src, arrival.pid)
+                    link.verdict = verdict
+                if verdict is False:
+                    self.counters.error("forged")
+                    raise PermissionError(errno.EPERM, f"{src} (pid {arrival.pid}) is not "
+                                          "who it claims to be")
             handler = self._handlers.get(op)
             if handler is None:
                 raise from_code(errno.ENOSYS, f"no op {op_name(op)} here")
-            result = handler(Message(src, op, seq, kind, payload))
+            result = handler(Message(src, arrival.pid, op, seq, kind, payload, route))
             if kind == REQUEST:
                 self._reply(route, src, op, seq, b"" if result is None else result)
         except FitError as exc:
@@ -259,26 +307,46 @@ class Endpoint:
             self._fail(route, src, kind, op, seq, OSError(errno.EIO, f"internal error: {exc!r}"),
                        "handler_error")
 
-    def _fail(self, route: bytes | None, src: str, kind: int, op: int, seq: int,
+    def _fail(self, route: Any, src: str, kind: int, op: int, seq: int,
               exc: OSError, counter: str) -> None:
         self.counters.error(counter)
         if kind == REQUEST and route is not None:
             text = (exc.strerror or str(exc)).encode()[:1024]
             self._reply(route, src, op, seq, text, exc.errno or errno.EIO)
 
-    def _reply(self, route: bytes, src: str, op: int, seq: int, payload: Frame,
+    def _reply(self, route: Any, src: str, op: int, seq: int, payload: Frame,
                err: int = 0) -> None:
         if len(payload) > FIT_MAX_PAYLOAD_BYTES:
             err, payload = errno.EMSGSIZE, b"reply exceeds the FIT payload limit"
-        frame = _pack_header(MAGIC, VERSION, REPLY, op, err, seq, len(payload)) + payload
-        self.transport.reply(route, frame)
-        self.counters.tx(src, op, len(frame))
+        self.transport.reply(route, payload,
+                             _pack_header(MAGIC, VERSION, REPLY, op, err, seq, len(payload)))
+        self.counters.tx(src, op, len(payload) + HEADER_SIZE)
+
+    # ---- regions, channels, the end ----------------------------------------------
+    def region(self, name: str, size: int, grant: Vouch) -> Any:
+        """Memory of ours that peers for whom grant(peer, pid) holds may map."""
+        return self.regions.create(name, size, grant)
+
+    def map_region(self, peer: str, name: str, timeout: float | None = None) -> Any:
+        """`peer`'s region `name`, mapped here (PermissionError if not granted)."""
+        return self.regions.map(peer, name, timeout)
 
     def channel(self, peer: str, linger_s: float, sender: "Endpoint | None" = None
-                ) -> "Channel":
+                ) -> Channel:
         """A new Channel to an object of `peer`. It receives beside this endpoint's
         inbox and sends from `sender`'s transport (default: this one's)."""
         return Channel(self, sender or self, peer, linger_s)
+
+    def _peer_gone(self, peer: str) -> None:
+        """A peer's process ended: what we kept about it goes (its counters are folded
+        into one line per pComponent, or for all clients)."""
+        kind = kind_of(peer)
+        if kind not in ("process", "client"):
+            return
+        self._addresses.pop(peer, None)
+        self.counters.fold(peer, peer.split(".", 1)[0] + ".*")
+        for fn in self.on_peer_gone:
+            fn(peer)
 
     def at_close(self, fn: Callable[[], None]) -> None:
         """Run fn() first thing in close() (e.g. a last one-way message)."""
@@ -290,6 +358,7 @@ class Endpoint:
                 self._at_close.pop()()
             except OSError as exc:  # a farewell that cannot be delivered is not an error
                 log.debug("%s: at close: %s", self.id, exc)
+        self.regions.close()
         self.transport.close()
 
     def __enter__(self) -> "Endpoint":
@@ -297,52 +366,6 @@ class Endpoint:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class Channel:
-    """One end of a FIT channel between two objects (a FIT shortcut's stubs): one-way
-    messages in order. The ends swap `address`es and connect() to each other's.
-    send() from one thread at a time and recv() from one thread at a time (maybe
-    another); close() when neither runs. What was sent before close() still leaves
-    for `linger_s`. A malformed frame is counted and skipped."""
-
-    def __init__(self, receiver: Endpoint, sender: Endpoint, peer: str, linger_s: float):
-        self.peer = peer
-        self._link = receiver.transport.channel(   # type: ignore[attr-defined]
-            linger_s, sender.transport)
-        self._rx_counters, self._tx_counters = receiver.counters, sender.counters
-        self.address: str = self._link.address
-        self.pollable = self._link.pollable   # for a zmq.Poller: readable when a message waits
-
-    def connect(self, address: str) -> None:
-        self._link.connect(address)
-
-    def send(self, op: int, payload: Frame, timeout_s: float, head: bytes = b"") -> None:
-        """One message, `head` + `payload` (one copy); PeerUnreachable if the peer's end
-        takes no connection within timeout_s."""
-        n = len(head) + len(payload)
-        if n > FIT_MAX_PAYLOAD_BYTES:
-            raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
-        self._link.send(_pack_header(MAGIC, VERSION, ONEWAY, op, 0, 0, n) + head + payload,
-                        timeout_s)
-        self._tx_counters.tx(self.peer, op, n + HEADER_SIZE)
-
-    def recv(self, timeout_s: float) -> tuple[int, memoryview] | None:
-        """(op, payload) of the next message, waiting up to timeout_s (0: only what is
-        there); None if none came. The payload is the caller's to keep."""
-        frame = self._link.recv(timeout_s)
-        if frame is None:
-            return None
-        try:
-            _, op, _, _, payload = header.parse(frame)
-        except FitError:
-            self._rx_counters.error("malformed")
-            return None
-        self._rx_counters.rx(self.peer, op, len(frame))
-        return op, payload
-
-    def close(self) -> None:
-        self._link.close()
 
 
 def _echo(msg: Message) -> memoryview:
@@ -353,9 +376,8 @@ def _scheme(address: str | None) -> str | None:
     return address.split("://", 1)[0] if address else None
 
 
-def _seq_of(frames: list) -> int:
+def _seq_of(frame: Frame) -> int:
     """The seq of a reply, or -1 if it has no header (then it is nobody's)."""
-    frame = frames[0]
     return _unpack_header(frame)[5] if len(frame) >= HEADER_SIZE else -1
 
 

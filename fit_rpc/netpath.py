@@ -4,7 +4,10 @@ A skeleton is named by a u32 id its nComponent chose (unique per nComponent).
     SK     <I>    sk                 N_CLOSE; STUB_DATA: then the bytes
     SK_N   <II>   (sk, n)            N_SEND, N_SEND_DMA, N_CREDIT, STUB_SENT, STUB_DATA_DMA
     SK_ERR <Ii>   (sk, value)        STUB_CLOSED (errno, 0 = EOF), N_SHUTDOWN (how)
-    DMA    <IQI>  (pid, addr, n)     M_DMA_READ (reply: n bytes); M_DMA_WRITE: then n bytes
+    DMA_MAP <IQII> (pid, addr, n, write)   M_DMA_MAP; reply DMA_LEASE, then that many PIECEs
+    DMA_LEASE <II> (lease, pieces)
+    PIECE  <qI>   (arena offset, length); offset -1: a page never written (reads as zeros)
+    SK     <I>    lease                    M_DMA_DONE
 The control ops (N_BIND, N_CONNECT, N_LISTEN, N_START, N_SOCKOPT, N_RELEASE,
 STUB_ACCEPT) use the JSON "args" layout (codec.py): they are not per-byte.
 """
@@ -14,7 +17,9 @@ import struct
 SK = struct.Struct("<I")
 SK_N = struct.Struct("<II")
 SK_ERR = struct.Struct("<Ii")
-DMA = struct.Struct("<IQI")
+DMA_MAP = struct.Struct("<IQII")
+DMA_LEASE = struct.Struct("<II")
+PIECE = struct.Struct("<qI")
 
 
 def ring_pieces(ring: tuple[int, int] | list[int], pos: int, n: int) -> list[tuple[int, int]]:

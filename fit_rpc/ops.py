@@ -11,8 +11,7 @@ from enum import IntEnum
 class Op(IntEnum):
     # every endpoint
     ECHO = 0x0001
-    REGION_READ = 0x0002   # reserved: one-sided read (dDMA)
-    REGION_WRITE = 0x0003  # reserved: one-sided write (dDMA)
+    REGION_MAP = 0x0002    # map a peer's region, for one-sided reads and writes (regions.py)
     # every monitor
     HEALTH = 0x0101
     STATS = 0x0102
@@ -32,14 +31,15 @@ class Op(IntEnum):
     # pComponent: its processes
     P_ATTACH = 0x0301
     P_PROCESSES = 0x0302
+    P_VOUCH = 0x0303           # is pid a process of this pComponent? (identities)
     # mComponent: address spaces, misses and write-backs
     M_ALLOC = 0x0401
     M_FREE = 0x0402
     M_MISS = 0x0403
     M_WRITEBACK = 0x0404
     M_RELEASE = 0x0405
-    M_DMA_READ = 0x0406        # dDMA: an nComponent loads bytes of a process's memory
-    M_DMA_WRITE = 0x0407       # dDMA: an nComponent stores bytes into a process's memory
+    M_DMA_MAP = 0x0406         # dDMA: where a process's bytes are in the arena (region), pinned
+    M_DMA_DONE = 0x0407        # dDMA: one-way, the nComponent is done with a mapping
     M_FETCH = 0x0408           # read-ahead: several consecutive lines of a process's pages
     # sComponent file service
     S_OPEN = 0x0501

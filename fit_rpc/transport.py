@@ -1,60 +1,135 @@
 """The one interface between a FIT endpoint and the interconnect under it.
 
 A transport moves opaque frames; it knows nothing of headers, ops or handlers
-(that is `endpoint.py`). Callers of `Endpoint` never see a transport, so a new
-one (RDMA verbs: one RC queue pair per peer, a ring of registered receive
-buffers as the inbox, two-sided SEND/RECV for these frames) slots in here
-without touching them. See docs/protocol.md, "Transports".
+(that is endpoint.py). Two implement it: shm (shm_transport.py: rings in shared
+memory, one host, the default) and zmq (zmq_transport.py: ipc on one host, for
+comparison; tcp across hosts). `make()` picks one by the address's scheme.
+Nothing above fit_rpc touches a transport but through Endpoint and Channel.
+See docs/protocol.md, "Transports".
 
 Contract:
-    address          where peers reach this endpoint's inbox (None: no inbox,
-                     the endpoint can only call)
-    send(peer, address, frame, timeout_s)
-                     queue one frame for `peer`'s inbox; raise PeerUnreachable
-                     if no connection is up within timeout_s; never blocks longer
-    reply(route, frame)
-                     send one frame back to the sender of an inbound frame;
-                     never blocks (a vanished sender's reply is dropped)
+    address          where peers reach this endpoint's inbox (None: it has none
+                     and can only call)
+    send(peer, address, frame, timeout_s, head=b"")
+                     queue one frame (head, then frame) for `peer`'s inbox;
+                     PeerUnreachable if none could be queued within timeout_s (no
+                     connection; a full ring that stays full). Never drops.
+    reply(route, frame, head=b"")
+                     one frame (head, then frame) back to the sender of an
+                     Arrival; never blocks long (a sender that reads no more
+                     has its reply dropped, and counted `reply_dropped`)
     recv_inbound(timeout_s) -> Arrival | None
-                     the next request/one-way frame from the inbox, waiting up
-                     to timeout_s (0: only what is there; None: forever)
-    recv_reply(peer, timeout_s) -> list | None
-                     the next frames on the link to `peer`, waiting at most
-                     min(timeout_s, a short slice): None means "nothing yet", so
-                     the caller can serve its inbox between slices
-    forget(peer)     drop the link to `peer` and anything queued on it
-    close()          release everything; the transport is unusable afterwards
+                     the next request or one-way frame, waiting up to timeout_s
+                     (0: only what is there; None: forever)
+    done(arrival)    the endpoint has finished with the arrival's frames (shm:
+                     the handler read the frame in place; its slot is freed now)
+    recv_reply(peer, timeout_s, serve) -> frame | None
+                     the next frame on the link to `peer` (a copy, the caller's
+                     to keep). None: nothing within timeout_s, or (serve) a
+                     request waits in the inbox, which the caller serves first
+    fileno(), arm(), disarm(), pending()
+                     readiness, for a loop that also waits on other fds (epoll,
+                     select, asyncio): call arm(); if True nothing waits, so sleep
+                     until fileno() is readable; then disarm() and take what
+                     waits with recv_inbound(0) until None. arm() False: do not
+                     sleep, take what waits. pending(): whether anything waits.
+    forget(peer)     drop the link to `peer` and whatever is queued on it
+    channel(peer, linger_s, sender) -> a channel end (below)
+    new_region(name, size) -> (mmap, handle)
+                     memory this endpoint owns and may grant to peers
+    grant_region(route, handle) -> dict
+                     give the sender of an Arrival access to a region; what the
+                     dict holds goes into the reply, for map_region
+    map_region(peer, answer, size) -> mmap
+                     the region `peer` granted us (answer: its reply)
+    count            a callable the endpoint sets: count(name) bumps an error counter
+    peer_gone        a callable the endpoint sets: peer_gone(id) when a peer's
+                     last link closed (its process ended)
+    close()          release everything; unusable afterwards
+
+Identity: Arrival.pid is the sender's pid as the kernel vouched for it when
+its link was made (shm: SO_PEERCRED), and Arrival.peer an id checked against
+it (identity.py). zmq knows no pids (None): its ids are what senders say.
+
+A channel end (Endpoint.channel): one-way frames in order between two objects.
+    address; connect(peer_end_address); send(frame, timeout_s, head=b"");
+    recv(timeout_s) -> bytes | None; fileno(), arm(), disarm(); close()
 """
 
 from abc import ABC, abstractmethod
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-Frame = bytes | memoryview
+Frame = bytes | bytearray | memoryview
 
 
 class Arrival(NamedTuple):
-    peer: str       # the component id of the sender
-    route: bytes    # opaque handle for reply()
-    frames: list    # normally one frame; more is a malformed message
+    peer: str          # the sender's component id
+    route: Any         # opaque: where reply() sends the answer
+    frames: list       # normally one frame; more is a malformed message
+    pid: int | None    # the sender's pid, vouched for by the kernel (None: unknown)
+    link: Any          # the transport's connection it came on (None: no such thing)
 
 
 class Transport(ABC):
     address: str | None
 
     @abstractmethod
-    def send(self, peer: str, address: str, frame: Frame, timeout_s: float) -> None: ...
+    def send(self, peer: str, address: str, frame: Frame, timeout_s: float,
+             head: bytes = b"") -> None: ...
 
     @abstractmethod
-    def reply(self, route: bytes, frame: Frame) -> None: ...
+    def reply(self, route: Any, frame: Frame, head: bytes = b"") -> None: ...
 
     @abstractmethod
     def recv_inbound(self, timeout_s: float | None) -> Arrival | None: ...
 
     @abstractmethod
-    def recv_reply(self, peer: str, timeout_s: float) -> list | None: ...
+    def done(self, arrival: Arrival) -> None: ...
+
+    @abstractmethod
+    def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None: ...
+
+    @abstractmethod
+    def fileno(self) -> int: ...
+
+    @abstractmethod
+    def arm(self) -> bool: ...
+
+    @abstractmethod
+    def disarm(self) -> None: ...
+
+    @abstractmethod
+    def pending(self) -> bool: ...
 
     @abstractmethod
     def forget(self, peer: str) -> None: ...
 
     @abstractmethod
+    def channel(self, peer: str, linger_s: float, sender: Any = None) -> Any: ...
+
+    @abstractmethod
+    def new_region(self, name: str, size: int) -> tuple[Any, Any]: ...
+
+    @abstractmethod
+    def grant_region(self, route: Any, handle: Any) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def map_region(self, peer: str, answer: dict[str, Any], size: int) -> Any: ...
+
+    @abstractmethod
     def close(self) -> None: ...
+
+
+def make(local_id: str, bind: str | None, scheme: str | None, poll_us: int) -> Transport:
+    """The transport for an address scheme: shm:// is shared memory, ipc:// and
+    tcp:// are ZeroMQ. (The module is imported only when its scheme is used.)"""
+    scheme = scheme or (bind.split("://", 1)[0] if bind else "shm")
+    if scheme == "shm":
+        from fit_rpc.shm_transport import ShmTransport
+
+        return ShmTransport(local_id, bind, poll_us)
+    if scheme in ("ipc", "tcp"):
+        from fit_rpc.zmq_transport import ZmqTransport
+
+        return ZmqTransport(local_id, bind)
+    raise ValueError(f"no FIT transport for scheme {scheme!r} (have: shm, ipc, tcp)")

@@ -1,5 +1,10 @@
 """FIT over ZeroMQ: a ROUTER inbox, one DEALER per peer. ipc on one host, tcp across.
 
+The comparison transport (`transport = "zmq"`): the rack's default is shm
+(shm_transport.py). Its ids are the routing ids senders choose, and nothing
+vouches for them (Arrival.pid is None); its regions are memfds that a peer on
+the same host opens by /proc path, so a rack on zmq is one host, one trust domain.
+
 - The inbox is a ROUTER bound at `ipc://PATH` or `tcp://HOST:PORT` (port `*` or
   0 picks a free one; `address` then holds the real one). A sender is known by
   its DEALER's routing id, which is its component id.
@@ -24,6 +29,10 @@
   I/O thread) connected to the peer's PULL sends, so one thread may send while
   another receives. What was sent before close() still leaves for `linger_s`.
 """
+
+import mmap
+import os
+from typing import Any
 
 import zmq
 
@@ -72,10 +81,19 @@ class ZmqTransport(Transport):
         self._inbox = inbox
         self.address = inbox.getsockopt_string(zmq.LAST_ENDPOINT)
 
-    @property
-    def pollable(self) -> zmq.Socket | None:
-        """The inbox, for a zmq.Poller that also watches kernel fds (the nMonitor)."""
-        return self._inbox
+    # ---- readiness: ZMQ_FD is edge-triggered; ZMQ_EVENTS says what waits -------------
+    def fileno(self) -> int:
+        assert self._inbox is not None, "readiness needs an inbox"
+        return self._inbox.getsockopt(zmq.FD)
+
+    def arm(self) -> bool:
+        return not self.pending()
+
+    def pending(self) -> bool:
+        return self._inbox is not None and bool(self._inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
+    def disarm(self) -> None:
+        self.pending()   # reading ZMQ_EVENTS is what re-arms ZMQ_FD
 
     def _dealer(self, peer: str, address: str) -> zmq.Socket:
         sock = self._dealers.get(peer)
@@ -93,7 +111,10 @@ class ZmqTransport(Transport):
             self._dealers[peer] = sock
         return sock
 
-    def send(self, peer: str, address: str, frame: Frame, timeout_s: float) -> None:
+    def send(self, peer: str, address: str, frame: Frame, timeout_s: float,
+             head: bytes = b"") -> None:
+        if head:
+            frame = head + frame
         sock = self._dealers.get(peer) or self._dealer(peer, address)
         try:
             sock.send(frame, _NOBLOCK)
@@ -109,11 +130,11 @@ class ZmqTransport(Transport):
                 pass
         raise PeerUnreachable(f"no connection to {peer} at {address} within {timeout_s:g} s")
 
-    def reply(self, route: bytes, frame: Frame) -> None:
+    def reply(self, route: bytes, frame: Frame, head: bytes = b"") -> None:
         assert self._inbox is not None
         try:  # two plain sends: send_multipart's Python loop costs ~1 us here
             self._inbox.send(route, _NOBLOCK | _SNDMORE)
-            self._inbox.send(frame, _NOBLOCK)
+            self._inbox.send(head + frame if head else frame, _NOBLOCK)
         except zmq.Again:
             pass  # the sender is gone or not reading: its reply is dropped, we keep serving
 
@@ -137,9 +158,12 @@ class ZmqTransport(Transport):
             peer = self._peer_names[route] = route.decode(errors="replace")
             if len(self._peer_names) > 4096:  # bounded: a long-lived inbox sees many clients
                 self._peer_names.clear()
-        return Arrival(peer, route, frames)
+        return Arrival(peer, route, frames, None, None)
 
-    def recv_reply(self, peer: str, timeout_s: float) -> list | None:
+    def done(self, arrival: Arrival) -> None:
+        pass   # its frames are its own
+
+    def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None:
         # Replies come from FIT endpoints, which send one frame; should a peer send
         # more, the extra frames arrive as replies of their own and fail their
         # header check, so no RCVMORE probe (~1 us) is paid on this hot path.
@@ -150,14 +174,14 @@ class ZmqTransport(Transport):
         if short:
             sock.setsockopt(zmq.RCVTIMEO, max(1, int(timeout_s * 1000 + 0.999)))
         try:
-            return [sock.recv()]
+            return sock.recv()
         except zmq.Again:
             return None
         finally:
             if short:
                 sock.setsockopt(zmq.RCVTIMEO, FIT_REPLY_SLICE_MS)
 
-    def channel(self, linger_s: float, sender: "ZmqTransport | None" = None) -> "ZmqChannel":
+    def channel(self, peer: str, linger_s: float, sender: Any = None) -> "ZmqChannel":
         """A new channel: its receiving end bound beside the inbox (OSError if it cannot
         be), its sending end made in `sender` (default: this transport)."""
         assert self.address is not None, "channels need an inbox"
@@ -167,6 +191,26 @@ class ZmqTransport(Transport):
         else:   # tcp://HOST:PORT
             where = self.address.rsplit(":", 1)[0] + ":*"
         return ZmqChannel(self._ctx, where, linger_s, (sender or self)._ctx)
+
+    # ---- regions: memfds, opened by a peer of this host through /proc -----------------------
+    def new_region(self, name: str, size: int) -> tuple[mmap.mmap, int]:
+        fd = os.memfd_create(f"fit-region {name}", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            return mmap.mmap(fd, size), fd
+        except OSError:
+            os.close(fd)
+            raise
+
+    def grant_region(self, route: Any, handle: int) -> dict[str, Any]:
+        return {"path": f"/proc/{os.getpid()}/fd/{handle}"}
+
+    def map_region(self, peer: str, answer: dict[str, Any], size: int) -> mmap.mmap:
+        fd = os.open(answer["path"], os.O_RDWR | os.O_CLOEXEC)
+        try:
+            return mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
 
     def forget(self, peer: str) -> None:
         sock = self._dealers.pop(peer, None)
@@ -197,7 +241,7 @@ class ZmqChannel:
         rx = self._socket(zmq.PULL, ctx, {
             zmq.LINGER: FIT_LINGER_MS, zmq.RCVHWM: FIT_HWM_MSGS,
             zmq.MAXMSGSIZE: FIT_HARD_LIMIT_BYTES}, bind=bind)
-        self.pollable = rx   # for a zmq.Poller: readable when a frame waits
+        self._rx = rx
         self.address = rx.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def connect(self, address: str) -> None:
@@ -225,8 +269,19 @@ class ZmqChannel:
                 sock.close(0)
             raise OSError(exc.errno, f"no FIT channel at {bind or connect}: {exc}") from None
 
-    def send(self, frame: Frame, timeout_s: float) -> None:
+    def fileno(self) -> int:
+        return self._rx.getsockopt(zmq.FD)
+
+    def arm(self) -> bool:
+        return not self._rx.getsockopt(zmq.EVENTS) & zmq.POLLIN
+
+    def disarm(self) -> None:
+        pass
+
+    def send(self, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
         """Queue one frame for the peer; PeerUnreachable if no connection within timeout_s."""
+        if head:
+            frame = head + frame
         tx = self._tx
         assert tx is not None, "send on a channel not connected"
         try:
@@ -246,7 +301,7 @@ class ZmqChannel:
     def recv(self, timeout_s: float) -> bytes | None:
         """The next frame, waiting up to timeout_s (0: only what is there); None: none.
         (The parts of a multi-part message come as frames of their own.)"""
-        rx = self.pollable
+        rx = self._rx
         try:
             if timeout_s <= 0:
                 return rx.recv(_NOBLOCK)
@@ -259,6 +314,6 @@ class ZmqChannel:
             return None
 
     def close(self) -> None:
-        self.pollable.close(0)
+        self._rx.close(0)
         if self._tx is not None:
             self._tx.close()   # its LINGER: what was sent still leaves

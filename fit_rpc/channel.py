@@ -1,0 +1,68 @@
+"""A FIT channel: one-way messages in order from one object to one object.
+
+The FIT shortcut's two stubs talk over one (splitrack/shortcuts.py). It carries
+FIT messages (header, counters) beside the endpoints' inboxes, with no routing
+id, no dispatch and no handler: its reader takes each message itself.
+
+Interface:
+    ch = ep.channel(peer, linger_s, sender)   the receiving end beside ep's inbox
+    ch.address                                where the peer's end connects
+    ch.connect(peer_address)                  join the peer's end (shm: nothing to
+                                              do if the peer joined us first)
+    ch.send(op, payload, timeout_s, head=b"") one message, head + payload
+    ch.recv(timeout_s) -> (op, payload) | None   the payload is the caller's to keep
+    ch.fileno(), ch.arm(), ch.disarm()        readiness, as an endpoint's (transport.py)
+    ch.close()
+send() from one thread at a time and recv() from one thread at a time (maybe
+another); close() when neither runs. What was sent before close() still
+reaches the peer (shm: it is in the ring; zmq: for `linger_s`). A malformed
+frame is counted and skipped.
+"""
+
+from typing import Any
+
+from fit_rpc import header
+from fit_rpc.errors import FitError, MessageTooLarge
+from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, VERSION
+from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+
+_pack_header = header.HEADER.pack
+
+
+class Channel:
+    def __init__(self, receiver: Any, sender: Any, peer: str, linger_s: float):
+        self.peer = peer
+        self._link = receiver.transport.channel(peer, linger_s, sender.transport)
+        self._rx_counters, self._tx_counters = receiver.counters, sender.counters
+        self.address: str = self._link.address
+        self.fileno, self.arm, self.disarm = self._link.fileno, self._link.arm, self._link.disarm
+
+    def connect(self, address: str) -> None:
+        self._link.connect(address)
+
+    def send(self, op: int, payload: Any, timeout_s: float, head: bytes = b"") -> None:
+        """One message, `head` + `payload`; PeerUnreachable if the peer's end takes
+        nothing within timeout_s."""
+        n = len(head) + len(payload)
+        if n > FIT_MAX_PAYLOAD_BYTES:
+            raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
+        self._link.send(payload, timeout_s, _pack_header(MAGIC, VERSION, ONEWAY, op, 0, 0, n)
+                        + head)
+        self._tx_counters.tx(self.peer, op, n + HEADER_SIZE)
+
+    def recv(self, timeout_s: float) -> tuple[int, memoryview] | None:
+        """(op, payload) of the next message, waiting up to timeout_s (0: only what is
+        there); None if none came. The payload is the caller's to keep."""
+        frame = self._link.recv(timeout_s)
+        if frame is None:
+            return None
+        try:
+            _, op, _, _, payload = header.parse(frame)
+        except FitError:
+            self._rx_counters.error("malformed")
+            return None
+        self._rx_counters.rx(self.peer, op, len(frame))
+        return op, payload
+
+    def close(self) -> None:
+        self._link.close()

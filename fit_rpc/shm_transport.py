@@ -1,0 +1,572 @@
+"""FIT over shared memory: message rings in memfd segments, one host (the default).
+
+- An endpoint that serves listens at its rendezvous (rendezvous.py), a Unix
+  socket RUN_DIR/ID.fit; its address is `shm://RUN_DIR/ID.fit#PID`, PID being
+  the listener's, which a connector checks against SO_PEERCRED.
+- A *link* joins two endpoints: the one that sends requests (the connector)
+  makes a segment of two rings (native/fitring.c) and hands it over at the
+  rendezvous. Ring 0 carries its requests and one-way messages, ring 1 the
+  replies. A peer's requests come on links it made; replies to our requests
+  on links we made (as ZeroMQ's ROUTER inbox and DEALERs do).
+- Each endpoint has one Bell (a bell word only it can write, and an eventfd):
+  every ring it consumes rings that one fd, so an endpoint sleeps on one fd,
+  and fileno()/arm()/disarm() let an epoll, select or asyncio loop sleep on
+  it too. A waiter spins for `poll_us` first (sched_yield between looks):
+  while both sides are awake a round trip never sleeps.
+- A link's peer is known by the kernel's word: its claim was checked against
+  SO_PEERCRED at the rendezvous (identity.py), and Arrival.pid carries the pid.
+- Its rendezvous socket stays open: its hang-up ends the link, once every
+  message the peer published has been read (a peer that died mid-write never
+  published its last message). A caller waiting for a reply sees the hang-up
+  at once: PeerUnreachable.
+- A handler reads its request in place, in the ring (zero copy); the slot is
+  freed when the endpoint says it is done (done()). A reply is copied out.
+- Channels (channel()): a segment of their own between two objects, with a
+  bell word per side in the segment and an eventfd per end.
+- Regions (new_region, grant_region, map_region): memfds of their owner; a
+  grant passes the fd over the link's rendezvous socket, to that peer only.
+The thread of the rendezvous only adds links and marks hang-ups (deques); every
+other change happens in the thread that uses the endpoint.
+"""
+
+import errno
+import mmap
+import os
+import secrets
+import socket
+import threading
+from collections import deque
+from typing import Any
+
+from fit_rpc import rendezvous
+from fit_rpc.errors import PeerUnreachable
+from fit_rpc.identity import address_pid, check_claim, expected_pid
+from fit_rpc.transport import Arrival, Frame, Transport
+from native.fitring import (
+    WOKEN,
+    Bell,
+    RingBroken,
+    Segment,
+    WaitSet,
+    check_sealed,
+    sealed_memfd,
+)
+from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_POLL_US, FIT_REPLY_WAIT_S, FIT_RING_BYTES
+
+SCHEME = "shm://"
+
+
+class Link:
+    """One connection between two endpoints: its segment, rings and rendezvous socket."""
+
+    __slots__ = ("peer", "pid", "sock", "seg", "tx", "rx", "peer_efd", "peer_bell", "outbound",
+                 "hung", "closed", "busy", "verdict", "_serve_set", "_serve_gen", "_alone")
+
+    def __init__(self, peer: str, pid: int, sock: socket.socket, seg: Segment, peer_efd: int,
+                 peer_bell: Any, outbound: bool):
+        self.peer, self.pid, self.sock, self.seg = peer, pid, sock, seg
+        self.peer_efd, self.peer_bell, self.outbound = peer_efd, peer_bell, outbound
+        mine, theirs = (0, 1) if outbound else (1, 0)   # ring 0: the connector's messages
+        self.tx = seg.ring(mine, peer_bell.ptr, peer_efd, peer_bell)
+        self.rx = seg.ring(theirs, None, peer_efd)
+        self.hung = self.closed = False
+        self.busy = 0                       # callers waiting for its replies
+        self.verdict: bool | None = None    # the endpoint's vouch, made on the first message
+        self._serve_set: WaitSet | None = None
+        self._serve_gen = -1
+        self._alone: WaitSet | None = None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.sock.close()
+        os.close(self.peer_efd)
+        self.seg.close()
+        self.peer_bell.close()
+
+
+class ShmTransport(Transport):
+    def __init__(self, local_id: str, bind: str | None, poll_us: int = FIT_POLL_US):
+        self.id = local_id
+        self.spin_s = max(0, poll_us) / 1e6
+        self.bell = Bell()
+        self.inbound: list[Link] = []
+        self.out: dict[str, Link] = {}
+        self.channels: dict[int, ShmChannel] = {}   # token -> an end waiting for its peer
+        self._new: deque[Link] = deque()            # from the rendezvous thread
+        self._hung: deque[Link] = deque()           # likewise
+        self._held: set[Link] = set()               # a handler still reads its message
+        self._gen = 0                               # inbound changed: wait sets rebuilt
+        self._inbox = WaitSet(self.bell.word, self.bell.efd)
+        self._inbox_links: list[Link] = []
+        self._inbox_gen = -1
+        self.count = _no_count                      # error counters (the endpoint's)
+        self.peer_gone = _no_peer                   # a peer's last link closed
+        self.listener: rendezvous.Listener | None = None
+        self.address: str | None = None
+        if bind is not None:
+            path = bind[len(SCHEME):].split("#", 1)[0]
+            self.listener = rendezvous.Listener(path, self._on_hello, self._on_hangup)
+            self.address = f"{SCHEME}{path}#{os.getpid()}"
+
+    # ---- readiness (an outside loop sleeps on fileno()) -------------------------------------
+    def fileno(self) -> int:
+        return self.bell.efd
+
+    def arm(self) -> bool:
+        self._sync()
+        return self._inbox_set().arm()
+
+    def disarm(self) -> None:
+        if not self._inbox.disarm():
+            return
+        self._sync()
+
+    def pending(self) -> bool:
+        self._sync()
+        return self._inbox_set().ready() >= 0
+
+    # ---- sending ------------------------------------------------------------------------------
+    def send(self, peer: str, address: str, frame: Frame, timeout_s: float,
+             head: bytes = b"") -> None:
+        link = self.out.get(peer)
+        if link is None or link.hung:
+            link = self._connect(peer, address, timeout_s)
+        try:
+            if link.tx.send(head, frame):
+                return
+            if link.tx.wait_space(len(head) + len(frame), self.bell.efd, self.spin_s, timeout_s) \
+                    and link.tx.send(head, frame):
+                return
+        except RingBroken:
+            self._lost(link, "ring_broken")
+            raise PeerUnreachable(f"{peer} broke its ring") from None
+        raise PeerUnreachable(f"{peer} takes no more: its ring stayed full for {timeout_s:g} s")
+
+    def reply(self, route: Any, frame: Frame, head: bytes = b"") -> None:
+        link: Link = route
+        if link.closed:
+            self.count("reply_dropped")
+            return
+        try:
+            if link.tx.send(head, frame) or (
+                    link.tx.wait_space(len(head) + len(frame), self.bell.efd, self.spin_s,
+                                       FIT_REPLY_WAIT_S)
+                    and link.tx.send(head, frame)):
+                return
+        except RingBroken:
+            self._lost(link, "ring_broken")
+            return
+        self.count("reply_dropped")   # its caller reads no more: it gave up, or is gone
+
+    # ---- receiving ----------------------------------------------------------------------------
+    def recv_inbound(self, timeout_s: float | None) -> Arrival | None:
+        self._sync()
+        ws = self._inbox_set()
+        i = ws.ready()
+        if i < 0:
+            if timeout_s == 0:
+                return None
+            i = ws.wait(self.spin_s, timeout_s)
+            if i < 0:
+                if i == WOKEN and not (self._new or self._hung):
+                    self.count("doorbell_empty")
+                self._sync()
+                return None
+        link = self._inbox_links[i]
+        try:
+            view = link.rx.peek()
+        except RingBroken:
+            self._lost(link, "ring_broken")
+            return None
+        if view is None:
+            return None
+        self._held.add(link)
+        return Arrival(link.peer, link, [view], link.pid, link)
+
+    def done(self, arrival: Arrival) -> None:
+        link: Link = arrival.link
+        self._held.discard(link)
+        if not link.closed:
+            link.rx.consume()
+            if link.hung and not link.rx.pending():
+                self._close(link)
+
+    def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None:
+        link = self.out.get(peer)
+        if link is None:
+            raise PeerUnreachable(f"no link to {peer}")
+        link.busy += 1   # not closed under us, whatever _sync() learns meanwhile
+        try:
+            while True:
+                try:
+                    view = link.rx.peek()
+                except RingBroken:
+                    self.count("ring_broken")
+                    link.hung = True   # closed on the way out
+                    raise PeerUnreachable(f"{peer} broke its ring") from None
+                if view is not None:
+                    data = bytes(view)
+                    link.rx.consume()
+                    return data
+                if link.hung:   # everything it published is read: it is gone
+                    raise PeerUnreachable(f"{peer} is gone (its process ended)")
+                ws = self._reply_set(link, serve)
+                i = ws.wait(self.spin_s, timeout_s, [link.sock.fileno()])
+                if i == 0:
+                    continue
+                if i >= len(ws.rings):
+                    link.hung = True   # read what it published, then say it is gone
+                    continue
+                if i < 0:
+                    self._sync()       # woken: new links, hang-ups, a signal; or the time is up
+                return None            # (i > 0: a request waits, the caller serves it)
+        finally:
+            link.busy -= 1
+            if link.hung and not link.busy:
+                self._lost(link)
+
+    def forget(self, peer: str) -> None:
+        link = self.out.pop(peer, None)
+        if link is not None:
+            self._close(link, gone=False)
+
+    # ---- channels and regions -------------------------------------------------------------------
+    def channel(self, peer: str, linger_s: float, sender: Any = None) -> "ShmChannel":
+        if self.address is None:
+            raise OSError(errno.EINVAL, "channels need an endpoint with an inbox")
+        return ShmChannel(self, peer)
+
+    def new_region(self, name: str, size: int) -> tuple[mmap.mmap, int]:
+        fd = sealed_memfd(f"fit-region {name}", size)
+        try:
+            return mmap.mmap(fd, size), fd
+        except OSError:
+            os.close(fd)
+            raise
+
+    def grant_region(self, route: Any, handle: int) -> dict[str, Any]:
+        socket.send_fds(route.sock, [b"R"], [handle])   # before the reply: it is there first
+        return {}
+
+    def map_region(self, peer: str, answer: dict[str, Any], size: int) -> mmap.mmap:
+        link = self.out.get(peer)
+        if link is None:
+            raise PeerUnreachable(f"no link to {peer}")
+        link.sock.settimeout(FIT_CALL_TIMEOUT_S)
+        try:
+            _, fds, _, _ = socket.recv_fds(link.sock, 16, 1)
+        finally:
+            link.sock.settimeout(None)
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(errno.EPROTO, f"{peer} sent no region")
+        try:
+            if check_sealed(fds[0]) < size:
+                raise OSError(errno.EPROTO, f"{peer}'s region is smaller than it said")
+            return mmap.mmap(fds[0], size)
+        finally:
+            os.close(fds[0])
+
+    def close(self) -> None:
+        if self.bell.word is None:
+            return   # closed already
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        self._sync()
+        for link in [*self.inbound, *self.out.values()]:
+            link.close()
+        self.inbound.clear()
+        self.out.clear()
+        for end in list(self.channels.values()):
+            end.close()
+        self.bell.close()
+
+    # ---- links ----------------------------------------------------------------------------
+    def _connect(self, peer: str, address: str, timeout_s: float) -> Link:
+        old = self.out.pop(peer, None)
+        if old is not None:
+            self._close(old, gone=False)
+        if not address.startswith(SCHEME):
+            raise PeerUnreachable(f"{peer} is at {address}: not an shm address")
+        path = address[len(SCHEME):].split("#", 1)[0]
+        try:
+            want = expected_pid(peer, address)
+        except ValueError as exc:
+            raise PermissionError(errno.EPERM, str(exc)) from None
+        seg, fd = Segment.create(FIT_RING_BYTES, f"fit {self.id}>{peer}")
+        try:
+            sock, creds, answer, fds = rendezvous.connect(
+                path, {"v": 1, "kind": "link", "id": self.id},
+                [fd, self.bell.efd, self.bell.page_fd], timeout_s)
+        except OSError as exc:
+            seg.close()
+            raise PeerUnreachable(f"no link to {peer} at {path}: {exc}") from None
+        finally:
+            os.close(fd)
+        try:
+            if "errno" in answer:
+                raise OSError(answer["errno"], f"{peer} refused us: {answer.get('error')}")
+            if (want is not None and creds.pid != want) or creds.uid != os.getuid():
+                raise PermissionError(errno.EPERM, f"{path} is not {peer}'s (pid {creds.pid})")
+            if len(fds) != 2:
+                raise OSError(errno.EPROTO, f"{peer} answered with {len(fds)} descriptors")
+            bell = Bell.peer_word(fds[1])
+        except BaseException:
+            for f in fds:
+                os.close(f)
+            sock.close()
+            seg.close()
+            raise
+        os.close(fds[1])
+        link = Link(peer, creds.pid, sock, seg, fds[0], bell, outbound=True)
+        self.out[peer] = link
+        if self.listener is not None:
+            self.listener.watch(sock, link)
+        return link
+
+    def _on_hello(self, sock: socket.socket, creds: rendezvous.Creds, hello: dict[str, Any],
+                  fds: list[int]) -> tuple[dict[str, Any], list[int], Any]:
+        """The rendezvous thread's: a peer's first contact."""
+        claim, kind = hello.get("id"), hello.get("kind")
+        why = "not this rack's user" if creds.uid != os.getuid() else check_claim(claim, creds.pid)
+        if why is not None:
+            _close_all(fds)
+            self.count("forged" if creds.uid == os.getuid() else "rendezvous_refused")
+            return {"errno": errno.EPERM, "error": why}, [], None
+        try:
+            if kind == "link" and len(fds) == 3:
+                seg = Segment.open(fds[0])
+                try:
+                    bell = Bell.peer_word(fds[2])
+                except OSError:
+                    seg.close()
+                    raise
+                os.close(fds[0])
+                os.close(fds[2])
+                link = Link(claim, creds.pid, sock, seg, fds[1], bell, outbound=False)
+                self._new.append(link)
+                self.bell.ring()
+                return {"ok": True, "id": self.id}, [self.bell.efd, self.bell.page_fd], link
+            if kind == "channel" and len(fds) == 2:
+                end = self.channels.pop(int(hello.get("token", -1)), None)
+                if end is None or end.peer.split(".")[:2] != claim.split(".")[:2]:
+                    raise PermissionError(errno.EPERM, "no such channel for this peer")
+                end.attach(Segment.open(fds[0]), 1, fds[1])
+                os.close(fds[0])
+                return {"ok": True}, [end.efd], None
+            raise OSError(errno.EPROTO, f"hello of kind {kind!r} with {len(fds)} descriptors")
+        except (OSError, ValueError, TypeError) as exc:
+            _close_all(fds)
+            self.count("rendezvous_refused")
+            code = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EPROTO
+            return {"errno": code, "error": str(exc)}, [], None
+
+    def _on_hangup(self, link: Link) -> None:
+        """The rendezvous thread's: a link's peer closed its end."""
+        link.hung = True
+        self._hung.append(link)
+        self.bell.ring()
+
+    def _sync(self) -> None:
+        """Take in what the rendezvous thread left: new links, hang-ups."""
+        while self._new:
+            self.inbound.append(self._new.popleft())
+            self._gen += 1
+        while self._hung:
+            link = self._hung.popleft()
+            if link.outbound:   # new sends make a new link; an awaited reply is still read
+                if self.out.get(link.peer) is link:
+                    del self.out[link.peer]
+                self._close(link)
+            elif link not in self._held and not link.rx.pending():
+                self._close(link)
+            # else: it is closed once its last message is done (done())
+
+    def _close(self, link: Link, gone: bool = True) -> None:
+        if link in self._held or link.busy or link.closed:
+            return
+        if self.listener is not None:
+            self.listener.unwatch(link.sock)
+        if not link.outbound and link in self.inbound:
+            self.inbound.remove(link)
+            self._gen += 1
+        peer = link.peer
+        link.close()
+        if gone and peer not in self.out and not any(x.peer == peer for x in self.inbound):
+            self.peer_gone(peer)
+
+    def _lost(self, link: Link, counter: str | None = None) -> None:
+        """A link that cannot go on (its ring is broken, or its peer is gone)."""
+        if counter:
+            self.count(counter)
+        if link.outbound and self.out.get(link.peer) is link:
+            del self.out[link.peer]
+        link.hung = True
+        self._held.discard(link)
+        self._close(link)
+
+    # ---- wait sets ------------------------------------------------------------------------
+    def _inbox_set(self) -> WaitSet:
+        """The inbound rings (those of links whose message a handler holds left out:
+        a nested wait must not find that message again); `self._inbox_links` in order."""
+        if self._held:
+            links = [x for x in self.inbound if x not in self._held]
+            ws = WaitSet(self.bell.word, self.bell.efd)
+            ws.rings = [x.rx for x in links]
+            self._inbox_links = links
+            self._inbox_gen = -1
+            return ws
+        if self._inbox_gen != self._gen:
+            self._inbox.rings = [x.rx for x in self.inbound]
+            self._inbox_links = list(self.inbound)
+            self._inbox_gen = self._gen
+        return self._inbox
+
+    def _reply_set(self, link: Link, serve: bool) -> WaitSet:
+        """Ring 0: the link's replies; then, if serving, the inbound rings."""
+        if not serve or not self.inbound:
+            if link._alone is None:
+                link._alone = WaitSet(self.bell.word, self.bell.efd)
+                link._alone.rings = [link.rx]
+            return link._alone
+        if self._held:
+            ws = WaitSet(self.bell.word, self.bell.efd)
+            ws.rings = [link.rx, *(x.rx for x in self.inbound if x not in self._held)]
+            return ws
+        if link._serve_gen != self._gen or link._serve_set is None:
+            link._serve_set = WaitSet(self.bell.word, self.bell.efd)
+            link._serve_set.rings = [link.rx, *(x.rx for x in self.inbound)]
+            link._serve_gen = self._gen
+        return link._serve_set
+
+
+class ShmChannel:
+    """One end of a channel (Transport.channel): a segment of its own, ring 0 from
+    the end that connected, a bell word per side in the segment, an eventfd per end.
+    `address` is where the peer's end connects (this endpoint's rendezvous and a
+    token); connect() to the peer's end's address, unless the peer connected first.
+    send() from one thread at a time, recv() from one thread at a time."""
+
+    def __init__(self, transport: ShmTransport, peer: str):
+        self._t = transport
+        self.peer = peer
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.token = secrets.randbits(62)
+        self.address = f"{transport.address}!{self.token:x}"
+        self._attached = threading.Event()
+        self.seg: Segment | None = None
+        self.tx: Any = None
+        self.rx: Any = None
+        self._ws: WaitSet | None = None
+        self._peer_efd = -1
+        self._closed = False
+        transport.channels[self.token] = self
+
+    def attach(self, seg: Segment, side: int, peer_efd: int) -> None:
+        self.seg, self._peer_efd = seg, peer_efd
+        self.tx = seg.ring(side, seg.bell_word(1 - side), peer_efd)
+        self.rx = seg.ring(1 - side, None, peer_efd)
+        self._ws = WaitSet(seg.bell_word(side), self.efd)
+        self._ws.rings = [self.rx]
+        self._attached.set()
+        os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
+
+    def connect(self, address: str) -> None:
+        """Join the peer's end at `address` (nothing to do if it joined us first)."""
+        if self._attached.is_set():
+            return
+        where, _, token = address.rpartition("!")
+        path = where[len(SCHEME):].split("#", 1)[0]
+        seg, fd = Segment.create(FIT_RING_BYTES, f"fit channel {self._t.id}>{self.peer}")
+        try:
+            sock, creds, answer, fds = rendezvous.connect(
+                path, {"v": 1, "kind": "channel", "id": self._t.id, "token": int(token, 16)},
+                [fd, self.efd], FIT_CALL_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            seg.close()
+            raise OSError(getattr(exc, "errno", None) or errno.ECONNREFUSED,
+                          f"no channel at {address}: {exc}") from None
+        finally:
+            os.close(fd)
+        sock.close()
+        if "errno" in answer or len(fds) != 1 or creds.pid != address_pid(where):
+            _close_all(fds)
+            seg.close()
+            raise OSError(answer.get("errno") or errno.EPERM, f"no channel at {address}")
+        self._t.channels.pop(self.token, None)
+        self.attach(seg, 0, fds[0])
+
+    def send(self, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
+        """Queue one message for the peer's end; PeerUnreachable if it takes none in time."""
+        if not self._attached.is_set() and not self._attached.wait(timeout_s):
+            raise PeerUnreachable(f"channel to {self.peer} not connected")
+        tx = self.tx
+        if tx.send(head, frame) or (tx.wait_space(len(head) + len(frame), self.efd,
+                                                  self._t.spin_s, timeout_s)
+                                    and tx.send(head, frame)):
+            return
+        raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
+
+    def recv(self, timeout_s: float) -> bytes | None:
+        """The next message (a copy, the caller's to keep), waiting up to timeout_s."""
+        if self._ws is None:
+            if timeout_s <= 0 or not self._attached.wait(timeout_s):
+                return None
+        rx = self.rx
+        view = rx.peek()
+        if view is None:
+            if timeout_s <= 0:
+                return None
+            if self._ws.wait(self._t.spin_s, timeout_s) != 0:   # type: ignore[union-attr]
+                return None
+            view = rx.peek()
+            if view is None:
+                return None
+        data = bytes(view)
+        rx.consume()
+        return data
+
+    def fileno(self) -> int:
+        return self.efd
+
+    def arm(self) -> bool:
+        return True if self._ws is None else self._ws.arm()
+
+    def disarm(self) -> None:
+        if self._ws is not None:
+            self._ws.disarm()
+        else:
+            try:
+                os.eventfd_read(self.efd)
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._t.channels.pop(self.token, None)
+        if self.seg is not None:
+            self.seg.close()
+            os.close(self._peer_efd)
+        os.close(self.efd)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _no_count(name: str) -> None:
+    pass
+
+
+def _no_peer(peer: str) -> None:
+    pass
