@@ -27,9 +27,11 @@ MONITORS: dict[str, type[Monitor]] = {
 _PR_SET_PDEATHSIG = 1
 
 
-def inbox_address(run_dir: str, cid: str, endpoints: str) -> str:
-    """Where a component binds its FIT inbox."""
-    if endpoints == "tcp":
+def inbox_address(run_dir: str, cid: str, rack: dict) -> str:
+    """Where a component binds its FIT inbox: its rendezvous (shm), or a ZeroMQ socket."""
+    if rack["transport"] == "shm":
+        return f"shm://{os.path.join(run_dir, cid)}.fit"
+    if rack["endpoints"] == "tcp":
         return "tcp://127.0.0.1:0"
     return f"ipc://{os.path.join(run_dir, cid)}.sock"
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     kind = config["kind"]
     if kind != "global" and not args.global_address:
         parser.error("--global is required for every component but global")
-    bind = inbox_address(args.run_dir, args.id, spec["rack"]["endpoints"])
+    bind = inbox_address(args.run_dir, args.id, spec["rack"])
     monitor = MONITORS[kind](args.id, config, spec["rack"], bind, args.global_address)
     return monitor.run()
 

@@ -1,7 +1,7 @@
 """The monitor core: what every component process (global, pN, mN, nN, sN) does.
 
 Life of a monitor (started by the launcher as `python -m monitors --id ID ...`):
-  1. bind its FIT inbox (ipc://RUN_DIR/ID.sock, or tcp) and install its handlers;
+  1. bind its FIT inbox (shm://RUN_DIR/ID.fit; or ZeroMQ ipc/tcp) and install its handlers;
   2. register with the global process (REGISTER: id, kind, address, pid, resources);
   3. print one line `READY <address>` on stdout, then stdout goes to /dev/null;
   4. serve requests until SIGTERM, SIGINT or SIGHUP, then clean up and exit 0.
@@ -11,6 +11,13 @@ a subclass adds its component's ops in setup() and its resources in
 resources(). Monitors never import each other: what one needs from another is
 a FIT call through `self.ep`.
 
+Identities (fit_rpc/identity.py): on the first message of each link the
+endpoint asks `vouch(peer, pid)`, pid being what the kernel said at the
+rendezvous. A monitor believes a component id if `global` registered that
+pid for it, an emulated process pN.PID if pN says PID is its process
+(P_VOUCH, asked once per link), and a client (cli.PID.N) on the kernel's word
+alone. Every rule that authorizes on msg.src thus rests on the kernel.
+
 Logs go to stderr, each line tagged with the component id.
 """
 
@@ -18,12 +25,14 @@ import array
 import errno
 import logging
 import os
+import resource
 import signal
 import sys
 import time
 from typing import Any, ClassVar
 
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
+from fit_rpc.identity import address_pid, kind_of, process_of
 from splitrack.params import MONITOR_IDLE_CHECK_S
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -45,7 +54,9 @@ class Monitor:
         self.started = time.monotonic()
         self.stopping = False
         self.log = logging.getLogger(cid)
-        self.ep = Endpoint(cid, bind, directory=global_address)
+        _more_fds()
+        self.ep = Endpoint(cid, bind, directory=global_address, poll_us=rack["poll_us"])
+        self.ep.vouch = self.vouch
         self.ep.on(Op.HEALTH, self._health)
         self.ep.on(Op.STATS, self._stats)
         self.ep.on(Op.PING_PEER, self._ping_peer)
@@ -65,6 +76,33 @@ class Monitor:
     def tick(self) -> None:
         """Periodic work, run every MONITOR_IDLE_CHECK_S whether idle or busy."""
 
+    def vouch(self, peer: str, pid: int | None) -> bool | None:
+        """Whether a link's peer is the `peer` it claims (its first message)."""
+        if pid is None:   # zmq: nothing vouches for anyone
+            return True
+        kind = kind_of(peer)
+        if kind == "client":   # its pid was checked at the rendezvous: that is all it claims
+            return True
+        if kind == "process":
+            return self.vouch_process(peer, pid)
+        if kind == "unknown":
+            return False
+        try:
+            address = self.global_address if peer == GLOBAL_ID else self.ep.resolve(peer)
+        except OSError:
+            return False   # no such component
+        return address_pid(address or "") == pid
+
+    def vouch_process(self, peer: str, pid: int) -> bool:
+        """Is pN.PID a process of pN? pN says (P_VOUCH)."""
+        pcomponent, _ = process_of(peer)   # type: ignore[misc]
+        try:
+            answer, _ = self.ep.call_args(pcomponent, Op.P_VOUCH, {"pid": pid})
+        except OSError as exc:
+            self.log.warning("cannot vouch for %s: %s", peer, exc)
+            return False
+        return bool(answer.get("member"))
+
     def register(self) -> None:
         self.ep.call_args(GLOBAL_ID, Op.REGISTER, {
             "id": self.id, "kind": self.kind, "address": self.ep.address,
@@ -74,8 +112,8 @@ class Monitor:
     # ---- lifecycle ---------------------------------------------------------------
     def run(self) -> int:
         def stop(signum: int, frame: object) -> None:
-            # pyzmq may swallow this exception if the signal lands inside a
-            # blocking receive; the flag is then seen at the next tick.
+            # a wait in C may swallow this exception (the signal lands in
+            # another thread, or inside pyzmq); the flag is then seen at the next tick.
             self.stopping = True
             raise Stop()
 
@@ -137,6 +175,13 @@ class Monitor:
             call(target, Op.ECHO, payload)
             samples[i] = (clock() - t0) / 1000.0
         return codec.encode({}, samples.tobytes())
+
+
+def _more_fds() -> None:
+    """Every link a monitor serves holds a few descriptors: use all we may."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _announce_ready(address: str) -> None:

@@ -5,26 +5,32 @@ learns its stub's buffers: two rings in the process's virtual memory,
 `rbuf`/`tbuf` (address, length) at mComponent `home`. Stub and skeleton walk
 them in the same order, so a message carries only a length.
 
-dDDIO (`Ddio`): bytes move between nComponent DRAM and the process's extCache
-directly, with no mComponent traffic.
-- receive: the skeleton pushes the bytes to the stub (STUB_DATA), which
-  places them in the extCache lines of its receive ring;
-- send: the stub wrote the bytes into the extCache lines of its send ring and
-  says how many (N_SEND); the skeleton reads them from those lines itself --
-  what DDIO is in hardware, a NIC reading the processor's cache; here the
-  nMonitor maps the pComponent's extCache segment (`ExtCaches`), as an RDMA
-  NIC would read a registered region. A line that is no longer cached was
-  written back when it was evicted, so the skeleton loads that line from the
-  home mComponent instead (M_DMA_READ). The lines it reads are the stub's own
-  (its pid's tags): the stub writes no byte of the ring before the skeleton
-  confirms it (STUB_SENT).
+Both paths move bytes as an RDMA NIC would: one-sided copies into and out of
+memory another component registered as a FIT region (fit_rpc/regions.py),
+never inside a message.
 
-dDMA (`Dma`): bytes move between nComponent DRAM and the mComponent.
-- receive: written into the mComponent at the receive ring's address
-  (M_DMA_WRITE); then the stub hears the size (STUB_DATA_DMA) and reads the
-  bytes through its extCache, which misses to the mComponent;
-- send: the stub flushed its lines to the mComponent first; the skeleton loads
-  them from there (M_DMA_READ) on N_SEND_DMA.
+dDDIO (`Ddio`): between nComponent DRAM and the process's extCache lines (the
+pComponent's region "extcache"), under each set's lock -- what Intel DDIO does
+with a CPU's cache. No mComponent traffic:
+- receive: the skeleton writes the bytes from rx straight into the extCache
+  lines of the receive ring, then tells the stub how many (STUB_DATA). A line
+  that is not cached is installed first, its dirty victim written back to its
+  home (write-allocate); its old bytes are not fetched, since the stub reads
+  only bytes that arrived. Three copies in all: kernel -> rx, rx -> line,
+  line -> the program's buffer.
+- send: the stub wrote the bytes into its send ring's lines and says how many
+  (N_SEND); the skeleton copies them from those lines straight into tx. A line
+  evicted meanwhile was written back, so it comes from the home mComponent
+  instead (a dDMA read). Three copies: buffer -> line, line -> tx, tx -> kernel.
+
+dDMA (`Dma`): between nComponent DRAM and the mComponent's arena (its region
+"arena"): M_DMA_MAP says where the bytes lie (the mComponent keeps its page
+table, and pins those frames), the skeleton copies, M_DMA_DONE unpins.
+- receive: rx -> the arena at the receive ring's address; then STUB_DATA_DMA,
+  and the stub drops its stale lines and reads through its extCache, which
+  misses to the mComponent;
+- send: the stub flushed its lines to the mComponent first (N_SEND_DMA); the
+  skeleton copies them from the arena into tx.
 
 Every push names the stub by the id its process gave it (`skel.stub`).
 Sending is pulled: N_SEND / N_SEND_DMA only add to `pending`, and the
@@ -33,43 +39,77 @@ Skeleton.flush), so the stub's send ring can be larger than the nComponent's
 ring and a slow peer leaves the bytes in the process's memory. When the ring
 goes away (N_CLOSE, or the process ended: N_RELEASE comes before its pMonitor
 drops its lines and its mComponent its pages) the skeleton pulls all of it,
-parking what tx cannot take. A call to the mComponent is waited for without
+parking what tx cannot take. A call to an mComponent is waited for without
 serving the nMonitor's inbox (an mComponent never calls back), so nothing
-else happens to the skeleton meanwhile. A dDMA that fails (the process's
+else happens to the skeleton meanwhile. A copy that fails (the process's
 memory is gone) breaks the connection, not the nMonitor.
 """
 
 import errno
+import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import Op
-from fit_rpc.header import HEADER_SIZE
-from fit_rpc.netpath import DMA, SK, SK_ERR, SK_N, ring_pieces
+from fit_rpc.netpath import DMA_LEASE, DMA_MAP, PIECE, SK, SK_ERR, SK_N, ring_pieces
+from fit_rpc.pages import pack_writeback
 from native.extcache import ExtCache
-from splitrack.params import NCOMPONENT_RING_BYTES
-from splitrack.rundir import RunDir
-
-_WRITE_AT = HEADER_SIZE + DMA.size   # where an M_DMA_WRITE's bytes start
 
 
 class Ddio:
     name = "ddio"
     send_op = Op.N_SEND
+    data_op = Op.STUB_DATA
 
-    def __init__(self, net: Any, pid: int, home: str, rbuf: tuple[int, int],
-                 tbuf: tuple[int, int], extcache: ExtCache | None = None):
+    def __init__(self, net: Any, pid: int, pcomponent: str, home: str, rbuf: tuple[int, int],
+                 tbuf: tuple[int, int]):
         self.net = net
         self.pid, self.home = pid, home
         self.rbuf, self.tbuf = rbuf, tbuf
         self.rpos = self.tpos = 0      # stream offsets in each ring
         self.pending = 0               # bytes in the stub's send ring, not pulled yet
         self.parked = bytearray()      # bytes pulled out of the ring that tx had no room for
-        self.xc = extcache
+        self.memory: RackMemory = net.memory
+        self.home_index = self.memory.m_ids.index(home)
+        self.xc = self.memory.extcache(pcomponent) if self.name == "ddio" else None
 
     # ---- receive --------------------------------------------------------------------
     def deliver(self, skel: Any, n: int) -> None:
-        self.net.push(skel, Op.STUB_DATA, SK.pack(skel.stub) + skel.rx.get(n))
+        """n bytes arrived in rx: into the process's receive ring, then the stub hears."""
+        try:
+            _walk(ring_pieces(self.rbuf, self.rpos, n), skel.rx.used_views(n), self._store)
+        except OSError as exc:   # the process's memory is gone (it ended), or m is; the
+            skel._fail(exc.errno or errno.EIO)   # skeleton reads no more, so never delivers
+            return
+        skel.rx.drop(n)
+        self.rpos += n
+        self.net.push(skel, self.data_op, SK_N.pack(skel.stub, n))
+
+    def _store(self, addr: int, data: memoryview) -> None:
+        """dDDIO: data into the process's extCache lines at addr (write-allocate)."""
+        xc, pid = self.xc, self.pid
+        done = xc.write_from(-1, pid, addr, data)
+        while done < len(data):
+            self._allocate((addr + done) // xc.line_size)
+            done += xc.write_from(-1, pid, addr + done, data[done:])
+        self.net.counts["ddio_extcache_bytes"] += len(data)
+
+    def _allocate(self, vpage: int) -> None:
+        """Install a line of the receive ring (its old bytes are not needed)."""
+        xc = self.xc
+        victim = xc.miss_begin(-1, self.pid, vpage)
+        if victim is None:
+            return   # cached after all
+        vpid, vhome, vvpage = victim
+        try:
+            if vpid:
+                self.net.ep.call(self.memory.m_ids[vhome], Op.M_WRITEBACK,
+                                 pack_writeback(vpid, [vvpage], [xc.victim_buf]), serve=False)
+            xc.miss_end(-1, self.pid, vpage, self.home_index, None)
+        except BaseException:
+            xc.miss_abort(self.pid, vpage)
+            raise
 
     # ---- send -----------------------------------------------------------------------
     def load(self, skel: Any, n: int) -> None:
@@ -81,32 +121,30 @@ class Ddio:
         skel.flush()
 
     def pull(self, skel: Any, everything: bool = False) -> int:
-        """Move the stub's sent bytes out of its send ring into tx, as far as tx has
+        """Copy the stub's sent bytes out of its send ring into tx, as far as tx has
         room; everything: all of them, parking what tx cannot take yet (the stub
         closes, or its process ended: the ring goes away). Returns how many bytes
         left the ring."""
         if self.parked:
             del self.parked[:skel.tx.put(self.parked)]
-        k = self.pending if everything else 0 if self.parked else min(self.pending,
-                                                                        skel.tx.space)
-        if not k:
-            return 0
-        data = bytearray(k)
+        k = 0 if self.parked else min(self.pending, skel.tx.space)
+        rest = self.pending - k if everything else 0
         try:
-            at = 0
-            for addr, m in ring_pieces(self.tbuf, self.tpos, k):
-                self._fetch(addr, memoryview(data)[at:at + m])
-                at += m
+            if k:
+                _walk(ring_pieces(self.tbuf, self.tpos, k), skel.tx.free_views(k), self._fetch)
+                skel.tx.commit(k)
+            if rest:
+                park = bytearray(rest)
+                _walk(ring_pieces(self.tbuf, self.tpos + k, rest), [memoryview(park)],
+                      self._fetch)
+                self.parked += park
         except OSError as exc:   # the process's memory is gone: the stream cannot go on
             self.pending = 0
             skel._fail(exc.errno or errno.EIO)
             return 0
-        self.tpos += k
-        self.pending -= k
-        put = skel.tx.put(data)
-        if put < k:
-            self.parked += memoryview(data)[put:]
-        return k
+        self.tpos += k + rest
+        self.pending -= k + rest
+        return k + rest
 
     def _fetch(self, addr: int, out: memoryview) -> None:
         """out <- the process's bytes at addr: from its extCache lines, each line that
@@ -118,13 +156,31 @@ class Ddio:
             done += got
             if done < len(out):
                 k = min(len(out) - done, line - (addr + done) % line)
-                out[done:done + k] = self._dma_read(addr + done, k)
+                self._dma(addr + done, out[done:done + k], write=False)
                 self.net.counts["ddio_mcomponent_bytes"] += k
                 done += k
 
-    def _dma_read(self, addr: int, k: int) -> memoryview:
-        return self.net.ep.call(self.home, Op.M_DMA_READ, DMA.pack(self.pid, addr, k),
-                                serve=False)
+    def _dma(self, addr: int, buf: memoryview, write: bool) -> None:
+        """One-sided copy between buf and the process's bytes at its home's arena."""
+        reply = self.net.ep.call(self.home, Op.M_DMA_MAP,
+                                 DMA_MAP.pack(self.pid, addr, len(buf), int(write)), serve=False)
+        lease, count = DMA_LEASE.unpack_from(reply)
+        arena = self.memory.arena(self.home)
+        try:
+            at = 0
+            for i in range(count):
+                off, n = PIECE.unpack_from(reply, DMA_LEASE.size + i * PIECE.size)
+                if at + n > len(buf) or off + n > len(arena):
+                    raise OSError(errno.EPROTO, f"{self.home} mapped outside the arena")
+                if off < 0:
+                    buf[at:at + n] = bytes(n)   # never written: zeros
+                elif write:
+                    arena[off:off + n] = buf[at:at + n]
+                else:
+                    buf[at:at + n] = arena[off:off + n]
+                at += n
+        finally:
+            self.net.ep.send(self.home, Op.M_DMA_DONE, SK.pack(lease))
 
     def confirm(self, skel: Any, n: int) -> None:
         self.net.push(skel, Op.STUB_SENT, SK_N.pack(skel.stub, n))
@@ -140,43 +196,54 @@ class Ddio:
 class Dma(Ddio):
     name = "dma"
     send_op = Op.N_SEND_DMA
+    data_op = Op.STUB_DATA_DMA
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._write_msg = memoryview(bytearray(_WRITE_AT + NCOMPONENT_RING_BYTES))
-
-    def deliver(self, skel: Any, n: int) -> None:
-        """Each piece goes from rx straight into an M_DMA_WRITE built in a buffer this
-        path reuses (FIT header room first: Endpoint.call(..., room=True))."""
-        try:
-            for addr, length in ring_pieces(self.rbuf, self.rpos, n):
-                msg = self._write_msg[:_WRITE_AT + length]
-                DMA.pack_into(msg, HEADER_SIZE, self.pid, addr, length)
-                skel.rx.get_into(msg[_WRITE_AT:])
-                self.net.ep.call(self.home, Op.M_DMA_WRITE, msg, serve=False, room=True)
-        except OSError as exc:   # the process's memory is gone (it ended), or m is; the
-            skel._fail(exc.errno or errno.EIO)   # skeleton reads no more, so never delivers
-            return
-        self.rpos += n
-        self.net.push(skel, Op.STUB_DATA_DMA, SK_N.pack(skel.stub, n))
+    def _store(self, addr: int, data: memoryview) -> None:
+        self._dma(addr, data, write=True)
 
     def _fetch(self, addr: int, out: memoryview) -> None:
-        out[:] = self._dma_read(addr, len(out))
+        self._dma(addr, out, write=False)
 
 
-class ExtCaches:
-    """The pComponents' extCache segments, mapped by the nMonitor for dDDIO (one
-    host: a segment is a file under /dev/shm, named by the run directory)."""
+class RackMemory:
+    """The regions an nMonitor maps, each once: pComponents' extCaches (dDDIO) and
+    mComponents' arenas (dDMA), and the mComponent ids in the order extCache tags
+    name homes by."""
 
-    def __init__(self, run_dir: str):
-        self.run = RunDir.at(run_dir)
-        self._open: dict[str, ExtCache] = {}
+    def __init__(self, ep: Any, run_dir: str):
+        self.ep = ep
+        with open(os.path.join(run_dir, "spec.json")) as f:
+            spec = json.load(f)
+        self.m_ids = [c["id"] for c in spec["components"] if c["kind"] == "m"]
+        self._extcaches: dict[str, ExtCache] = {}
+        self._arenas: dict[str, memoryview] = {}
 
-    def of(self, pcomponent: str) -> ExtCache:
-        xc = self._open.get(pcomponent)
+    def extcache(self, pcomponent: str) -> ExtCache:
+        xc = self._extcaches.get(pcomponent)
         if xc is None:
-            path = self.run.extcache_path(pcomponent)
-            if not os.path.exists(path):
-                raise OSError(errno.EHOSTUNREACH, f"no extCache of {pcomponent} on this host")
-            xc = self._open[pcomponent] = ExtCache.open(path)
+            xc = self._extcaches[pcomponent] = ExtCache.open(
+                self.ep.map_region(pcomponent, "extcache"))
         return xc
+
+    def arena(self, home: str) -> memoryview:
+        view = self._arenas.get(home)
+        if view is None:
+            view = self._arenas[home] = memoryview(self.ep.map_region(home, "arena"))
+        return view
+
+
+def _walk(pieces: list[tuple[int, int]], views: list[memoryview],
+          fn: Callable[[int, memoryview], None]) -> None:
+    """fn(address, view) for each stretch where the ring pieces (address, length) and
+    the views (in order, the same number of bytes in all) overlap."""
+    vi = voff = 0
+    for addr, length in pieces:
+        while length:
+            view = views[vi]
+            k = min(length, len(view) - voff)
+            fn(addr, view[voff:voff + k])
+            addr += k
+            length -= k
+            voff += k
+            if voff == len(view):
+                vi, voff = vi + 1, 0

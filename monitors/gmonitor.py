@@ -2,6 +2,12 @@
 
 It is the rack's directory: every monitor registers here at start (REGISTER)
 and any endpoint resolves a component id to its inbox address here (RESOLVE).
+On shm it is also where identities start: a component may register only
+itself, only once, only an id of the spec, and only if the kernel says the
+registering process is a sibling of global (both started by the launcher);
+the address it registers names its own pid (shm://PATH#PID), which is what
+every other endpoint then checks a link from that id against. A client's
+registration ends with its process.
 Placement policies live in registry.py (GPM, GMM, GSM) and gnm/ (GNM); this
 file only maps ops (docs/protocol.md, 0x02xx) onto them.
 """
@@ -11,8 +17,11 @@ import json
 import os
 from typing import Any
 
-from fit_rpc import GLOBAL_ID, Op
+import psutil
+
+from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import handler, need
+from fit_rpc.identity import address_pid, is_component
 from gnm import NicAllocator, NicRegistry
 from monitors.core import Monitor
 from monitors.registry import Component, Registry
@@ -27,10 +36,13 @@ class GlobalMonitor(Monitor):
         self.registry = Registry()
         self.nics = NicRegistry()
         self.allocator = NicAllocator(self.rack["nic_policy"], self.nics, self._configured_nics())
+        self.spec_ids = {c["id"] for c in self._spec()["components"]}
+        self.ep.on(Op.REGISTER, self.register_component)
+        self.ep.on(Op.LOAD_REPORT, self.load_report)
+        self.ep.on(Op.UNREGISTER, self.unregister_client)
+        self.ep.on_peer_gone.append(self._client_gone)
         for op, fn in (
-            (Op.REGISTER, self.register_component), (Op.RESOLVE, self.resolve),
-            (Op.LIST, self.list_components), (Op.LOAD_REPORT, self.load_report),
-            (Op.UNREGISTER, self.unregister_client),
+            (Op.RESOLVE, self.resolve), (Op.LIST, self.list_components),
             (Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
             (Op.GSM_LOOKUP, self.gsm_lookup), (Op.GNM_OWNER, self.gnm_owner),
             (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip), (Op.GNM_ALLOCATE, self.gnm_allocate),
@@ -44,36 +56,86 @@ class GlobalMonitor(Monitor):
         return {"registered": sorted(self.registry.components), "nics": self.nics.by_component(),
                 "nic_policy": self.allocator.policy, "nic_loads": self.allocator.loads()}
 
+    def vouch(self, peer: str, pid: int | None) -> bool | None:
+        """A component id is believed if registered with this pid; an id not yet
+        registered may only register itself (checked there): ask again next time."""
+        if pid is None or not is_component(peer):
+            return super().vouch(peer, pid)
+        known = self.registry.components.get(peer)
+        return None if known is None else known.pid == pid
+
+    def vouch_process(self, peer: str, pid: int) -> bool:
+        """A process asks global before it attaches to its pComponent (where is pN?):
+        its pid, checked at the rendezvous, is all global needs."""
+        return True
+
+    def _spec(self) -> dict[str, Any]:
+        with open(os.path.join(os.getcwd(), "spec.json")) as f:  # monitors run in the run dir
+            return json.load(f)
+
     def _configured_nics(self) -> dict[str, str]:
         """Each pComponent's NIC from the spec ([[pcomponent]] nic), if it has one."""
-        with open(os.path.join(os.getcwd(), "spec.json")) as f:  # monitors run in the run dir
-            spec = json.load(f)
-        return {c["id"]: c["nic"] for c in spec["components"] if c["kind"] == "p" and c.get("nic")}
+        return {c["id"]: c["nic"] for c in self._spec()["components"]
+                if c["kind"] == "p" and c.get("nic")}
 
-    def register_component(self, args: dict[str, Any], data: memoryview) -> None:
+    def register_component(self, msg: Message) -> bytes:
+        args, _ = msg.args()
         cid, kind = need(args, "id", str), need(args, "kind", str)
+        address, pid = need(args, "address", str), need(args, "pid", int)
+        resources = need(args, "resources", dict)
         if kind == "client":  # an endpoint outside the components that wants to be called
             known = self.registry.components.get(cid)
             if known is not None and known.kind != "client":
                 raise OSError(errno.EEXIST, f"{cid!r} is a component id")
         elif kind not in _KINDS or not cid.startswith(kind):
             raise OSError(errno.EINVAL, f"bad component id/kind {cid!r}/{kind!r}")
-        resources = need(args, "resources", dict)
         if kind == "m" and (not isinstance(resources.get("memory"), int)
                             or resources["memory"] <= 0):
             raise OSError(errno.EINVAL, f"{cid}: resources.memory must be a positive int")
+        self._check_registrant(msg, cid, kind, address, pid)
         if kind == "n":
             self.nics.register(cid, need(resources, "nics", list))
-        self.registry.add(Component(cid, kind, need(args, "address", str),
-                                    need(args, "pid", int), resources))
-        self.log.info("registered %s at %s", cid, args["address"])
+        self.registry.add(Component(cid, kind, address, pid, resources))
+        self.log.info("registered %s at %s", cid, address)
+        return codec.encode()
 
-    def unregister_client(self, args: dict[str, Any], data: memoryview) -> None:
-        """Clients leave the directory when they close; components never do."""
+    def _check_registrant(self, msg: Message, cid: str, kind: str, address: str,
+                          pid: int) -> None:
+        """The kernel's word on who registers (shm; zmq vouches for nobody)."""
+        if msg.pid is None:
+            return
+        why = None
+        if msg.src != cid or msg.pid != pid:
+            why = f"{msg.src} (pid {msg.pid}) may register only itself"
+        elif address.startswith("shm://") and address_pid(address) != pid:
+            why = f"{address} is not the address of pid {pid}"
+        elif kind != "client":
+            if cid not in self.spec_ids:
+                why = f"{cid} is no component of this rack's spec"
+            elif cid in self.registry.components:
+                why = f"{cid} is registered already"
+            elif _parent(pid) != os.getppid():
+                why = f"pid {pid} was not started by this rack's launcher"
+        if why is not None:
+            self.ep.counters.error("forged")
+            raise PermissionError(errno.EPERM, why)
+
+    def unregister_client(self, msg: Message) -> bytes:
+        """Clients leave the directory when they close (or their process ends);
+        components never do."""
+        args, _ = msg.args()
         component = self.registry.get(need(args, "id", str))
         if component.kind != "client":
             raise OSError(errno.EPERM, f"{component.id} is a component, not a client")
+        if msg.pid is not None and component.id != msg.src:
+            raise OSError(errno.EPERM, f"{msg.src} may not unregister {component.id}")
         del self.registry.components[component.id]
+        return codec.encode()
+
+    def _client_gone(self, peer: str) -> None:
+        known = self.registry.components.get(peer)
+        if known is not None and known.kind == "client":
+            del self.registry.components[peer]
 
     def resolve(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"address": self.registry.get(need(args, "id", str)).address}
@@ -81,8 +143,11 @@ class GlobalMonitor(Monitor):
     def list_components(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"components": [c.as_dict() for c in self.registry.components.values()]}
 
-    def load_report(self, args: dict[str, Any], data: memoryview) -> None:
+    def load_report(self, msg: Message) -> None:
+        args, _ = msg.args()
         component = self.registry.get(need(args, "id", str))
+        if msg.pid is not None and component.id != msg.src:   # (zmq vouches for nobody)
+            raise OSError(errno.EPERM, f"{msg.src} may not report the load of {component.id}")
         load = need(args, "load", dict)
         if component.kind == "n" and "nics" in load:  # validated before anything is stored
             self.allocator.report(component.id, load["nics"])
@@ -106,6 +171,13 @@ class GlobalMonitor(Monitor):
     def gnm_allocate(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         ip = self.allocator.allocate(need(args, "process", str))
         return {"ip": ip, "id": self.nics.owner(ip)}
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
 
 
 __all__ = ["GlobalMonitor"]

@@ -12,27 +12,38 @@ Serves (docs/protocol.md, 0x04xx):
 - M_FETCH             several consecutive lines (a miss that reads ahead);
 - M_WRITEBACK         lines into frames, a frame allocated on first write-back;
 - M_RELEASE           everything of a process (it ended; sent by its pMonitor);
-- M_DMA_READ / M_DMA_WRITE
-                      byte ranges of a process's memory for an nComponent's
-                      dDMA engine (the DMA socket path); only nComponents may.
+- M_DMA_MAP / M_DMA_DONE
+                      dDMA (the DMA socket path): where a byte range of a
+                      process's memory lies in the arena, which is a FIT region
+                      only nComponents may map (fit_rpc/regions.py); they then
+                      copy to or from it themselves, as an RDMA READ or WRITE
+                      would. The frames stay pinned (not reused, even if freed
+                      meanwhile) until M_DMA_DONE, or DMA_LEASE_S at most.
 A process reaches only its own pages: the request's pid must be the sender's
-(endpoint id "pN.PID"), and an address outside its regions is EFAULT. A dirty
-victim of another process of the same pComponent is accepted (the extCache is
-shared); one whose region is gone is dropped and counted.
+(endpoint id "pN.PID", its pid vouched for by the kernel and its pComponent),
+and an address outside its regions is EFAULT. A dirty victim of another
+process of the same pComponent is accepted (the extCache is shared), and so is
+one an nComponent evicted while writing received bytes into the extCache
+(dDDIO); one whose region is gone is dropped and counted.
 """
 
 import errno
 import functools
-import mmap
+import itertools
+import time
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
-from fit_rpc.netpath import DMA
+from fit_rpc.identity import kind_of
+from fit_rpc.netpath import DMA_LEASE, DMA_MAP, PIECE, SK
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, unpack_writeback
 from monitors.address_space import AddressSpace
 from monitors.core import Monitor
+
+DMA_MAX_BYTES = 1 << 20   # one M_DMA_MAP covers at most this much
+DMA_LEASE_S = 5.0         # pinned frames are freed at the latest this long after M_DMA_MAP
 
 
 class MMonitor(Monitor):
@@ -41,23 +52,28 @@ class MMonitor(Monitor):
     def setup(self) -> None:
         self.line = self.rack["line"]
         self.memory = self.config["memory"]
-        self.arena = mmap.mmap(-1, self.memory)    # the physical memory, reserved now
+        # the physical memory, reserved now: a region only nComponents may map (dDMA)
+        self.arena = self.ep.region("arena", self.memory, lambda peer, pid: kind_of(peer) == "n")
         self.view = memoryview(self.arena)
+        self.pins: dict[int, int] = {}                # frame -> leases holding it
+        self.leases: dict[int, tuple[float, list[int]]] = {}   # lease -> (when, frames)
+        self.unpinned: set[int] = set()               # freed while pinned: freed at unpin
+        self._lease_ids = itertools.count(1)
         self.next_frame = 0
         self.free_frames: list[int] = []
         self.spaces: dict[int, AddressSpace] = {}
         self.zero = bytes(self.line)
         self.counts = {"misses": 0, "zero_misses": 0, "writebacks": 0, "victims": 0,
                        "victims_dropped": 0, "frames_used": 0, "dma_read_bytes": 0,
-                       "dma_write_bytes": 0}
+                       "dma_write_bytes": 0, "dma_leases_expired": 0}
         self.ep.on(Op.M_ALLOC, self.m_alloc)
         self.ep.on(Op.M_FREE, self.m_free)
         self.ep.on(Op.M_MISS, self.m_miss)
         self.ep.on(Op.M_FETCH, self.m_fetch)
         self.ep.on(Op.M_WRITEBACK, self.m_writeback)
         self.ep.on(Op.M_RELEASE, self.m_release)
-        self.ep.on(Op.M_DMA_READ, self.m_dma_read)
-        self.ep.on(Op.M_DMA_WRITE, self.m_dma_write)
+        self.ep.on(Op.M_DMA_MAP, self.m_dma_map)
+        self.ep.on(Op.M_DMA_DONE, self.m_dma_done)
 
     def resources(self) -> dict[str, Any]:
         return {"memory": self.config["memory"]}
@@ -66,10 +82,16 @@ class MMonitor(Monitor):
         return {"memory": {**self.counts, "processes": len(self.spaces),
                            "reserved": self._reserved(), "arena": self.memory}}
 
+    def tick(self) -> None:
+        now = time.monotonic()
+        for lease, (when, _) in list(self.leases.items()):
+            if now - when > DMA_LEASE_S:   # its nComponent never said it was done
+                self.counts["dma_leases_expired"] += 1
+                self._unpin(lease)
+
     def close(self) -> None:
-        super().close()
         self.view.release()
-        self.arena.close()
+        super().close()
 
     # ---- ops ----------------------------------------------------------------------
     def m_alloc(self, msg: Message) -> bytes:
@@ -159,42 +181,58 @@ class MMonitor(Monitor):
             self._report_load()
         return codec.encode()
 
-    def m_dma_read(self, msg: Message) -> bytearray:
-        pid, addr, n = self._dma_request(msg)
-        out = bytearray(n)
-        for vpage, lo, hi, at in self._pieces(self._space(pid), addr, n):
-            frame = self._space(pid).pages.get(vpage)
-            if frame is not None:   # a page never written reads as zeros
-                base = frame * self.line
-                out[at:at + hi - lo] = self.view[base + lo:base + hi]
-        self.counts["dma_read_bytes"] += n
-        return out
-
-    def m_dma_write(self, msg: Message) -> bytes:
-        pid, addr, n = self._dma_request(msg)
-        data = msg.payload[DMA.size:]
-        if len(data) != n:
-            raise MalformedMessage(f"M_DMA_WRITE of {n} bytes carries {len(data)}")
+    def m_dma_map(self, msg: Message) -> bytes:
+        """Where [addr, addr+n) of a process lies in the arena: DMA_LEASE, then PIECEs
+        (contiguous frames merged). write: frames are taken (zeroed) for pages that
+        have none. The frames stay pinned until M_DMA_DONE of the lease."""
+        if kind_of(msg.src) != "n":
+            raise OSError(errno.EPERM, f"{msg.src} is no nComponent: only dDMA engines may")
+        if len(msg.payload) != DMA_MAP.size:
+            raise MalformedMessage(f"M_DMA_MAP of {len(msg.payload)} bytes")
+        pid, addr, n, write = DMA_MAP.unpack_from(msg.payload)
+        if not 0 < n <= DMA_MAX_BYTES:
+            raise OSError(errno.EINVAL, f"dDMA of {n} bytes: 1 to {DMA_MAX_BYTES} at a time")
         space = self._space(pid)
-        for vpage, lo, hi, at in self._pieces(space, addr, n):
+        pieces: list[list[int]] = []
+        frames = []
+        for vpage, lo, hi, _ in self._pieces(space, addr, n):
             frame = space.pages.get(vpage)
-            if frame is None:
+            if frame is None and write:
                 frame = space.pages[vpage] = self._take_frame()
                 self.view[frame * self.line:(frame + 1) * self.line] = self.zero
-            base = frame * self.line
-            self.view[base + lo:base + hi] = data[at:at + hi - lo]
-        self.counts["dma_write_bytes"] += n
-        return b""
+            at = -1 if frame is None else frame * self.line + lo
+            if frame is not None:
+                frames.append(frame)
+            last = pieces[-1] if pieces else None
+            if last is not None and at >= 0 and last[0] >= 0 and last[0] + last[1] == at:
+                last[1] += hi - lo
+            elif last is not None and at < 0 and last[0] < 0:
+                last[1] += hi - lo
+            else:
+                pieces.append([at, hi - lo])
+        lease = next(self._lease_ids)
+        self.leases[lease] = (time.monotonic(), frames)
+        for frame in frames:
+            self.pins[frame] = self.pins.get(frame, 0) + 1
+        self.counts["dma_write_bytes" if write else "dma_read_bytes"] += n
+        return DMA_LEASE.pack(lease, len(pieces)) + b"".join(PIECE.pack(*p) for p in pieces)
 
-    def _dma_request(self, msg: Message) -> tuple[int, int, int]:
-        if not _is_ncomponent(msg.src):
-            raise OSError(errno.EPERM, f"{msg.src} is no nComponent: only dDMA engines may")
-        if len(msg.payload) < DMA.size:
-            raise MalformedMessage("dDMA request shorter than its header")
-        pid, addr, n = DMA.unpack_from(msg.payload)
-        if n > 1 << 20:
-            raise OSError(errno.EINVAL, f"dDMA of {n} bytes: at most 1 MiB at a time")
-        return pid, addr, n
+    def m_dma_done(self, msg: Message) -> None:
+        if kind_of(msg.src) != "n" or len(msg.payload) != SK.size:
+            raise OSError(errno.EPERM, "not a dDMA engine's M_DMA_DONE")
+        self._unpin(SK.unpack_from(msg.payload)[0])
+
+    def _unpin(self, lease: int) -> None:
+        _, frames = self.leases.pop(lease, (0.0, []))
+        for frame in frames:
+            left = self.pins[frame] - 1
+            if left:
+                self.pins[frame] = left
+                continue
+            del self.pins[frame]
+            if frame in self.unpinned:
+                self.unpinned.discard(frame)
+                self.free_frames.append(frame)
 
     def _pieces(self, space: AddressSpace, addr: int, n: int) -> list[tuple[int, int, int, int]]:
         """[addr, addr+n) cut at page boundaries: (vpage, from, to, offset in the range);
@@ -218,7 +256,8 @@ class MMonitor(Monitor):
 
     def _store_victim(self, msg: Message, vpid: int, vvpage: int, data: memoryview) -> None:
         space = self.spaces.get(vpid)
-        if space is None or space.pcomponent != _pcomponent(msg.src):
+        if space is None or (space.pcomponent != _pcomponent(msg.src)
+                             and kind_of(msg.src) != "n"):   # dDDIO evicts for any process
             self.counts["victims_dropped"] += 1  # its process ended; nobody will read it
             return
         try:
@@ -241,7 +280,13 @@ class MMonitor(Monitor):
         return frame
 
     def _free_frames(self, frames: list[int]) -> None:
-        self.free_frames.extend(frames)
+        """Frames back to the free list; a pinned one once its dDMA is done (an
+        nComponent may be copying into it: it must not become another's)."""
+        for frame in frames:
+            if frame in self.pins:
+                self.unpinned.add(frame)
+            else:
+                self.free_frames.append(frame)
         self.counts["frames_used"] -= len(frames)
 
     def _space(self, pid: int) -> AddressSpace:
@@ -261,11 +306,6 @@ class MMonitor(Monitor):
     def _report_load(self) -> None:
         self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
                      codec.encode({"id": self.id, "load": {"used": self._reserved()}}))
-
-
-def _is_ncomponent(src: str) -> bool:
-    """Component ids name their kind first (n0); a process's endpoint is "pN.PID"."""
-    return src.startswith("n") and "." not in src
 
 
 def _pcomponent(src: str) -> str:

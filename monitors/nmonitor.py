@@ -1,14 +1,17 @@
 """The nMonitor: the network component nN.
 
 At setup it registers its NICs (IPv4 addresses) with GNM and maps its DRAM;
-dDDIO maps each pComponent's extCache when a socket there first needs it.
+the data paths map the FIT regions they copy to and from (a pComponent's
+extCache, an mComponent's arena: data_paths.py) when a socket first needs them.
 Then one loop (serve) waits on its FIT inbox and every kernel socket its
-bsdSocketSkeletons own, with one epoll (the inbox through ZeroMQ's ZMQ_FD, read
-as ZeroMQ asks: drain while ZMQ_EVENTS says POLLIN): a stub's message and a
-kernel event are handled by the same thread, in arrival order.
+bsdSocketSkeletons own, with one epoll: the inbox through the endpoint's
+readiness fd (arm, sleep, disarm: fit_rpc/transport.py), after spinning for
+rack.poll_us like every FIT waiter. A stub's message and a kernel event are
+handled by the same thread, in arrival order.
 
 Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
-    N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it)
+    N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it;
+                `inbox` must be the sender's own: EPERM otherwise)
     N_LISTEN    {sk, backlog}
     N_CONNECT   {sk | src+opts+inbox+stub, dst, timeout, buffers} -> {sk, local} when
                 the kernel's handshake was done inside connect() (loopback), else
@@ -34,13 +37,12 @@ import socket
 import time
 from typing import Any
 
-import zmq
-
 from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
+from fit_rpc.identity import address_pid
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.core import Monitor
-from monitors.data_paths import Ddio, Dma, ExtCaches
+from monitors.data_paths import Ddio, Dma, RackMemory
 from monitors.proxy import Proxy
 from monitors.skeleton import Skeleton
 from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
@@ -58,7 +60,7 @@ class NMonitor(Monitor):
         self.by_fd: dict[int, Skeleton] = {}
         self.masks: dict[int, int] = {}
         self.epoll = select.epoll()
-        self.extcaches = ExtCaches(os.getcwd())   # monitors run in the run directory
+        self.memory = RackMemory(self.ep, os.getcwd())   # monitors run in the run directory
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
@@ -89,25 +91,45 @@ class NMonitor(Monitor):
 
     # ---- the loop: FIT inbox and kernel sockets ------------------------------------------
     def serve(self) -> None:
-        inbox, serve, clock = self.ep.pollable, self.ep.serve, time.monotonic
-        inbox_fd = inbox.getsockopt(zmq.FD)
-        self.epoll.register(inbox_fd, _IN)
-        events, poll, kernel_event = zmq.EVENTS, self.epoll.poll, self._kernel_event
+        ep, clock, yield_cpu = self.ep, time.monotonic, os.sched_yield
+        bell = ep.fileno()
+        self.epoll.register(bell, _IN)
+        poll, spin = self.epoll.poll, self.rack["poll_us"] / 1e6
         next_tick = clock() + MONITOR_IDLE_CHECK_S
+        idle_since: float | None = None
         while True:
             served = 0
-            while served < _INBOX_BATCH and inbox.getsockopt(events) & 1:   # 1: POLLIN
-                serve(0)
+            while served < _INBOX_BATCH and ep.serve(0):
                 served += 1
-            wait = 0.0 if served == _INBOX_BATCH else max(0.0, next_tick - clock())
-            self.stale.clear()
-            for fd, ev in poll(wait):
-                if fd != inbox_fd and fd not in self.stale:
-                    kernel_event(fd, ev)
-            if clock() >= next_tick:
+            busy = served > 0 or self._kernel_events(poll(0), bell)
+            now = clock()
+            if now >= next_tick:
                 if self._tick():
                     return
-                next_tick = clock() + MONITOR_IDLE_CHECK_S
+                next_tick = now + MONITOR_IDLE_CHECK_S
+            if busy:
+                idle_since = None
+                continue
+            if idle_since is None:
+                idle_since = now
+            if now - idle_since < spin:   # a message or a kernel event is likely soon
+                yield_cpu()
+                continue
+            if ep.arm():   # nothing waits in the inbox: sleep on both
+                events = poll(max(0.0, next_tick - now))
+                ep.disarm()
+                self._kernel_events(events, bell)
+            idle_since = None
+
+    def _kernel_events(self, events: list[tuple[int, int]], bell: int) -> bool:
+        """Handle one poll round's events; whether there was any (the bell's too)."""
+        self.stale.clear()
+        for fd, ev in events:
+            if fd == bell:
+                self.ep.disarm()   # rung while we were awake: drain it, look again
+            elif fd not in self.stale:
+                self._kernel_event(fd, ev)
+        return bool(events)
 
     def _kernel_event(self, fd: int, ev: int) -> None:
         skel = self.by_fd.get(fd)
@@ -222,7 +244,7 @@ class NMonitor(Monitor):
     # ---- ops: creating skeletons -----------------------------------------------------------
     def n_bind(self, msg: Message) -> bytes:
         args, _ = msg.args()
-        self.ep.add_peer(msg.src, need(args, "inbox", str))
+        self._inbox(msg, args)
         socks, port = self.proxy.bound(need(args, "ip", str), need(args, "port", int),
                                        args.get("opts", []), bool(args.get("loopback")))
         skel = self._new(msg.src, socks)
@@ -249,7 +271,7 @@ class NMonitor(Monitor):
 
     def _connect(self, msg: Message, args: dict[str, Any], stub: int) -> Skeleton:
         ip, port = need(args, "dst", list)
-        self.ep.add_peer(msg.src, need(args, "inbox", str))
+        self._inbox(msg, args)
         if "sk" in args:
             skel = self._own(msg, need(args, "sk", int))
             if skel.listening or skel.rx is not None:
@@ -355,6 +377,15 @@ class NMonitor(Monitor):
             skel.close()   # as the kernel does at exit: what was sent still leaves
 
     # ---- internals --------------------------------------------------------------------------
+    def _inbox(self, msg: Message, args: dict[str, Any]) -> str:
+        """The stub's process's inbox, where pushes go: its own, or EPERM."""
+        inbox = need(args, "inbox", str)
+        if msg.pid is not None and address_pid(inbox) != msg.pid:
+            self.ep.counters.error("forged")
+            raise OSError(errno.EPERM, f"{inbox} is not the inbox of {msg.src}")
+        self.ep.add_peer(msg.src, inbox)
+        return inbox
+
     def _new(self, owner: str, socks: list[socket.socket]) -> Skeleton:
         self._next_sk = self._next_sk % 0xFFFFFFFF + 1
         skel = Skeleton(self, self._next_sk, owner, socks)
@@ -365,14 +396,15 @@ class NMonitor(Monitor):
 
     def _start(self, skel: Skeleton, buffers: dict[str, Any]) -> None:
         mode = need(buffers, "mode", str)
-        rings = (_pid(skel.owner), need(buffers, "home", str),
-                 tuple(need(buffers, "rbuf", list)), tuple(need(buffers, "tbuf", list)))
-        if mode == "dma":
-            path: Any = Dma(self, *rings)
-        elif mode == "ddio":
-            path = Ddio(self, *rings, self.extcaches.of(skel.owner.partition(".")[0]))
-        else:
+        kinds = {"dma": Dma, "ddio": Ddio}
+        if mode not in kinds:
             raise OSError(errno.EINVAL, f"no data path {mode!r} (dma, ddio)")
+        home = need(buffers, "home", str)
+        if home not in self.memory.m_ids:
+            raise OSError(errno.EINVAL, f"{home!r} is no mComponent")
+        pcomponent, _, pid = skel.owner.partition(".")
+        path = kinds[mode](self, int(pid), pcomponent, home, tuple(need(buffers, "rbuf", list)),
+                           tuple(need(buffers, "tbuf", list)))
         rx, tx = self.proxy.rings()
         skel.start(rx, tx, path, need(buffers, "window", int))
 
@@ -426,6 +458,3 @@ def _handshake(sock: socket.socket) -> int | None:
         return None
     return 0
 
-
-def _pid(owner: str) -> int:
-    return int(owner.partition(".")[2])

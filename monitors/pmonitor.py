@@ -1,24 +1,29 @@
 """The pMonitor: the processor component pN.
 
 It owns the pComponent's extCache, a shared-memory segment (native/extcache.c)
-that every emulated process of pN maps, and it runs those processes:
+that every emulated process of pN maps, and it runs those processes. The
+segment is a FIT region (fit_rpc/regions.py) named "extcache", granted to the
+processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
 
 - launch: `splitrack run` hands it argv, environment, working directory and
   its stdin/stdout/stderr over a Unix socket (RUN_DIR/pN.spawn; file
   descriptors cannot cross ZeroMQ). The pMonitor starts the program as its own
   child with the rack runtime's environment (SPLITRACK_PCOMPONENT,
-  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK,
+  SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_POLL_US, SPLITRACK_LOOPBACK,
   SPLITRACK_SHORTCUTS, SPLITRACK_PACKING, and the drop-in socket module on
   PYTHONPATH), answers its PID, and, when it
   ends, its exit status. One thread per launched program does only that.
 - track: a process announces itself with P_ATTACH when it first uses rack
-  memory (a launched one, or any local process that attaches explicitly). Every
+  memory (a launched one, or any local process that attaches explicitly; not
+  one that descends from another pComponent's pMonitor). P_VOUCH tells other
+  components whether a pid is one of pN's processes (identities). Every
   MONITOR_IDLE_CHECK_S the pMonitor looks for tracked processes that ended
   (exit or crash) and releases all they held: first their sockets at every
   nComponent (N_RELEASE, a call: the skeletons take what the process sent
   out of its memory), then their extCache lines (dropped, not written back),
-  their counter slot, and their pages at every mComponent (M_RELEASE).
-Ops: P_ATTACH, P_PROCESSES (docs/protocol.md, 0x03xx). Counters: STATS
+  their counter slot, and their pages at every mComponent (M_RELEASE); and
+  the process's rendezvous socket, if it left one.
+Ops: P_ATTACH, P_PROCESSES, P_VOUCH (docs/protocol.md, 0x03xx). Counters: STATS
 carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
 process and in total.
 """
@@ -35,10 +40,11 @@ import psutil
 
 from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
+from fit_rpc.identity import address_pid, kind_of, process_of
 from monitors.core import Monitor
 from native.extcache import ExtCache
 from splitrack.params import FIT_CALL_TIMEOUT_S
-from splitrack.rundir import RunDir, identify
+from splitrack.rundir import identify
 
 _SPAWN_MAX_BYTES = 1 << 20
 _DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -51,10 +57,10 @@ class PMonitor(Monitor):
 
     def setup(self) -> None:
         self.run_dir = os.getcwd()  # the launcher starts monitors in the run directory
-        path = RunDir.at(self.run_dir).extcache_path(self.id)
-        if os.path.exists(path):
-            os.unlink(path)  # left by a crashed rack of this run directory
-        self.xc = ExtCache.create(path, self.config["extcache"], self.rack["line"],
+        size = ExtCache.segment_size(self.config["extcache"], self.rack["line"],
+                                     self.config["ways"])
+        self.xc = ExtCache.create(self.ep.region("extcache", size, self._may_map),
+                                  self.config["extcache"], self.rack["line"],
                                   self.config["ways"], self.config["eviction"])
         self.m_ids = self._ids("m")
         self.n_ids = self._ids("n")
@@ -63,8 +69,10 @@ class PMonitor(Monitor):
         self.released = 0
         self._reported = 0    # the process count GPM last heard
         self._gone: set[str] = set()  # components that did not take a release (when stopping)
+        self._pmonitors: set[int] | None = None   # the other pComponents' pids
         self.ep.on(Op.P_ATTACH, self.p_attach)
         self.ep.on(Op.P_PROCESSES, self.p_processes)
+        self.ep.on(Op.P_VOUCH, self.p_vouch)
         self._spawn_sock = self._start_spawn_server()
 
     def resources(self) -> dict[str, Any]:
@@ -96,25 +104,60 @@ class PMonitor(Monitor):
             except subprocess.TimeoutExpired:
                 proc.kill()
         self.tick()
-        super().close()
         self.xc.close()
-        os.unlink(self.xc.path)
+        super().close()
+
+    # ---- identities ------------------------------------------------------------------
+    def vouch_process(self, peer: str, pid: int) -> bool:
+        """Our own processes are ours to judge (P_ATTACH); another pComponent's
+        process has no business here."""
+        return process_of(peer)[0] == self.id   # type: ignore[index]
+
+    def _may_map(self, peer: str, pid: int | None) -> bool:
+        """Who may map the extCache: our tracked processes, and the nComponents."""
+        if kind_of(peer) == "n":
+            return True
+        owner = process_of(peer)
+        return owner is not None and owner[0] == self.id and (pid is None or pid in self.tracked)
+
+    def _other_pmonitor(self, pid: int) -> bool:
+        """Does pid descend from another pComponent's pMonitor?"""
+        if self._pmonitors is None:
+            self._pmonitors = set()
+            for p in self._ids("p"):
+                if p != self.id:
+                    try:
+                        self._pmonitors.add(address_pid(self.ep.resolve(p)) or -1)
+                    except OSError:
+                        self._pmonitors = None   # not all up yet: look again next time
+                        return False
+        try:
+            return any(a.pid in self._pmonitors for a in psutil.Process(pid).parents())
+        except psutil.Error:
+            return False
 
     # ---- ops -----------------------------------------------------------------------
     def p_attach(self, msg: Message) -> bytes:
         args, _ = msg.args()
         pid = need(args, "pid", int)
-        if msg.src != f"{self.id}.{pid}":
+        if msg.src != f"{self.id}.{pid}" or (msg.pid is not None and msg.pid != pid):
             raise OSError(errno.EPERM, f"{msg.src} may not attach process {pid}")
+        if pid not in self.tracked and msg.pid is not None and self._other_pmonitor(pid):
+            self.ep.counters.error("forged")
+            raise OSError(errno.EPERM, f"process {pid} runs on another pComponent")
         try:
             self.tracked[pid] = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:
             raise OSError(errno.ESRCH, f"no process {pid}") from None
-        return codec.encode({"extcache": self.xc.path, "line": self.xc.line_size,
+        return codec.encode({"extcache": "extcache", "line": self.xc.line_size,
                              "m_ids": self.m_ids})
 
     def p_processes(self, msg: Message) -> bytes:
         return codec.encode({"processes": sorted(self.tracked)})
+
+    def p_vouch(self, msg: Message) -> bytes:
+        args, _ = msg.args()
+        return codec.encode({"member": need(args, "pid", int) in self.tracked})
 
     # ---- process exit ---------------------------------------------------------------
     def release(self, pid: int) -> None:
@@ -128,6 +171,9 @@ class PMonitor(Monitor):
         self.xc.slot_release(pid)
         for m in self.m_ids:
             self._release_at(m, Op.M_RELEASE, pid)
+        rendezvous = os.path.join(self.run_dir, f"{self.id}.{pid}.fit")
+        if os.path.exists(rendezvous):   # its process was killed before it could remove it
+            os.unlink(rendezvous)
         self.released += 1
         self.log.info("process %d ended: dropped %d extCache lines, released its pages "
                       "and sockets",
@@ -212,6 +258,7 @@ class PMonitor(Monitor):
         shortcuts = self.rack["shortcuts"] and request.get("shortcuts", True)
         env.update(SPLITRACK_PCOMPONENT=self.id, SPLITRACK_RUN_DIR=self.run_dir,
                    SPLITRACK_GLOBAL=self.global_address or "", SPLITRACK_MODE=mode,
+                   SPLITRACK_POLL_US=str(self.rack["poll_us"]),
                    SPLITRACK_LOOPBACK=self.rack["loopback"],
                    SPLITRACK_SHORTCUTS="1" if shortcuts else "0")
         if not request.get("packing", True):

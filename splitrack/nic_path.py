@@ -10,9 +10,10 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   N_SEND tells the skeleton how many; it reads them from those lines. DMA:
   they are written, the lines are flushed to the mComponent, and N_SEND_DMA
   tells the skeleton to load them from there (the paper's Fig. 5, steps 1-5).
-- receive, DDIO: the skeleton's bytes (STUB_DATA) are placed into the receive
-  ring's extCache lines. DMA: the skeleton wrote them into the mComponent
-  (STUB_DATA_DMA); the stale lines are dropped and the read misses to it.
+- receive, DDIO: the skeleton wrote the bytes into the receive ring's extCache
+  lines itself (dDDIO) and says how many (STUB_DATA); the read hits them. DMA:
+  the skeleton wrote them into the mComponent (STUB_DATA_DMA); the stale lines
+  are dropped and the read misses to it.
 - windows: at most a ring's worth unconsumed each way; consumed bytes go
   back as N_CREDIT in batches, sent ones come back as STUB_SENT once the
   skeleton has them in nComponent DRAM.
@@ -40,7 +41,7 @@ import time
 from typing import Any
 
 from fit_rpc import Op
-from fit_rpc.netpath import SK, SK_N, ring_pieces
+from fit_rpc.netpath import SK_N, ring_pieces
 from splitrack.params import (
     PACK_GAP_S,
     PACK_MAX_BYTES,
@@ -88,15 +89,11 @@ class NicPath:
         return k if view is not None else bytes(out)
 
     def pushed(self, op: int, payload: memoryview) -> None:
-        if op == Op.STUB_DATA:
-            data = payload[SK.size:]
-            self._ring_io(self.buffers["rbuf"], self.rtail, data, self.vm.write)
-            self.rtail += len(data)
-            self.stub._ring()
-        elif op == Op.STUB_DATA_DMA:
+        if op == Op.STUB_DATA or op == Op.STUB_DATA_DMA:   # n more bytes in the receive ring
             n = SK_N.unpack_from(payload)[1]
+            cached = op == Op.STUB_DATA   # dDDIO wrote the lines; dDMA wrote the home
             for addr, k in ring_pieces(self.buffers["rbuf"], self.rtail, n):
-                self.vm.written_elsewhere(addr, k)
+                self.vm.written_elsewhere(addr, k, cached)
             self.rtail += n
             self.stub._ring()
         elif op == Op.STUB_SENT:

@@ -16,6 +16,7 @@ failing monitor's last log lines. Monitors of a non-detached rack die with the
 process that started them (PR_SET_PDEATHSIG), so a killed test leaks nothing.
 """
 
+import json
 import logging
 import os
 import selectors
@@ -29,7 +30,12 @@ from typing import Any
 import psutil
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op, codec
-from splitrack.params import HEALTH_TIMEOUT_S, MONITOR_READY_TIMEOUT_S, MONITOR_STOP_GRACE_S
+from splitrack.params import (
+    FIT_POLL_US,
+    HEALTH_TIMEOUT_S,
+    MONITOR_READY_TIMEOUT_S,
+    MONITOR_STOP_GRACE_S,
+)
 from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify
 from splitrack.spec import RackSpec, load_spec
 
@@ -133,6 +139,15 @@ class Rack:
                     out[cid] = {"id": cid, "error": str(exc)}
         return out
 
+    @property
+    def poll_us(self) -> int:
+        """How long this rack's FIT waiters spin (rack.poll_us)."""
+        try:
+            with open(self.run.spec_path) as f:
+                return int(json.load(f)["rack"]["poll_us"])
+        except (OSError, ValueError, KeyError):
+            return FIT_POLL_US
+
     def endpoint(self, serve: bool = False) -> Endpoint:
         """A FIT endpoint that resolves component ids through `global`.
 
@@ -143,10 +158,11 @@ class Rack:
         self._clients += 1
         cid = f"cli.{os.getpid()}.{self._clients}"
         bind = None
+        directory = self.components[GLOBAL_ID]["address"]
         if serve:
-            tcp = self.components[GLOBAL_ID]["address"].startswith("tcp://")
-            bind = "tcp://127.0.0.1:0" if tcp else f"ipc://{self.run.path}/{cid}.sock"
-        ep = Endpoint(cid, bind, directory=self.components[GLOBAL_ID]["address"])
+            bind = {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc://{self.run.path}/{cid}.sock",
+                    "shm": f"shm://{self.run.path}/{cid}.fit"}[directory.split("://")[0]]
+        ep = Endpoint(cid, bind, directory=directory, poll_us=self.poll_us)
         for peer, rec in self.components.items():  # known already: status works without global
             ep.add_peer(peer, rec["address"])
         if serve:
@@ -173,13 +189,13 @@ class Rack:
             self.run.remove()
 
     def _check_socket_paths(self) -> None:
-        if self.spec.endpoints != "ipc":
+        if self.spec.transport == "zmq" and self.spec.endpoints != "ipc":
             return
         longest = os.path.join(self.run.path, "cli.4194304.999.sock")
         if len(longest.encode()) > SOCKADDR_UN_MAX:
-            raise RackError(f"run directory {self.run.path} is too long for ipc sockets "
+            raise RackError(f"run directory {self.run.path} is too long for Unix sockets "
                             f"(at most {SOCKADDR_UN_MAX} bytes a path); set SPLITRACK_RUN_ROOT "
-                            "to a shorter directory or use endpoints = \"tcp\"")
+                            "to a shorter directory")
 
     def _launch(self, ids: list[str], global_address: str | None) -> None:
         """Start these monitors at once and wait until each printed READY."""

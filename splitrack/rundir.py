@@ -1,19 +1,20 @@
-"""A rack's run directory: its ipc endpoints, logs, spec and state.
+"""A rack's run directory: its FIT rendezvous, logs, spec and state.
 
 Layout of RUN_ROOT/NAME/ (RUN_ROOT = $SPLITRACK_RUN_ROOT or /tmp/splitrack-UID):
     spec.json        the normalized spec the monitors read
     state.json       who was started: per component id, kind, pid, the
                      process's create time, inbox address, log file
-    ID.sock          each component's FIT inbox (ipc endpoints)
+    ID.fit           each endpoint's FIT rendezvous (shm transport): components,
+                     emulated processes (pN.PID.fit), clients that serve
+    ID.sock          each component's FIT inbox (zmq transport, ipc endpoints)
     pN.spawn         pN's launch socket (`splitrack run`)
     logs/ID.log      each component's stderr
 RUN_ROOT/.lock is held (flock) while any rack starts or stops, so two
 `splitrack up` of one rack cannot race (one lock file for all racks: nothing
 accumulates in RUN_ROOT).
 
-Each pComponent's extCache is a shared-memory segment outside the run
-directory (tmpfs), /dev/shm/splitrack.HASH.pN, HASH naming the run directory;
-remove() deletes those too, so a crashed rack leaves nothing behind.
+Shared memory (FIT rings, extCaches, arenas) is memfds: it has no name and
+goes with the last process that maps it, so a crashed rack leaves none behind.
 
 A process is the rack's only if its PID is alive *and* its create time is the
 recorded one: a recycled PID is never mistaken for a monitor, so cleaning a
@@ -22,8 +23,6 @@ stale run directory (a crashed rack) never touches anyone else's process.
 
 import contextlib
 import fcntl
-import glob
-import hashlib
 import json
 import os
 import shutil
@@ -32,7 +31,6 @@ from typing import Any
 
 import psutil
 
-SHM_DIR = "/dev/shm"
 SOCKADDR_UN_MAX = 107  # bytes of a Unix socket path, including nothing after it
 
 
@@ -85,15 +83,8 @@ class RunDir:
     def exists(self) -> bool:
         return os.path.isdir(self.path)
 
-    def extcache_path(self, cid: str) -> str:
-        tag = hashlib.sha1(os.path.abspath(self.path).encode()).hexdigest()[:10]
-        return f"{SHM_DIR}/splitrack.{tag}.{cid}"
-
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        for segment in glob.glob(self.extcache_path("*")):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(segment)
 
 
 def identify(pid: int, create_time: float) -> psutil.Process | None:

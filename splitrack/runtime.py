@@ -8,8 +8,8 @@ SPLITRACK_PACKING):
 - `vm`: the process's VirtualMemory (splitrack.vm), whose FIT endpoint
   ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
   stubs may be used from several threads.
-- an inbox (ipc://RUN_DIR/pN.PID.sock) for the pushes of skeletons (STUB_*,
-  0x07xx), each handed to the stub it names. Stubs are named by an id the
+- an inbox (shm://RUN_DIR/pN.PID.fit, on the rack's transport) for the pushes
+  of skeletons (STUB_*, 0x07xx), each handed to the stub it names. Stubs are named by an id the
   runtime gives them before their skeleton exists, so a push can never arrive
   for a stub not yet known. Who reads the inbox (`wait`):
     inline (the start): a thread that waits on a socket reads it itself, if no
@@ -19,7 +19,9 @@ SPLITRACK_PACKING):
       one inbox thread reads it, and rings the stubs' descriptors.
   The channels of FIT shortcuts (shortcuts.FitPath) are read likewise: inline
   by a thread waiting on that socket, threaded by the inbox thread, which
-  watches every channel `watch()` gave it (a zmq.Poller beside the inbox).
+  watches every channel `watch()` gave it beside the inbox: it spins on all of
+  them for rack.poll_us, then arms each and sleeps in poll() on their
+  readiness fds (the transport contract, fit_rpc/transport.py).
 - buffers: each stub's receive and send rings live in rack memory, in vRegions
   of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
 - the flusher: a thread, started the first time a stub holds sends back
@@ -34,18 +36,19 @@ import atexit
 import itertools
 import os
 import random
+import select
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import zmq
-
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
-from fit_rpc.endpoint import Channel
+from fit_rpc.channel import Channel
+from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
 from splitrack import shortcuts
 from splitrack.params import (
+    FIT_POLL_US,
     PACK_DELAY_S,
     SHORTCUT_PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
@@ -65,7 +68,7 @@ _SLOT_BYTES = SOCKET_BUFFER_BYTES + SOCKET_SEND_BUFFER_BYTES   # one socket's tw
 
 class Runtime:
     def __init__(self, vm: VirtualMemory, run_dir: str, mode: str, loopback: str,
-                 shortcuts: bool = True, packing: bool = True):
+                 shortcuts: bool = True, packing: bool = True, poll_us: int = FIT_POLL_US):
         self.vm = vm
         self.lock = vm.lock
         self.id = vm.ep.id
@@ -86,7 +89,12 @@ class Runtime:
         self._nic: tuple[str, str] | None = None
         self._slots: list[int] = []       # free buffer slots (address of the receive ring)
         self._homes: dict[int, str] = {}  # slot -> the mComponent that holds it
-        self.inbox = Endpoint(self.id, f"ipc://{run_dir}/{self.id}.sock")
+        scheme = vm.ep.address_of_global().split("://", 1)[0]
+        bind = f"shm://{run_dir}/{self.id}.fit" if scheme == "shm" else \
+            f"ipc://{run_dir}/{self.id}.sock"
+        self.inbox = Endpoint(self.id, bind, poll_us=poll_us)
+        self.inbox.vouch = self._vouch
+        self.spin_s = poll_us / 1e6
         for op in _PUSHES:
             self.inbox.on(op, self._push)
         self._stop = False
@@ -255,51 +263,88 @@ class Runtime:
     def _serve(self) -> None:
         """The inbox thread: the inbox, and the watched channels."""
         with self._inbox_lock:   # a leader finishes its slice first
-            poller = zmq.Poller()
-            inbox = self.inbox.pollable
-            poller.register(inbox, zmq.POLLIN)
-            paths: dict[Any, Any] = {}   # channel socket -> its path (`reading` held)
+            paths: dict[int, Any] = {}   # a channel's readiness fd -> its path (`reading` held)
+            poller = select.poll()
+            poller.register(self.inbox.fileno(), select.POLLIN)
             clock = time.monotonic
             next_tick = clock() + SHORTCUT_PEER_CHECK_S
+            idle_since: float | None = None
             while True:
                 busy = self._sync(poller, paths) if self._rewatch else False
                 wait = STUB_FOLLOWER_SLICE_S if busy else max(0.0, next_tick - clock())
-                if not paths:   # the inbox alone: no poller in the way
+                if not paths:   # the inbox alone: its own wait spins, then sleeps
                     self.inbox.serve(wait)
+                elif self._drain(paths):
+                    idle_since = None
                 else:
-                    for sock, _ in poller.poll(wait * 1000):
-                        if sock is not inbox:
-                            paths[sock].drain()
-                            continue
-                        served = 0
-                        while served < _INBOX_BATCH and self.inbox.serve(0):
-                            served += 1
+                    now = clock()
+                    idle_since = idle_since or now
+                    if now - idle_since < self.spin_s:
+                        os.sched_yield()
+                    else:
+                        self._sleep(poller, paths, wait)
+                        idle_since = None
                 if clock() >= next_tick:
                     if self._tick():
                         return
                     next_tick = clock() + SHORTCUT_PEER_CHECK_S
 
-    def _sync(self, poller: zmq.Poller, paths: dict[Any, Any]) -> bool:
+    def _drain(self, paths: dict[int, Any]) -> bool:
+        """What waits in the inbox (a batch) and in every watched channel; any?"""
+        served = 0
+        while served < _INBOX_BATCH and self.inbox.serve(0):
+            served += 1
+        return any([path.drain() for path in paths.values()]) or served > 0
+
+    def _sleep(self, poller: select.poll, paths: dict[int, Any], wait: float) -> None:
+        """Arm the inbox and every channel, sleep until one is rung, disarm them all."""
+        sources = [self.inbox, *(path.channel for path in paths.values())]
+        armed = []
+        for source in sources:
+            if not source.arm():
+                break
+            armed.append(source)
+        else:
+            poller.poll(wait * 1000)
+        for source in armed:
+            source.disarm()
+
+    def _sync(self, poller: select.poll, paths: dict[int, Any]) -> bool:
         """The poller watches what watch() asked for; True if a waiting thread still
         reads a channel (try again soon)."""
         self._rewatch = False
         wanted = set(self._watched)
-        for sock, path in list(paths.items()):
+        for fd, path in list(paths.items()):
             if path not in wanted:
-                poller.unregister(sock)
-                del paths[sock]
+                poller.unregister(fd)
+                del paths[fd]
                 path.let_go()
         busy = False
         for path in wanted.difference(paths.values()):
             if path.released:
                 continue
             if path.reading.acquire(blocking=False):
-                poller.register(path.channel.pollable, zmq.POLLIN)
-                paths[path.channel.pollable] = path
+                fd = path.channel.fileno()
+                poller.register(fd, select.POLLIN)
+                paths[fd] = path
             else:
                 busy = True
         self._rewatch = self._rewatch or busy
         return busy
+
+    def _vouch(self, peer: str, pid: int | None) -> bool:
+        """Who may push to this process's stubs: an nComponent (global says which pid
+        it is), or another process of the rack (a shortcut; its pid was checked at
+        the rendezvous)."""
+        if pid is None or kind_of(peer) in ("process", "client"):
+            return True
+        if kind_of(peer) != "n":
+            return False
+        try:
+            with self.lock:
+                return address_pid(self.vm.ep.resolve(peer)) == pid
+        except OSError:
+            return False
 
     def _push(self, msg: Message) -> None:
         stub = self.stubs.get(_STUB_ID.unpack_from(msg.payload)[0])
@@ -319,13 +364,16 @@ class Runtime:
         return self._stop
 
     def close(self) -> None:
-        """At exit: every open stub closes, even one a makefile() still holds."""
+        """At exit: every open stub closes, even one a makefile() still holds; then
+        the inbox (its rendezvous socket goes from the run directory)."""
         for stub in list(self.stubs.values()):
             try:
                 stub._real_close()
             except OSError:
                 pass
         self._stop = True
+        if self._inbox_lock.acquire(timeout=1.0):   # nobody reads it any more
+            self.inbox.close()
 
 
 def _slice(left: float | None, most: float) -> float:
@@ -349,7 +397,8 @@ def runtime() -> Runtime:
                                env.get("SPLITRACK_MODE", "ddio"),
                                env.get("SPLITRACK_LOOPBACK", "127.0.0.10"),
                                env.get("SPLITRACK_SHORTCUTS", "1") != "0",
-                               env.get("SPLITRACK_PACKING", "1") != "0")
+                               env.get("SPLITRACK_PACKING", "1") != "0",
+                               int(env.get("SPLITRACK_POLL_US", FIT_POLL_US)))
         return _runtime
 
 

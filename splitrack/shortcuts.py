@@ -399,10 +399,14 @@ class FitPath:
                 self.rx.append(payload[SK.size:])   # a channel's payloads are ours to keep
                 stub._ring()
 
-    def drain(self) -> None:
-        """The inbox thread's, holding `reading`: every message waiting on the channel."""
+    def drain(self) -> bool:
+        """The inbox thread's, holding `reading`: every message waiting on the channel;
+        whether there was any."""
+        got_any = False
         while (got := self.channel.recv(0)) is not None:
             self._deliver(*got)
+            got_any = True
+        return got_any
 
     def let_go(self) -> None:
         """Release `reading` -- and close the channel, if the path was released

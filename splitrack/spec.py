@@ -13,6 +13,11 @@ Validation names the bad field in one line, e.g.
     SpecError: rack.toml: ncomponent[0].nics[1]: '127.0.0.300' is not an IPv4 address
 Sizes are bytes (int) or strings with a unit: "64MiB", "1GiB", "512KB".
 
+Interconnect keys: rack.transport ("shm": FIT over shared-memory rings, the
+default; "zmq": over ZeroMQ, for comparison and across hosts), rack.poll_us
+(how long a FIT waiter spins before it sleeps; 0: never), rack.endpoints
+("ipc" or "tcp": where ZeroMQ inboxes are bound; tcp needs transport "zmq").
+
 Network keys: rack.nic_policy (how GNM picks a NIC for a process's unbound
 sockets, docs/gnm.md), rack.loopback (the alias in 127.0.0.0/8 on which an
 nComponent serves the rack's 127.0.0.1), pcomponent.nic (that pComponent's
@@ -29,11 +34,12 @@ from importlib import resources
 from typing import Any
 
 from gnm import POLICIES as NIC_POLICIES
-from splitrack.params import NCOMPONENT_DRAM_DEFAULT, NCOMPONENT_DRAM_MIN_BYTES
+from splitrack.params import FIT_POLL_US, NCOMPONENT_DRAM_DEFAULT, NCOMPONENT_DRAM_MIN_BYTES
 
-_RACK_KEYS = {"name": "default", "transport": "zmq", "endpoints": "ipc", "mode": "ddio",
-              "shortcuts": True, "line": 4096, "nic_policy": "round-robin",
+_RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "endpoints": "ipc",
+              "mode": "ddio", "shortcuts": True, "line": 4096, "nic_policy": "round-robin",
               "loopback": "127.0.0.10"}
+_POLL_US_MAX = 100_000
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
     "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "nic": False},
@@ -56,6 +62,7 @@ class SpecError(ValueError):
 class RackSpec:
     name: str
     transport: str
+    poll_us: int
     endpoints: str
     mode: str
     shortcuts: bool
@@ -140,11 +147,17 @@ def _rack_section(section: Any) -> dict[str, Any]:
         if key not in _RACK_KEYS:
             raise _Bad(f"rack.{key}", f"unknown key (expected {', '.join(_RACK_KEYS)})")
     rack = {**_RACK_KEYS, **section}
-    _choice(rack, "transport", ("zmq", "verbs"))
+    _choice(rack, "transport", ("shm", "zmq", "verbs"))
     if rack["transport"] == "verbs":
         raise _Bad("rack.transport", "'verbs' is not available in this build "
-                   "(needs pyverbs and RDMA hardware); use 'zmq'")
+                   "(needs pyverbs and RDMA hardware); use 'shm' or 'zmq'")
     _choice(rack, "endpoints", ("ipc", "tcp"))
+    if rack["endpoints"] == "tcp" and rack["transport"] != "zmq":
+        raise _Bad("rack.endpoints", "'tcp' is a ZeroMQ endpoint: it needs transport = 'zmq'")
+    poll = rack["poll_us"]
+    if not isinstance(poll, int) or isinstance(poll, bool) or not 0 <= poll <= _POLL_US_MAX:
+        raise _Bad("rack.poll_us", f"{poll!r} is not an integer in 0..{_POLL_US_MAX} "
+                   "(microseconds a waiter spins before it sleeps)")
     _choice(rack, "mode", ("dma", "ddio"))
     if not isinstance(rack["shortcuts"], bool):
         raise _Bad("rack.shortcuts", f"must be true or false, not {rack['shortcuts']!r}")

@@ -41,19 +41,22 @@ from typing import Any
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WritebackMessage, pack_writeback
 from native.extcache import FLUSHES, ExtCache
+from splitrack.params import FIT_POLL_US
 
 _ADDRESS_SPACES = itertools.count(1)   # each VirtualMemory gets its own 1 TiB of addresses
 _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
 
 
 class VirtualMemory:
-    def __init__(self, pcomponent: str, global_address: str, pid: int | None = None):
+    def __init__(self, pcomponent: str, global_address: str, pid: int | None = None,
+                 poll_us: int = FIT_POLL_US):
         self.pid = pid or os.getpid()
         self.lock = threading.RLock()   # one thread in the extCache path and the endpoint
         self.pcomponent = pcomponent
-        self.ep = Endpoint(f"{pcomponent}.{self.pid}", None, directory=global_address)
+        self.ep = Endpoint(f"{pcomponent}.{self.pid}", None, directory=global_address,
+                           poll_us=poll_us)
         info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid})
-        self.xc = ExtCache.open(info["extcache"])
+        self.xc = ExtCache.open(self.ep.map_region(pcomponent, info["extcache"]))
         self.line = info["line"]
         self.m_ids: list[str] = info["m_ids"]
         self.slot = self.xc.slot_acquire(self.pid)
@@ -68,12 +71,13 @@ class VirtualMemory:
 
     @classmethod
     def attach(cls, rack: Any, pcomponent: str) -> "VirtualMemory":
-        return cls(pcomponent, rack.components[GLOBAL_ID]["address"])
+        return cls(pcomponent, rack.components[GLOBAL_ID]["address"], poll_us=rack.poll_us)
 
     @classmethod
     def from_env(cls) -> "VirtualMemory":
         try:
-            return cls(os.environ["SPLITRACK_PCOMPONENT"], os.environ["SPLITRACK_GLOBAL"])
+            return cls(os.environ["SPLITRACK_PCOMPONENT"], os.environ["SPLITRACK_GLOBAL"],
+                       poll_us=int(os.environ.get("SPLITRACK_POLL_US", FIT_POLL_US)))
         except KeyError:
             raise RuntimeError("not running on a rack: start this program with "
                                "`splitrack run -- ...`") from None
@@ -185,12 +189,15 @@ class VirtualMemory:
         with self.lock:
             return self.xc.invalidate(self.pid, first, -(-(addr + n) // self.line) - first)
 
-    def written_elsewhere(self, addr: int, n: int) -> None:
-        """[addr, addr+n) was written at its home by someone else (an nComponent's
-        dDMA): drop the cached lines, and let the next read miss to the home."""
+    def written_elsewhere(self, addr: int, n: int, cached: bool = False) -> None:
+        """[addr, addr+n) was written by someone else: at its home (an nComponent's
+        dDMA), so the cached lines are dropped and the next read misses to the home;
+        or, cached=True, into the extCache lines themselves (dDDIO), which stay. Either
+        way a line that leaves the extCache later is fetched back, not zero-filled."""
         first, end = addr // self.line, -(-(addr + n) // self.line)
         with self.lock:
-            self.xc.invalidate(self.pid, first, end - first)
+            if not cached:
+                self.xc.invalidate(self.pid, first, end - first)
             self._touched.update(range(first, end))
 
     def home_of(self, addr: int) -> str:
@@ -201,8 +208,8 @@ class VirtualMemory:
         return self.xc.counters(self.pid)
 
     def close(self) -> None:
-        self.ep.close()
         self.xc.close()
+        self.ep.close()
 
     def __enter__(self) -> "VirtualMemory":
         return self
