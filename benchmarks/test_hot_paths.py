@@ -6,8 +6,7 @@
 with their baselines, on a real rack, come from `splitrack bench fit|extcache`.
 """
 
-import os
-import tempfile
+import mmap
 
 import pytest
 
@@ -20,14 +19,13 @@ PID = 1
 
 @pytest.fixture(scope="module")
 def xc():
-    path = os.path.join(tempfile.mkdtemp(prefix="xcb-"), "segment")
-    cache = ExtCache.create(path, 1 << 20, LINE, 8)
+    size = ExtCache.segment_size(1 << 20, LINE, 8)
+    cache = ExtCache.create(mmap.mmap(-1, size), 1 << 20, LINE, 8)
     slot = cache.slot_acquire(PID)
     cache.miss_begin(slot, PID, 0)
     cache.miss_end(slot, PID, 0, 0, b"\1" * LINE)
     yield cache, slot
     cache.close()
-    os.unlink(path)
 
 
 def test_header_pack_parse(benchmark):

@@ -1,6 +1,7 @@
 """The C extCache through its binding, on a private segment (no rack needed):
 geometry, hits, the miss transaction, LRU vs FIFO, dirty victims, counters."""
 
+import mmap
 import os
 
 import pytest
@@ -11,18 +12,34 @@ LINE = 4096
 PID = 4242
 
 
+def segment(capacity, ways):
+    """A memfd the size of an extCache segment, and a mapping of it (as a pMonitor's
+    region is); other mappings of the fd are other processes' views."""
+    fd = os.memfd_create("xc", os.MFD_CLOEXEC)
+    size = ExtCache.segment_size(capacity, LINE, ways)
+    os.ftruncate(fd, size)
+    return fd, mmap.mmap(fd, size)
+
+
 @pytest.fixture
-def make(tmp_path):
+def make():
     made = []
 
     def _make(lines=8, ways=2, policy="lru"):
-        xc = ExtCache.create(str(tmp_path / f"xc{len(made)}"), lines * LINE, LINE, ways, policy)
+        fd, mm = segment(lines * LINE, ways)
+        xc = ExtCache.create(mm, lines * LINE, LINE, ways, policy)
+        xc.fd = fd
         made.append(xc)
         return xc
 
     yield _make
     for xc in made:
         xc.close()
+        os.close(xc.fd)
+
+
+def reopen(xc):
+    return ExtCache.open(mmap.mmap(xc.fd, os.fstat(xc.fd).st_size))
 
 
 def install(xc, slot, vpage, byte, pid=PID):
@@ -40,14 +57,14 @@ def test_geometry(make):
     assert (xc.line_size, xc.ways, xc.nsets) == (LINE, 4, 16)
 
 
-def test_bad_geometry_is_refused(tmp_path):
+def test_bad_geometry_is_refused():
     with pytest.raises(ValueError):
-        ExtCache.create(str(tmp_path / "bad"), LINE, 3000, 2)
+        ExtCache.segment_size(LINE, 3000, 2)
 
 
 def test_other_processes_open_the_same_segment(make):
     xc = make()
-    other = ExtCache.open(xc.path)
+    other = reopen(xc)
     slot = xc.slot_acquire(PID)
     install(xc, slot, 5, 7)
     buf = bytearray(LINE)
@@ -151,7 +168,7 @@ def test_a_process_killed_holding_a_set_lock_does_not_wedge_the_others(make):
     xc = make(lines=8, ways=2)
     pid = os.fork()
     if pid == 0:  # the child takes the set lock (miss in flight) and dies with it
-        child = ExtCache.open(xc.path)
+        child = reopen(xc)
         child.miss_begin(-1, 77, 0)
         os._exit(0)
     os.waitpid(pid, 0)

@@ -6,6 +6,7 @@ import pytest
 
 from fit_rpc import Op, UnknownDestination
 from helpers import small_spec
+from monitors.registry import Component, Registry
 from splitrack import Rack
 
 
@@ -41,13 +42,18 @@ def test_gnm_owner_and_rack_ip(client):
     assert info.value.errno == errno.EINVAL
 
 
-def test_gnm_refuses_a_nic_owned_by_another_ncomponent(client):
-    with pytest.raises(OSError) as info:
-        client.call_args("global", Op.REGISTER, {
-            "id": "n5", "kind": "n", "address": "ipc:///nowhere", "pid": 1,
-            "resources": {"nics": ["127.0.0.11"]}})
-    assert info.value.errno == errno.EADDRINUSE
+def test_only_a_component_registers_itself(client):
+    """A client that registers an nComponent (and with it a NIC) is refused: the kernel
+    says who is registering (docs/protocol.md, "Identities"), and GNM keeps n0's NIC.
+    (GNM's own refusal of a NIC owned twice: test_gnm.py.)"""
+    before = client.call_args("global", Op.STATS)[0]["errors"].get("forged", 0)
+    for cid in ("n5", "n0"):
+        with pytest.raises(PermissionError):
+            client.call_args("global", Op.REGISTER, {
+                "id": cid, "kind": "n", "address": "shm:///nowhere#1", "pid": 1,
+                "resources": {"nics": ["127.0.0.11"]}})
     assert client.call_args("global", Op.GNM_OWNER, {"ip": "127.0.0.11"})[0] == {"id": "n0"}
+    assert client.call_args("global", Op.STATS)[0]["errors"]["forged"] == before + 2
 
 
 def test_register_rejects_bad_input(client):
@@ -68,8 +74,9 @@ def test_gpm_gmm_gsm_placement(run_root, tmp_path):
         # GPM: least-loaded pComponent, ties to the lowest id, placements count as load
         placed = [ep.call_args("global", Op.GPM_PLACE)[0]["id"] for _ in range(4)]
         assert placed == ["p0", "p1", "p0", "p1"]
+        # only p0 reports p0's load: a client's report is refused and changes nothing
         ep.send("global", Op.LOAD_REPORT, _args({"id": "p0", "load": {"processes": 9}}))
-        assert ep.call_args("global", Op.GPM_PLACE)[0]["id"] == "p1"
+        assert ep.call_args("global", Op.GPM_PLACE)[0]["id"] == "p0"
         # GMM: least-loaded (used/total) mComponent with the bytes free
         gmm = [ep.call_args("global", Op.GMM_PLACE, {"size": 500})[0]["id"] for _ in range(4)]
         # ties to the lowest id; then m0 is at .5 and m1 at .125, .25, .375
@@ -87,6 +94,15 @@ def test_gpm_gmm_gsm_placement(run_root, tmp_path):
         assert set(homes.values()) == {"s0", "s1"}
         assert homes == {p: ep.call_args("global", Op.GSM_LOOKUP, {"path": p})[0]["id"]
                          for p in homes}
+
+
+def test_gpm_places_by_reported_load():
+    """The policy itself (pure data): a pComponent's reported processes count as load."""
+    registry = Registry()
+    for cid in ("p0", "p1"):
+        registry.add(Component(cid, "p", f"shm:///{cid}#1", 1))
+    registry.components["p0"].load["processes"] = 9
+    assert [registry.place_process() for _ in range(3)] == ["p1"] * 3
 
 
 def _args(d):

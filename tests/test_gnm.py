@@ -118,7 +118,9 @@ def test_gnm_allocate_through_fit(client):
 
 
 def test_spec_policy_pinned_nics_and_load_reports_reach_gnm(run_root, tmp_path):
-    spec = small_spec(str(tmp_path), nic_policy="least-loaded")
+    """n0's load reports steer least-loaded. The test plays n0: on ZeroMQ, which takes
+    an endpoint's word for who it is (on shm only n0 itself may: test_global.py)."""
+    spec = small_spec(str(tmp_path), nic_policy="least-loaded", transport="zmq")
     spec["pcomponent"][1]["nic"] = "127.0.0.11"
     with Rack(spec) as rack:
         ep = rack.endpoint()

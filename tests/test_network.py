@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from fit_rpc import Op
-from fit_rpc.netpath import DMA
+from fit_rpc.netpath import DMA_MAP
 from helpers import running_rack, small_spec, wait_until
 from netprogs import (
     ASYNCIO_ECHO,
@@ -150,9 +150,15 @@ def test_half_close_and_exit_lose_nothing(net):
 
 
 def test_only_ncomponents_may_dma(net):
+    """Neither the translation (M_DMA_MAP) nor the arena itself (a region granted to
+    nComponents only) is anybody else's."""
     rack, env = net
-    with rack.endpoint() as ep, pytest.raises(PermissionError):
-        ep.call("m0", Op.M_DMA_READ, DMA.pack(1, 0, 16))
+    with rack.endpoint() as ep:
+        with pytest.raises(PermissionError):
+            ep.call("m0", Op.M_DMA_MAP, DMA_MAP.pack(1, 0, 16, 0))
+        with pytest.raises(PermissionError):
+            ep.map_region("m0", "arena")
+        assert ep.call_args("m0", Op.STATS)[0]["errors"]["region_refused"] >= 1
 
 
 def test_socket_errors_carry_linux_errnos(net):

@@ -61,8 +61,8 @@ def test_stale_run_dir_is_cleaned_without_touching_other_processes(run_root, tmp
         for rec in rack.components.values():  # the rack crashes: every process dies
             os.kill(rec["pid"], signal.SIGKILL)
         assert not wait_gone([r["pid"] for r in rack.components.values()])
-        segment = RunDir("t").extcache_path("p0")
-        assert os.path.exists(segment)         # a crash leaves its extCache behind
+        segment = os.path.join(RunDir("t").path, "p0.fit")
+        assert os.path.exists(segment)         # a crash leaves its rendezvous behind
         state = RunDir("t").read_state()
         state["components"][1]["pid"] = stranger.pid
         RunDir("t").write_state(state)
@@ -91,12 +91,12 @@ def test_monitor_that_fails_to_start_is_reported_and_nothing_leaks(run_root, tmp
 
 def test_too_long_run_root_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("SPLITRACK_RUN_ROOT", str(tmp_path / ("x" * 90)))
-    with pytest.raises(RackError, match="too long for ipc sockets"):
+    with pytest.raises(RackError, match="too long for Unix sockets"):
         Rack(small_spec(str(tmp_path / "s"))).start()
 
 
 def test_tcp_endpoints(run_root, tmp_path):
-    spec = small_spec(str(tmp_path / "s"), endpoints="tcp")
+    spec = small_spec(str(tmp_path / "s"), transport="zmq", endpoints="tcp")
     with Rack(spec) as rack:
         assert all(rec["address"].startswith("tcp://127.0.0.1:")
                    for rec in rack.components.values())
@@ -142,7 +142,7 @@ def test_cli_up_detach_status_stats_down(run_root, tmp_path):
         assert all(c["state"] == "ok" for c in status["components"])
         pids = [c["pid"] for c in status["components"]]
         table = cli("status", "--spec", spec_file).stdout
-        assert "ipc://" in table and "p0" in table
+        assert "shm://" in table and "p0" in table
         stats = json.loads(cli("stats", "--name", "clitest", "--json").stdout)
         assert stats["global"]["links"]["p0"]["REGISTER"]["rx_msgs"] == 1
         assert "links (counted once, at the sender)" in cli("stats", "--name", "clitest").stdout
@@ -192,9 +192,9 @@ def test_cli_errors_are_one_line(run_root, tmp_path):
 
 
 def test_a_hung_up_monitor_stops_cleanly(run_root, tmp_path):
-    """SIGHUP (a closed terminal) stops a monitor like SIGTERM: p0 removes its extCache."""
+    """SIGHUP (a closed terminal) stops a monitor like SIGTERM: p0 removes its rendezvous."""
     with Rack(small_spec(str(tmp_path / "s"))) as rack:
-        segment = rack.run.extcache_path("p0")
+        segment = os.path.join(rack.run.path, "p0.fit")
         assert os.path.exists(segment)
         os.kill(rack.components["p0"]["pid"], signal.SIGHUP)
         assert rack._children["p0"].wait(timeout=10) == 0

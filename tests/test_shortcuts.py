@@ -375,7 +375,8 @@ def test_closed_fit_connections_leave_nothing_open(net):
 
 
 def test_a_fit_shortcut_over_tcp_endpoints():
-    with running_rack(lambda storage: small_spec(storage, name="sctcp", endpoints="tcp")) \
+    with running_rack(lambda storage: small_spec(storage, name="sctcp", transport="zmq",
+                                                 endpoints="tcp")) \
             as rack:
         env = environ(rack)
         with on_rack(env, ECHO_SERVER, NIC, name="sctcp") as (_, (port,)):

@@ -15,8 +15,8 @@ def test_default_spec_is_the_documented_rack():
     p0 = spec.components[0]
     assert (p0["extcache"], p0["ways"]) == (64 << 20, 8)
     assert spec.components[2]["memory"] == 1 << 30
-    assert (spec.transport, spec.mode, spec.shortcuts, spec.endpoints) == ("zmq", "ddio", True,
-                                                                           "ipc")
+    assert (spec.transport, spec.poll_us, spec.mode, spec.shortcuts, spec.endpoints) == (
+        "shm", 50, "ddio", True, "ipc")
     assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"]) == ("round-robin",
                                                                        "127.0.0.10", 64 << 20, None)
 
