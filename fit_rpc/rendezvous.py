@@ -21,9 +21,10 @@ peer's end. Descriptors received are the receiver's to close.
 Interface:
     Listener(path, on_hello, on_hangup)   a thread: accepts, answers hellos with
                                           on_hello(sock, creds, hello, fds) ->
-                                          (answer, fds, keep), and calls
-                                          on_hangup(key) when a socket given to
-                                          watch(sock, key) hangs up; close()
+                                          (answer, fds, key); a key (not None) keeps
+                                          the socket, and on_hangup(key) is called
+                                          when it hangs up, as for sockets given to
+                                          watch(sock, key); close()
     connect(path, hello, fds, timeout_s) -> (sock, creds, answer, fds)
     peer_creds(sock) -> Creds(pid, uid, gid)
 """
@@ -93,7 +94,7 @@ def connect(path: str, hello: dict[str, Any], fds: list[int], timeout_s: float
 
 
 OnHello = Callable[[socket.socket, Creds, dict[str, Any], list[int]],
-                   tuple[dict[str, Any], list[int], bool]]
+                   tuple[dict[str, Any], list[int], Any]]
 
 
 class Listener:
@@ -208,12 +209,18 @@ class Listener:
             conn.close()
             return
         try:
-            answer, out, keep = self._on_hello(conn, creds, hello, fds)
+            answer, out, key = self._on_hello(conn, creds, hello, fds)
         except Exception as exc:   # a bug must not end the rendezvous
             _close_all(fds)
-            answer, out, keep = {"errno": 5, "error": f"internal error: {exc!r}"}, [], False
-        if not _answer(conn, answer, out) or not keep:
+            answer, out, key = {"errno": 5, "error": f"internal error: {exc!r}"}, [], None
+        if not _answer(conn, answer, out):
+            if key is not None:
+                self._on_hangup(key)   # gone before it heard us
             conn.close()
+        elif key is None:
+            conn.close()
+        else:
+            self.watch(conn, key)   # kept: its hang-up is the peer's end
 
     def _hangup(self, fd: int) -> None:
         with self._lock:

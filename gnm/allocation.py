@@ -78,6 +78,10 @@ class NicAllocator:
             self._sticky.popitem(last=False)
         return ip
 
+    def forget(self, process_id: str) -> None:
+        """The process ended: its NIC need not be remembered."""
+        self._sticky.pop(process_id, None)
+
     def report(self, ncomponent: str, nics: dict[str, Any]) -> None:
         """The load of ncomponent's NICs now; a NIC it does not mention is idle."""
         if not isinstance(nics, dict):

@@ -40,7 +40,7 @@ class GlobalMonitor(Monitor):
         self.ep.on(Op.REGISTER, self.register_component)
         self.ep.on(Op.LOAD_REPORT, self.load_report)
         self.ep.on(Op.UNREGISTER, self.unregister_client)
-        self.ep.on_peer_gone.append(self._client_gone)
+        self.ep.on_peer_gone.append(self._peer_gone)
         for op, fn in (
             (Op.RESOLVE, self.resolve), (Op.LIST, self.list_components),
             (Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
@@ -132,10 +132,13 @@ class GlobalMonitor(Monitor):
         del self.registry.components[component.id]
         return codec.encode()
 
-    def _client_gone(self, peer: str) -> None:
+    def _peer_gone(self, peer: str) -> None:
+        """A process or client ended (its last link closed): it leaves the directory
+        and GNM forgets its NIC, so nothing grows with the programs a rack has run."""
         known = self.registry.components.get(peer)
         if known is not None and known.kind == "client":
             del self.registry.components[peer]
+        self.allocator.forget(peer)
 
     def resolve(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"address": self.registry.get(need(args, "id", str)).address}

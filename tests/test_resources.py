@@ -1,0 +1,92 @@
+"""Per-program resources are freed: a rack that ran many short programs holds what it
+held before (the shm transport: links, their descriptors and rendezvous sockets;
+global's directory, GNM's memory of NICs, every monitor's per-peer counters)."""
+
+import os
+import socket
+import textwrap
+import threading
+
+import psutil
+import pytest
+
+from fit_rpc import Op
+from helpers import wait_until
+from netprogs import network_rack, run_on_rack
+
+PROGRAMS = 12
+
+# A short program that uses everything a program may hold something of: rack memory,
+# a rack socket (a skeleton at n0, pushes to the program's inbox), and exits.
+SHORT = textwrap.dedent("""
+    import socket, sys
+    from splitrack import vm
+    addr = vm.alloc(1 << 16)
+    vm.write(addr, b"x" * 5000)
+    vm.flush(addr, 5000)
+    s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+    s.sendall(b"hello")
+    assert s.recv(5) == b"hello"
+    s.close()
+    print("ok")
+""")
+
+
+@pytest.fixture(scope="module")
+def res():
+    with network_rack("res") as (rack, env):
+        yield rack, env
+
+
+def _echo_server():
+    """A plain echo server outside the rack (127.0.0.5), one connection at a time."""
+    listener = socket.create_server(("127.0.0.5", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(4096):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+def _state(rack, ep):
+    """What a rack holds per peer: n0's descriptors, the run directory's entries, and
+    every monitor's per-peer counter lines; global's directory and GNM's NICs."""
+    n0 = psutil.Process(rack.components["n0"]["pid"])
+    links = {cid: sorted(ep.call_args(cid, Op.STATS)[0]["links"]) for cid in
+             ("global", "p0", "m0", "n0")}
+    listing = ep.call_args("global", Op.LIST)[0]["components"]
+    return {"n0_fds": n0.num_fds(), "run_dir": sorted(os.listdir(rack.run.path)),
+            "links": links, "directory": sorted(c["id"] for c in listing)}
+
+
+def _processes(state) -> list[str]:
+    """Per-peer counter lines of emulated processes (folded ones, "pN.*", excepted)."""
+    return [peer for peers in state["links"].values() for peer in peers
+            if "." in peer and peer.startswith("p") and not peer.endswith(".*")]
+
+
+def test_many_short_programs_leave_nothing_behind(res):
+    rack, env = res
+    listener = _echo_server()
+    port = str(listener.getsockname()[1])
+    try:
+        with rack.endpoint() as ep:
+            first = run_on_rack(env, SHORT, port, name="res")   # what every program makes
+            assert first.stdout.strip() == "ok", first.stderr
+            # an ended program's links close when their sockets hang up: soon after
+            wait_until(lambda: not _processes(_state(rack, ep)))
+            baseline = _state(rack, ep)
+            for _ in range(PROGRAMS):
+                done = run_on_rack(env, SHORT, port, name="res")
+                assert done.stdout.strip() == "ok", done.stderr
+            wait_until(lambda: _state(rack, ep) == baseline, timeout=15)
+    finally:
+        listener.close()
