@@ -45,6 +45,7 @@ from monitors.core import Monitor
 from monitors.data_paths import Ddio, Dma, RackMemory
 from monitors.proxy import Proxy
 from monitors.skeleton import Skeleton
+from native.fitring import spin_yield
 from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
 
 _IN, _OUT, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR  # plain ints: hot path
@@ -91,7 +92,7 @@ class NMonitor(Monitor):
 
     # ---- the loop: FIT inbox and kernel sockets ------------------------------------------
     def serve(self) -> None:
-        ep, clock, yield_cpu = self.ep, time.monotonic, os.sched_yield
+        ep, clock, yield_cpu = self.ep, time.monotonic, spin_yield
         bell = ep.fileno()
         self.epoll.register(bell, _IN)
         poll, spin = self.epoll.poll, self.rack["poll_us"] / 1e6
@@ -112,9 +113,8 @@ class NMonitor(Monitor):
                 continue
             if idle_since is None:
                 idle_since = now
-            if now - idle_since < spin:   # a message or a kernel event is likely soon
-                yield_cpu()
-                continue
+            if now - idle_since < spin and yield_cpu():   # a message or a kernel event is likely
+                continue                                   # soon, and nobody else wants the CPU
             if ep.arm():   # nothing waits in the inbox: sleep on both
                 events = poll(max(0.0, next_tick - now))
                 ep.disarm()

@@ -158,10 +158,8 @@ int fr_wait_space(fr_ring *r, uint32_t n, int own_efd, int64_t spin_ns, int64_t 
         uint64_t spent = now_ns() - t0;
         if (timeout_ns >= 0 && spent >= (uint64_t)timeout_ns)
             return -ETIMEDOUT;
-        if (spent < (uint64_t)spin_ns) {
-            sched_yield();
+        if (spent < (uint64_t)spin_ns && fr_spin_yield())
             continue;
-        }
         __atomic_store_n(&r->ctl->want_space, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (place(r, rec) != -EAGAIN)
@@ -250,6 +248,12 @@ int fr_disarm(uint32_t *bell, int efd) {
     return drain_efd(efd);
 }
 
+int fr_spin_yield(void) {
+    uint64_t t = now_ns();
+    sched_yield();
+    return now_ns() - t < FR_CONTENDED_NS;
+}
+
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns) {
     uint64_t t0 = now_ns();
@@ -260,9 +264,8 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
         uint64_t spent = now_ns() - t0;
         if (timeout_ns >= 0 && spent >= (uint64_t)timeout_ns)
             return -ETIMEDOUT;
-        if (spent >= (uint64_t)spin_ns)
-            break;
-        sched_yield();  /* a peer on this core runs now, not at the end of our slice */
+        if (spent >= (uint64_t)spin_ns || !fr_spin_yield())
+            break;   /* spun enough, or another task wants this CPU: sleep */
     }
     if (!fr_arm(rings, n, bell))
         return fr_ready(rings, n, start);

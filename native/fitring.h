@@ -62,6 +62,7 @@
 #define FR_MARK 0x21544946        /* "FIT!": every record carries it */
 #define FR_SKIP 0xFFFFFFFF        /* a skip record's length: go on at offset 0 */
 #define FR_EARLY_WRAP 65536       /* an empty ring starts over at 0 past this offset */
+#define FR_CONTENDED_NS 20000     /* a sched_yield this long: another task wanted the CPU */
 
 /* The shared part of one ring: each position on a cache line of its own. */
 typedef struct {
@@ -170,5 +171,11 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
 
 /* Ring an eventfd once (a wake-up for a thread of this process, say). */
 void fr_ring_efd(int efd);
+
+/* One look's worth of yielding while spinning: 1 if the CPU was ours again
+ * at once (keep spinning), 0 if another task ran meanwhile (the CPU is
+ * contended: stop spinning and sleep, so that the work others have to do gets
+ * done; on 2 cores a spinner otherwise costs more than the wake-up it saves). */
+int fr_spin_yield(void);
 
 #endif

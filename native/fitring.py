@@ -16,6 +16,7 @@ Interface:
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
     waitset = WaitSet(bell)            the rings one consumer waits on, and its bell
     waitset.rings = [...]; waitset.wait(spin_s, timeout_s, fds) -> index | WOKEN | TIMEOUT
+    spin_yield() -> bool               a spinner's yield: False once another task wanted the CPU
 
 C return codes become exceptions here and nowhere else: a ring its peer broke
 (-EBADMSG) raises RingBroken, a message no ring can hold (-EMSGSIZE)
@@ -35,7 +36,7 @@ from native import load
 _c = load("_fitring", "C FIT rings")
 ffi, lib = _c.ffi, _c.lib
 
-__all__ = ["Segment", "Ring", "Bell", "WaitSet", "RingBroken", "WOKEN", "TIMEOUT"]
+__all__ = ["Segment", "Ring", "Bell", "WaitSet", "RingBroken", "WOKEN", "TIMEOUT", "spin_yield"]
 
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034
 _SEAL_SEAL, _SEAL_SHRINK, _SEAL_GROW, _SEAL_FUTURE_WRITE = 1, 2, 4, 16
@@ -300,6 +301,12 @@ class WaitSet:
         if i >= self._n:
             return i
         return TIMEOUT if i == -errno.ETIMEDOUT else WOKEN
+
+
+def spin_yield() -> bool:
+    """Yield the CPU once while spinning: False if another task ran meanwhile (the
+    CPU is contended: stop spinning and sleep)."""
+    return bool(lib.fr_spin_yield())
 
 
 def _ptr(data: Any) -> Any:

@@ -46,6 +46,7 @@ from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from fit_rpc.channel import Channel
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
+from native.fitring import spin_yield
 from splitrack import shortcuts
 from splitrack.params import (
     FIT_POLL_US,
@@ -279,9 +280,7 @@ class Runtime:
                 else:
                     now = clock()
                     idle_since = idle_since or now
-                    if now - idle_since < self.spin_s:
-                        os.sched_yield()
-                    else:
+                    if now - idle_since >= self.spin_s or not spin_yield():
                         self._sleep(poller, paths, wait)
                         idle_since = None
                 if clock() >= next_tick:
