@@ -13,7 +13,7 @@ the same host opens by /proc path, so a rack on zmq is one host, one trust domai
   (PeerUnreachable) instead of queueing forever. Replies come back on it.
 - Everything is single-threaded and synchronous, with blocking receives and no
   poller on the hot path: an asyncio loop costs 50-100 µs per round trip here
-  and a zmq Poller ~2 µs per wait (shared/design/BASELINES.md). A caller waits
+  and a zmq Poller ~2 µs per wait (measured on a 2-core VM). A caller waits
   for its reply in slices of FIT_REPLY_SLICE_MS so that its endpoint can serve
   requests that arrive meanwhile.
 - Bounded: ZeroMQ's high-water marks (FIT_HWM_MSGS messages) bound every queue,

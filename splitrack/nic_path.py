@@ -60,6 +60,12 @@ class NicPath:
         self.vm = self.rt.vm
         self.name = mode
         self.buffers = self.rt.buffers(mode)
+        self._rbuf, self._tbuf = tuple(self.buffers["rbuf"]), tuple(self.buffers["tbuf"])
+        xc = self.vm.xc
+        self._hit_read, self._hit_write = xc.read_into, xc.write_from
+        self._slot, self._pid = self.vm.slot, self.vm.pid
+        if mode == "ddio":   # the skeleton writes its lines (dDDIO): a line that leaves
+            self.vm.written_elsewhere(*self._rbuf, cached=True)   # is fetched back, not zeroed
         self.n: str | None = None     # the nComponent holding the skeleton
         self.sk = 0                   # the skeleton's id there
         self.rhead = self.rtail = self.unacked = 0   # receive ring: read, arrived, to credit
@@ -77,7 +83,7 @@ class NicPath:
             return None
         k = min(want, avail)
         out = bytearray(k) if view is None else view[:k]
-        self._ring_io(self.buffers["rbuf"], self.rhead, memoryview(out), self.vm.read_into)
+        self._ring_io(self._rbuf, self.rhead, memoryview(out), self._hit_read, self.vm.read_into)
         if not peek:
             self.rhead += k
             self.unacked += k
@@ -89,11 +95,13 @@ class NicPath:
         return k if view is not None else bytes(out)
 
     def pushed(self, op: int, payload: memoryview) -> None:
-        if op == Op.STUB_DATA or op == Op.STUB_DATA_DMA:   # n more bytes in the receive ring
+        if op == Op.STUB_DATA:   # n more bytes in the receive ring's lines (dDDIO wrote them)
+            self.rtail += SK_N.unpack_from(payload)[1]
+            self.stub._ring()
+        elif op == Op.STUB_DATA_DMA:   # ... at the home (dDMA): the cached lines are stale
             n = SK_N.unpack_from(payload)[1]
-            cached = op == Op.STUB_DATA   # dDDIO wrote the lines; dDMA wrote the home
-            for addr, k in ring_pieces(self.buffers["rbuf"], self.rtail, n):
-                self.vm.written_elsewhere(addr, k, cached)
+            for addr, k in ring_pieces(self._rbuf, self.rtail, n):
+                self.vm.written_elsewhere(addr, k)
             self.rtail += n
             self.stub._ring()
         elif op == Op.STUB_SENT:
@@ -104,19 +112,24 @@ class NicPath:
     # ---- sending ------------------------------------------------------------------------------
     def put(self, chunk: memoryview) -> int:
         """Send what the window allows now; returns how many bytes (0: the window is full)."""
-        n = min(self.credit, len(chunk))
-        if not n:
-            return 0
-        chunk = chunk[:n]
-        self._ring_io(self.buffers["tbuf"], self.tpos, chunk, self.vm.write)
-        in_flight = SOCKET_SEND_BUFFER_BYTES - self.credit - self.held   # announced, unconfirmed
+        n, credit = len(chunk), self.credit
+        if n > credit:
+            if not credit:
+                return 0
+            n, chunk = credit, chunk[:credit]
+        start, size = self._tbuf
+        at = self.tpos % size
+        if at + n > size or self._hit_write(self._slot, self._pid, start + at, chunk) < n:
+            self._ring_io(self._tbuf, self.tpos, chunk, self._hit_write, self.vm.write)
+        held = self.held + n
+        in_flight = SOCKET_SEND_BUFFER_BYTES - credit - self.held   # announced, unconfirmed
         self.tpos += n
-        self.credit -= n
-        self.held += n
-        if self.packing and self.held < PACK_MAX_BYTES and not self.stub._opts.get(_NODELAY) \
-                and not self.rt.threaded \
-                and (self.held > n or (in_flight and _clock() - self.announced < PACK_GAP_S)):
-            if self.held == n:
+        self.credit = credit - n
+        self.held = held
+        if self.packing and held < PACK_MAX_BYTES and not self.rt.threaded \
+                and (held > n or (in_flight and _clock() - self.announced < PACK_GAP_S)) \
+                and not self.stub._opts.get(_NODELAY):
+            if held == n:
                 self.rt.hold(self)
             return n
         try:
@@ -146,7 +159,7 @@ class NicPath:
         to the mComponent first, then N_SEND_DMA (the skeleton loads them from there)."""
         total, dma = self.held, self.buffers["mode"] == "dma"
         if dma:
-            for addr, k in ring_pieces(self.buffers["tbuf"], self.tpos - total, total):
+            for addr, k in ring_pieces(self._tbuf, self.tpos - total, total):
                 self.vm.flush(addr, k)
         self.rt.send(self.n, Op.N_SEND_DMA if dma else Op.N_SEND, SK_N.pack(self.sk, total))
         self.held = 0
@@ -176,10 +189,17 @@ class NicPath:
             self.rt.free_buffers(self.buffers)
             self.buffers = None
 
-    def _ring_io(self, ring: list[int], pos: int, view: memoryview, copy: Any) -> None:
+    def _ring_io(self, ring: tuple[int, int], pos: int, view: memoryview, hit: Any,
+                 copy: Any) -> None:
+        """view to or from a ring at stream offset pos: straight through the extCache (C,
+        `hit`; the set's lock is all it takes) while the lines are cached, through vm
+        (`copy`, which faults lines in) from the first line that is not."""
         start, size = ring
-        if pos % size + len(view) <= size:   # the usual case: no wrap, one copy
-            copy(start + pos % size, view)
+        at = pos % size
+        if at + len(view) <= size:   # the usual case: no wrap
+            done = hit(self._slot, self._pid, start + at, view)
+            if done < len(view):
+                copy(start + at + done, view[done:])
             return
         at = 0
         for addr, k in ring_pieces(ring, pos, len(view)):

@@ -409,9 +409,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
+        return self._send(_bytes_view(data), flags)
+
+    def _send(self, view: memoryview, flags: int) -> int:
         if flags & ~(_DONTWAIT | _NOSIGNAL):
             raise _err(errno.EOPNOTSUPP)
-        view = memoryview(data).cast("B")
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
         deadline = None   # computed if it must wait (this is the hot path)
         sent, total = 0, len(view)
@@ -445,10 +447,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.ENOTCONN)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        view = memoryview(data).cast("B")
-        done = self.send(view, flags)   # a blocking send sends it all; else the rest
+        view = _bytes_view(data)
+        done = self._send(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
-            done += self.send(view[done:], flags)
+            done += self._send(view[done:], flags)
 
     def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
         return self._sendfile_use_send(file, offset, count)
@@ -578,6 +580,12 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     self._peer_gone = self._peer_gone or code == shortcuts.PEER_CLOSED
                 self._ring()
                 self._cond.notify_all()
+
+
+def _bytes_view(data: Any) -> memoryview:
+    """A flat byte view of any bytes-like object (a cast only where one is needed)."""
+    view = memoryview(data)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 def _poll(fd: int, timeout_s: float | None) -> bool:
