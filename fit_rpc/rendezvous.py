@@ -19,17 +19,21 @@ names. A link's socket stays open after the handshake: its hang-up is the
 peer's end. Descriptors received are the receiver's to close.
 
 Interface:
-    Listener(path, on_hello, on_hangup)   a thread: accepts, answers hellos with
+    Listener(path, on_hello, on_hangup, count).start()
+                                          a thread: accepts, answers hellos with
                                           on_hello(sock, creds, hello, fds) ->
-                                          (answer, fds, key); a key (not None) keeps
-                                          the socket, and on_hangup(key) is called
-                                          when it hangs up, as for sockets given to
-                                          watch(sock, key); close()
+                                          (answer, fds, key); a key (not None) means
+                                          on_hello kept the socket and watch()ed it;
+                                          on_hangup(key) is called when a socket
+                                          given to watch(sock, key) hangs up;
+                                          count("rendezvous_refused") for a hello
+                                          that is not one (or never comes); close()
     connect(path, hello, fds, timeout_s) -> (sock, creds, answer, fds)
     peer_creds(sock) -> Creds(pid, uid, gid)
 """
 
 import json
+import logging
 import os
 import select
 import signal
@@ -102,9 +106,10 @@ class Listener:
     for what the endpoint's owner is doing (two endpoints connecting to each other
     at once cannot deadlock). It also watches kept sockets for hang-ups."""
 
-    def __init__(self, path: str, on_hello: OnHello, on_hangup: Callable[[Any], None]):
+    def __init__(self, path: str, on_hello: OnHello, on_hangup: Callable[[Any], None],
+                 count: Callable[[str], None]):
         self.path = path
-        self._on_hello, self._on_hangup = on_hello, on_hangup
+        self._on_hello, self._on_hangup, self._count = on_hello, on_hangup, count
         if os.path.exists(path):
             os.unlink(path)   # left by a process of this id that died
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
@@ -125,12 +130,17 @@ class Listener:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"fit-rendezvous {path}",
                                         daemon=True)
+
+    def start(self) -> "Listener":
+        """Begin accepting (once the owner can take what on_hello gives it)."""
         self._thread.start()
+        return self
 
     def watch(self, sock: socket.socket, key: Any) -> None:
-        """Call on_hangup(key) when the peer's end of `sock` closes (once)."""
+        """Call on_hangup(key) when the peer's end of `sock` closes (once). Watch a
+        socket before anyone else may close it."""
         with self._lock:
-            if self._closed:
+            if self._closed or sock.fileno() < 0:
                 return
             self._watched[sock.fileno()] = (sock, key)
             self._epoll.register(sock.fileno(), select.EPOLLRDHUP)
@@ -146,7 +156,8 @@ class Listener:
                 return
             self._closed = True
         os.eventfd_write(self._wake, 1)
-        self._thread.join(timeout=2)
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
         for sock, _ in list(self._hellos.values()):
             sock.close()
         self._epoll.close()
@@ -170,12 +181,15 @@ class Listener:
             for fd, _ in events:
                 if self._closed:
                     return
-                if fd == self.sock.fileno():
-                    self._accept()
-                elif fd in self._hellos:
-                    self._hello(fd)
-                elif fd in self._watched:
-                    self._hangup(fd)
+                try:
+                    if fd == self.sock.fileno():
+                        self._accept()
+                    elif fd in self._hellos:
+                        self._hello(fd)
+                    elif fd in self._watched:
+                        self._hangup(fd)
+                except Exception:   # one bad event must not end the rendezvous
+                    logging.getLogger("fit_rpc").exception("rendezvous %s", self.path)
             now = time.monotonic()
             for fd, (_, deadline) in list(self._hellos.items()):
                 if deadline <= now:   # said nothing: not one of ours
@@ -205,6 +219,7 @@ class Listener:
                 raise ValueError("hello is not an object")
         except (OSError, ValueError) as exc:
             _close_all(fds)
+            self._count("rendezvous_refused")
             _answer(conn, {"errno": 71, "error": f"bad hello: {exc}"}, [])   # EPROTO
             conn.close()
             return
@@ -213,25 +228,23 @@ class Listener:
         except Exception as exc:   # a bug must not end the rendezvous
             _close_all(fds)
             answer, out, key = {"errno": 5, "error": f"internal error: {exc!r}"}, [], None
-        if not _answer(conn, answer, out):
-            if key is not None:
-                self._on_hangup(key)   # gone before it heard us
+        _answer(conn, answer, out)   # (a connector gone already hangs up at once)
+        if key is None:   # else on_hello kept the socket, and watches it: it is the link's
             conn.close()
-        elif key is None:
-            conn.close()
-        else:
-            self.watch(conn, key)   # kept: its hang-up is the peer's end
 
     def _hangup(self, fd: int) -> None:
         with self._lock:
-            sock, key = self._watched.pop(fd)
+            watched = self._watched.pop(fd, None)
+            if watched is None:
+                return   # unwatched meanwhile
             self._epoll.unregister(fd)
-        self._on_hangup(key)
+        self._on_hangup(watched[1])
 
     def _drop(self, fd: int) -> None:
         conn, _ = self._hellos.pop(fd)
         self._epoll.unregister(fd)
         conn.close()
+        self._count("rendezvous_refused")
 
 
 def _answer(conn: socket.socket, answer: dict[str, Any], fds: list[int]) -> bool:

@@ -107,7 +107,9 @@ class ShmTransport(Transport):
         self.address: str | None = None
         if bind is not None:
             path = bind[len(SCHEME):].split("#", 1)[0]
-            self.listener = rendezvous.Listener(path, self._on_hello, self._on_hangup)
+            self.listener = rendezvous.Listener(path, self._on_hello, self._on_hangup,
+                                                lambda name: self.count(name))
+            self.listener.start()
             self.address = f"{SCHEME}{path}#{os.getpid()}"
 
     # ---- readiness (an outside loop sleeps on fileno()) -------------------------------------
@@ -348,6 +350,8 @@ class ShmTransport(Transport):
                 os.close(fds[0])
                 os.close(fds[2])
                 link = Link(claim, creds.pid, sock, seg, fds[1], bell, outbound=False)
+                self.listener.watch(sock, link)   # type: ignore[union-attr]  (before the
+                # main thread may close it: then its hang-up is seen whatever happens)
                 self._new.append(link)
                 self.bell.ring()
                 return {"ok": True, "id": self.id}, [self.bell.efd, self.bell.page_fd], link

@@ -15,8 +15,10 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   ends, its exit status. One thread per launched program does only that.
 - track: a process announces itself with P_ATTACH when it first uses rack
   memory (a launched one, or any local process that attaches explicitly; not
-  one that descends from another pComponent's pMonitor). P_VOUCH tells other
-  components whether a pid is one of pN's processes (identities). Every
+  one that descends from another pComponent's pMonitor; the pMonitor is a
+  child subreaper, so a program's orphaned children stay its descendants, and
+  it reaps them). P_VOUCH tells other components whether a pid is one of pN's
+  processes (identities). Every
   MONITOR_IDLE_CHECK_S the pMonitor looks for tracked processes that ended
   (exit or crash) and releases all they held: first their sockets at every
   nComponent (N_RELEASE, a call: the skeletons take what the process sent
@@ -28,6 +30,7 @@ carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
 process and in total.
 """
 
+import ctypes
 import errno
 import json
 import os
@@ -50,6 +53,7 @@ _SPAWN_MAX_BYTES = 1 << 20
 _DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "splitrack", "_dropin")   # holds the sitecustomize.py of rack programs
 RELEASE_TIMEOUT_S = 0.5   # a component that cannot take a release in this is stopping
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class PMonitor(Monitor):
@@ -57,6 +61,10 @@ class PMonitor(Monitor):
 
     def setup(self) -> None:
         self.run_dir = os.getcwd()  # the launcher starts monitors in the run directory
+        # Orphans of our programs become our children, not init's: they stay our
+        # descendants (no other pComponent can take them: P_ATTACH) and we reap them.
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        self._launching = threading.Lock()   # a launched child is in `children` under it
         size = ExtCache.segment_size(self.config["extcache"], self.rack["line"],
                                      self.config["ways"])
         self.xc = ExtCache.create(self.ep.region("extcache", size, self._may_map),
@@ -85,6 +93,7 @@ class PMonitor(Monitor):
                              "sets": self.xc.nsets, "released_processes": self.released}}
 
     def tick(self) -> None:
+        self._reap_orphans()
         for pid, created in list(self.tracked.items()):
             if identify(pid, created) is None:
                 self.release(pid)
@@ -192,6 +201,18 @@ class PMonitor(Monitor):
             self.log.warning("could not release process %d at %s: %s", pid, c, exc)
             self._gone.add(c)
 
+    def _reap_orphans(self) -> None:
+        """Reap the ended orphans we adopted (our own launched children are their
+        launch threads' to reap: they want the exit status)."""
+        with self._launching:
+            ours = set(self.children)
+            for child in psutil.Process().children():
+                if child.pid not in ours:
+                    try:
+                        os.waitpid(child.pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+
     def _ids(self, kind: str) -> list[str]:
         """The ids of the rack's components of one kind (from the run directory's spec)."""
         with open(os.path.join(self.run_dir, "spec.json")) as f:
@@ -226,17 +247,18 @@ class PMonitor(Monitor):
             try:
                 # A session of its own: the caller's terminal is not its controlling
                 # terminal, so it may read and write it without job control stopping it.
-                proc = subprocess.Popen(
-                    request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                    cwd=request.get("cwd"), env=self._runtime_env(request),
-                    start_new_session=True)
+                with self._launching:
+                    proc = subprocess.Popen(
+                        request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                        cwd=request.get("cwd"), env=self._runtime_env(request),
+                        start_new_session=True)
+                    self.children[proc.pid] = proc
             except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
                 _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
                 return
             finally:
                 for fd in fds:
                     os.close(fd)
-            self.children[proc.pid] = proc
             self.tracked[proc.pid] = psutil.Process(proc.pid).create_time()
             self.log.info("launched %d: %s", proc.pid, " ".join(request["argv"]))
             _send(conn, {"pid": proc.pid})
