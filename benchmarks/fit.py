@@ -1,30 +1,46 @@
-"""`splitrack bench fit`: FIT request/reply RTT against raw pyzmq, in the same run.
+"""`splitrack bench fit`: FIT request/reply RTT over shm and over zmq, and the
+interconnect floors, in the same run.
 
-What is measured, per payload size (128 B and 4 KiB by default):
-- FIT: the first pComponent's monitor calls ECHO on the first mComponent's
-  monitor (PING_PEER), so both ends are real monitor processes of a real rack
-  and the clock runs inside the caller, as a component would see it;
-- raw: a plain pyzmq DEALER in a plain process against a plain ROUTER echo
-  process, one frame each way: what FIT costs before FIT adds anything. Like
-  the FIT caller, the raw caller is a process of its own (not this one), so
-  both pairs are placed on the machine's cores alike.
-The two are interleaved in `reps` repetitions so that the machine's noise hits
-both alike. Reported: p50 and p99 of all samples, and the ratio of the p50s.
-Also reported: how long `Rack.start()` took (the rack is started here).
+What is measured, per payload size (128 B and 4 KiB):
+- FIT, once per transport: two racks are started from the same spec, one with
+  rack.transport "shm" (the default), one with "zmq". In each, the first
+  pComponent's monitor calls ECHO on the first mComponent's monitor
+  (PING_PEER), so both ends are real monitor processes of a real rack and the
+  clock runs inside the caller, as a component would see it;
+- the floors (benchmarks/floors.py): the same echo between this process and a
+  plain child process with no FIT code: linux_tcp (TCP loopback, TCP_NODELAY),
+  unix (AF_UNIX stream socketpair), shm_eventfd (FIT's rings, both sides asleep
+  on their eventfds between messages), shm_spin (the same rings, both sides
+  spinning), raw_zmq (pyzmq DEALER/ROUTER over ipc).
+All seven are interleaved in `reps` repetitions (their order rotating), each
+warmed up alike in every repetition, so that the machine's noise hits all
+alike. Reported: p50 and p99 of the pooled samples, and ratios of p50s.
+Also reported: how long `Rack.start()` took (`rack_up_s`: the shm rack, the
+default transport; `rack_up_s_by_transport`: both).
 
-JSON (--json FILE): {"bench": "fit", "results": [{"size", "transport", "fit_p50_us",
-"fit_p99_us", "raw_p50_us", "raw_p99_us", "ratio_p50"}], "rack_up_s", "rounds", "reps"}
+Targets (docs/benchmarks.md): FIT shm RTT p50 / Linux TCP p50 <= 1.0 at 128 B
+and <= 1.3 at 4 KiB.
+
+JSON (--json FILE): {"bench": "fit", "caller", "target", "rounds", "reps",
+"rack_up_s", "rack_up_s_by_transport": {"shm", "zmq"},
+"results": [{"size", "transport": "shm"|"zmq", "fit_p50_us", "fit_p99_us",
+             "over_linux_tcp", "over_shm_eventfd", "over_raw_zmq"}],
+"floors": [{"size", "name", "p50_us", "p99_us"}],
+"targets": [{"name", "value", "target", "met"}]}
 """
 
 import argparse
 import array
+import contextlib
+import copy
+import dataclasses
 import os
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.raw_zmq import RawServer, measure_in_process
+from benchmarks import floors
 from benchmarks.report import finish
 from fit_rpc import Op
 from splitrack.params import (
@@ -34,54 +50,108 @@ from splitrack.params import (
     BENCH_WARMUP_ROUNDS,
 )
 from splitrack.rack import Rack
-from splitrack.spec import load_spec
+from splitrack.spec import RackSpec, load_spec
+
+TRANSPORTS = ("shm", "zmq")
+TARGETS = {128: 1.0, 4096: 1.3}   # FIT shm p50 / Linux TCP p50, at most, by size
+_SIZE_LABELS = {128: "128 B", 4096: "4 KiB"}
 
 
 def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
         rounds: int = BENCH_FIT_ROUNDS, reps: int = BENCH_FIT_REPS) -> dict[str, Any]:
-    rack_spec = load_spec(spec, name=f"bench-fit-{os.getpid()}")
-    caller = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
-    target = next(c["id"] for c in rack_spec.components if c["kind"] == "m")
-    t0 = time.monotonic()
-    with Rack(rack_spec) as rack:
-        rack_up_s = time.monotonic() - t0
-        ep = rack.endpoint()
-        raw_address = f"ipc://{rack.run.path}/raw-echo.sock"
-        with RawServer(raw_address):
-            results = [_measure_size(ep, caller, target, raw_address, size, rounds, reps)
-                       for size in sizes]
-    return {"bench": "fit", "caller": caller, "target": target, "rounds": rounds, "reps": reps,
-            "rack_up_s": round(rack_up_s, 3), "results": results}
+    base = load_spec(spec, name=f"bench-fit-{os.getpid()}")
+    caller = next(c["id"] for c in base.components if c["kind"] == "p")
+    target = next(c["id"] for c in base.components if c["kind"] == "m")
+    fit: dict[tuple[str, int], list[float]] = {(t, z): [] for t in TRANSPORTS for z in sizes}
+    floor: dict[tuple[str, int], list[float]] = {(n, z): [] for n in floors.NAMES
+                                                 for z in sizes}
+    rack_up_s: dict[str, float] = {}
+    with contextlib.ExitStack() as stack:
+        endpoints = {}
+        for transport in TRANSPORTS:
+            t0 = time.monotonic()
+            rack = stack.enter_context(Rack(_with_transport(base, transport)))
+            rack_up_s[transport] = round(time.monotonic() - t0, 3)
+            endpoints[transport] = rack.endpoint()
+        echoes = stack.enter_context(floors.Echoes(floors.NAMES))
+        kinds = [("fit", t) for t in TRANSPORTS] + [("floor", n) for n in floors.NAMES]
+        for rep in range(reps):
+            order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
+            for size in sizes:
+                for what, name in order:
+                    if what == "fit":
+                        fit[name, size] += _ping(endpoints[name], caller, target, size, rounds)
+                    else:
+                        floor[name, size] += echoes.round_trips(name, size, rounds,
+                                                                BENCH_WARMUP_ROUNDS)
+    floor_rows = floors.summarize(floor)
+    results = [_result(transport, size, samples, floor_rows)
+               for (transport, size), samples in sorted(fit.items(), key=lambda kv: kv[0][1])]
+    report = {"bench": "fit", "caller": caller, "target": target, "rounds": rounds,
+              "reps": reps, "rack_up_s": rack_up_s["shm"], "rack_up_s_by_transport": rack_up_s,
+              "results": results, "floors": floor_rows}
+    report["targets"] = _targets(results)
+    return report
 
 
-def _measure_size(ep: Any, caller: str, target: str, raw_address: str, size: int,
-                  rounds: int, reps: int) -> dict[str, Any]:
-    fit_samples: list[float] = []
-    raw_samples: list[float] = []
-    for _ in range(reps):  # each side warms up in every repetition, alike
-        _, data = ep.call_args(caller, Op.PING_PEER,
-                               {"target": target, "size": size, "count": rounds,
-                                "warmup": BENCH_WARMUP_ROUNDS},
-                               timeout=60 + rounds * 0.01)
-        fit_samples.extend(array.array("d", bytes(data)))
-        raw_samples.extend(measure_in_process(raw_address, size, rounds, BENCH_WARMUP_ROUNDS))
-    fit_p50, fit_p99 = np.percentile(fit_samples, [50, 99])
-    raw_p50, raw_p99 = np.percentile(raw_samples, [50, 99])
-    return {"size": size, "transport": "zmq",
-            "fit_p50_us": round(float(fit_p50), 2), "fit_p99_us": round(float(fit_p99), 2),
-            "raw_p50_us": round(float(raw_p50), 2), "raw_p99_us": round(float(raw_p99), 2),
-            "ratio_p50": round(float(fit_p50 / raw_p50), 3)}
+def _with_transport(base: RackSpec, transport: str) -> RackSpec:
+    """The spec `base` with this transport, under a rack name of its own."""
+    endpoints = base.endpoints if transport == "zmq" else "ipc"   # tcp inboxes are zmq's
+    return dataclasses.replace(base, transport=transport, endpoints=endpoints,
+                               name=f"{base.name}-{transport}",
+                               components=copy.deepcopy(base.components))
+
+
+def _ping(ep: Any, caller: str, target: str, size: int, rounds: int) -> list[float]:
+    """`rounds` ECHO round trips from `caller` to `target`, timed inside the caller."""
+    _, data = ep.call_args(caller, Op.PING_PEER,
+                           {"target": target, "size": size, "count": rounds,
+                            "warmup": BENCH_WARMUP_ROUNDS},
+                           timeout=60 + rounds * 0.01)
+    return list(array.array("d", bytes(data)))
+
+
+def _result(transport: str, size: int, samples: list[float],
+            floor_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    p50, p99 = (float(v) for v in np.percentile(samples, [50, 99]))
+    row: dict[str, Any] = {"size": size, "transport": transport,
+                           "fit_p50_us": round(p50, 2), "fit_p99_us": round(p99, 2)}
+    for name in ("linux_tcp", "shm_eventfd", "raw_zmq"):
+        row[f"over_{name}"] = round(p50 / floors.p50(floor_rows, name, size), 3)
+    return row
+
+
+def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each target of docs/benchmarks.md with the value this run measured."""
+    out = []
+    for r in results:
+        limit = TARGETS.get(r["size"])
+        if r["transport"] == "shm" and limit is not None:
+            value = r["over_linux_tcp"]
+            out.append({"name": f"FIT shm RTT p50 / Linux TCP p50 at {_SIZE_LABELS[r['size']]}",
+                        "value": value, "target": limit, "met": value <= limit})
+    return out
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"FIT {report['caller']} -> {report['target']} ECHO vs raw pyzmq DEALER/ROUTER "
-          f"({report['reps']} x {report['rounds']} round trips each, interleaved)")
-    print(f"{'size':>6}  {'FIT p50':>9} {'FIT p99':>9}  {'raw p50':>9} {'raw p99':>9}  "
-          f"{'FIT/raw p50':>11}")
-    for r in report["results"]:
-        print(f"{r['size']:>6}  {r['fit_p50_us']:>7.1f}us {r['fit_p99_us']:>7.1f}us  "
-              f"{r['raw_p50_us']:>7.1f}us {r['raw_p99_us']:>7.1f}us  {r['ratio_p50']:>11.3f}")
-    print(f"rack up in {report['rack_up_s']:.2f} s")
+    print(f"FIT {report['caller']} -> {report['target']} ECHO over shm and zmq, and the "
+          f"interconnect floors ({report['reps']} x {report['rounds']} round trips each, "
+          "interleaved)")
+    print(f"{'size':>6}  {'what':<12} {'p50':>9} {'p99':>9}  {'p50 / linux_tcp':>15}")
+    for size in sorted({r["size"] for r in report["results"]}):
+        linux = floors.p50(report["floors"], "linux_tcp", size)
+        lines = [(f"FIT {r['transport']}", r["fit_p50_us"], r["fit_p99_us"])
+                 for r in report["results"] if r["size"] == size]
+        lines += [(f["name"], f["p50_us"], f["p99_us"])
+                  for f in report["floors"] if f["size"] == size]
+        for what, p50, p99 in lines:
+            print(f"{size:>6}  {what:<12} {p50:>7.1f}us {p99:>7.1f}us  {p50 / linux:>15.3f}")
+    up = report["rack_up_s_by_transport"]
+    print("rack up in " + ", ".join(f"{s:.2f} s ({t})" for t, s in up.items()))
+    print("targets:")
+    for t in report["targets"]:
+        print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
+              f"(target <= {t['target']})")
 
 
 def main(args: argparse.Namespace) -> int:

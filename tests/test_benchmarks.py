@@ -2,7 +2,9 @@
 
 Smoke runs with tiny counts: no timing is asserted (speed is measured by the
 benchmarks themselves, never by tests); each must leave no run directory, no
-extCache segment and no input file behind.
+extCache segment and no input file behind, and fit and extcache no process
+(every process a bench run starts carries its test's tag in its environment).
+The interconnect floors (benchmarks/floors.py) are also driven in-process.
 """
 
 import json
@@ -12,15 +14,22 @@ import subprocess
 import sys
 from collections import Counter
 
+import psutil
+import pytest
+
+from benchmarks import floors
 from benchmarks.corpus import Corpus
 from benchmarks.raw_zmq import RawClient, RawServer
-from helpers import SPLITRACK
+from helpers import SPLITRACK, alive, wait_gone
+
+TAG = "SPLITRACK_BENCH_TEST_TAG"
+FLOOR_NAMES = {"linux_tcp", "unix", "shm_eventfd", "shm_spin", "raw_zmq"}
 
 
 def bench(kind, run_root, tmp_path, rounds, *more):
     segments = set(os.listdir("/dev/shm"))
     out = tmp_path / f"{kind}.json"
-    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), **{TAG: str(tmp_path)})
     rounds_args = ["--rounds", str(rounds)] if rounds else []
     proc = subprocess.run([SPLITRACK, "bench", kind, *rounds_args, "--reps", "2", *more,
                            "--json", str(out)], capture_output=True, text=True, timeout=300,
@@ -31,28 +40,102 @@ def bench(kind, run_root, tmp_path, rounds, *more):
     return json.loads(out.read_text()), proc.stdout
 
 
-def test_bench_fit(run_root, tmp_path):
+def left_behind(tmp_path) -> list[int]:
+    """PIDs of processes a bench run of this test started that are still alive."""
+    tagged = [p.pid for p in psutil.process_iter(["environ"])
+              if (p.info["environ"] or {}).get(TAG) == str(tmp_path)]
+    return wait_gone(tagged, timeout=5)
+
+
+def check_floors(rows, sizes):
+    assert {(r["name"], r["size"]) for r in rows} == {(n, z) for n in FLOOR_NAMES for z in sizes}
+    for r in rows:
+        assert set(r) == {"size", "name", "p50_us", "p99_us"}
+        assert isinstance(r["p50_us"], float) and 0 < r["p50_us"] <= r["p99_us"]
+
+
+def check_targets(report, names):
+    assert [t["name"] for t in report["targets"]] == names
+    for t in report["targets"]:
+        assert t["value"] > 0 and isinstance(t["met"], bool)
+        assert t["met"] == (t["value"] <= t["target"])
+
+
+def test_bench_fit_measures_shm_and_zmq_against_the_floors(run_root, tmp_path):
     report, stdout = bench("fit", run_root, tmp_path, 50)
+    assert left_behind(tmp_path) == []
     assert report["bench"] == "fit" and report["rack_up_s"] > 0
-    assert [r["size"] for r in report["results"]] == [128, 4096]
+    assert (report["caller"], report["target"], report["rounds"], report["reps"]) == \
+        ("p0", "m0", 50, 2)
+    assert set(report["rack_up_s_by_transport"]) == {"shm", "zmq"}
+    assert [(r["size"], r["transport"]) for r in report["results"]] == \
+        [(128, "shm"), (128, "zmq"), (4096, "shm"), (4096, "zmq")]
+    check_floors(report["floors"], (128, 4096))
+    tcp = {r["size"]: r["p50_us"] for r in report["floors"] if r["name"] == "linux_tcp"}
     for r in report["results"]:
-        assert r["transport"] == "zmq"
-        for key in ("fit_p50_us", "fit_p99_us", "raw_p50_us", "raw_p99_us"):
+        for key in ("fit_p50_us", "fit_p99_us"):
             assert isinstance(r[key], float) and r[key] > 0
-        assert r["fit_p99_us"] >= r["fit_p50_us"] and r["raw_p99_us"] >= r["raw_p50_us"]
-    assert "FIT/raw p50" in stdout
+        assert r["fit_p99_us"] >= r["fit_p50_us"]
+        assert r["over_linux_tcp"] == round(r["fit_p50_us"] / tcp[r["size"]], 3)
+        assert r["over_shm_eventfd"] > 0 and r["over_raw_zmq"] > 0
+    check_targets(report, ["FIT shm RTT p50 / Linux TCP p50 at 128 B",
+                           "FIT shm RTT p50 / Linux TCP p50 at 4 KiB"])
+    assert [t["target"] for t in report["targets"]] == [1.0, 1.3]
+    assert "targets:" in stdout and "FIT shm RTT p50 / Linux TCP p50 at 128 B" in stdout
+    assert "shm_eventfd" in stdout and "FIT zmq" in stdout
 
 
 def test_bench_extcache(run_root, tmp_path):
     report, stdout = bench("extcache", run_root, tmp_path, 40)
+    assert left_behind(tmp_path) == []
     assert report["bench"] == "extcache" and report["config"]["line"] == 4096
     ops = {(r["op"], r["size"]) for r in report["results"]}
     assert {("read_hit", 4096), ("write_hit", 4096), ("read_miss", 4096),
             ("write_miss_zerofill", 4096), ("evict_writeback", 4096)} <= ops
     for r in report["results"]:
         assert 0 < r["p50_us"] <= r["p99_us"]
-    assert report["raw_zmq_p50_us"] > 0
-    assert "read_miss / raw p50" in stdout
+    assert report["raw_zmq_p50_us"] > 0 and report["miss_ratio_p50"] > 0
+    check_floors(report["floors"], (128, 4096))
+    assert report["copy_4k_us"] > 0
+    miss = next(r["p50_us"] for r in report["results"] if r["op"] == "read_miss")
+    floor = next(r["p50_us"] for r in report["floors"]
+                 if (r["name"], r["size"]) == ("shm_eventfd", 4096))
+    assert report["miss_over_floor"] == round(miss / (floor + report["copy_4k_us"]), 3)
+    check_targets(report, ["extCache read miss p50 / (shm_eventfd p50 at 4096 B + 4 KiB copy)"])
+    assert report["targets"][0]["value"] == report["miss_over_floor"]
+    assert "read_miss / raw p50" in stdout and "targets:" in stdout
+
+
+def test_floors_measure_every_floor_interleaved_and_stop_their_children():
+    rows = floors.measure((128, 4096), rounds=20, reps=2, warmup=5)
+    check_floors(rows, (128, 4096))
+    assert [(r["size"], r["name"]) for r in rows] == \
+        [(z, n) for z in (128, 4096) for n in floors.NAMES]
+    one = floors.measure_one("shm_eventfd", 4096, rounds=20, reps=2, warmup=5)
+    assert one["name"] == "shm_eventfd" and one["size"] == 4096 and one["p50_us"] > 0
+
+
+def test_floor_children_are_stopped_on_an_exception_too():
+    with pytest.raises(KeyboardInterrupt):
+        with floors.Echoes() as echoes:
+            pids = echoes.pids
+            assert len(pids) == len(floors.NAMES) and all(alive(p) for p in pids)
+            for name in floors.NAMES:
+                assert len(echoes.round_trips(name, 64, 3, warmup=1)) == 3
+            raise KeyboardInterrupt
+    assert not any(alive(p) for p in pids)
+
+
+def test_a_floor_whose_echo_child_died_raises_instead_of_hanging():
+    with floors.Echoes(("shm_eventfd", "shm_spin", "unix")) as echoes:
+        for name, pid in zip(echoes.names, echoes.pids, strict=True):
+            assert len(echoes.round_trips(name, 128, 2)) == 2
+            os.kill(pid, 9)
+            assert wait_gone([pid]) == []
+            with pytest.raises((RuntimeError, OSError)):
+                echoes.round_trips(name, 128, 3)
+    with pytest.raises(ValueError, match="unknown floor"):
+        floors.Echoes(("carrier_pigeon",))
 
 
 def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, tmp_path):
