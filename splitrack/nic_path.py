@@ -64,8 +64,6 @@ class NicPath:
         xc = self.vm.xc
         self._hit_read, self._hit_write = xc.read_into, xc.write_from
         self._slot, self._pid = self.vm.slot, self.vm.pid
-        if mode == "ddio":   # the skeleton writes its lines (dDDIO): a line that leaves
-            self.vm.written_elsewhere(*self._rbuf, cached=True)   # is fetched back, not zeroed
         self.n: str | None = None     # the nComponent holding the skeleton
         self.sk = 0                   # the skeleton's id there
         self.rhead = self.rtail = self.unacked = 0   # receive ring: read, arrived, to credit

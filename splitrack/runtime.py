@@ -138,6 +138,9 @@ class Runtime:
                 self._slots.extend(start + i * size for i in range(SOCKET_SLOTS_PER_REGION))
                 for i in range(SOCKET_SLOTS_PER_REGION):
                     self._homes[start + i * size] = self.vm.home_of(start)
+                    # the skeleton writes a receive ring's lines itself (dDDIO): one that
+                    # leaves the extCache is fetched back from home, not zero-filled
+                    self.vm.written_elsewhere(start + i * size, SOCKET_BUFFER_BYTES, cached=True)
             rbuf = self._slots.pop()
         return {"mode": mode, "home": self._homes[rbuf], "window": SOCKET_BUFFER_BYTES,
                 "rbuf": [rbuf, SOCKET_BUFFER_BYTES],
