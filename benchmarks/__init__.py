@@ -1,11 +1,19 @@
 """benchmarks: measurements with their baselines taken in the same run.
 
-    fit.py       `splitrack bench fit`: FIT request/reply RTT between two monitor
-                 processes vs raw pyzmq DEALER/ROUTER between two plain processes
-    extcache.py  `splitrack bench extcache`: extCache hits, misses, zero-fills and
-                 evictions from a process on p0 vs raw pyzmq
-    raw_zmq.py   the raw pyzmq baseline (server process and client)
-    report.py    print the table, write the JSON
+    fit.py          `splitrack bench fit`: FIT request/reply RTT between two monitor
+                    processes, over shm and over zmq, vs the interconnect floors
+    extcache.py     `splitrack bench extcache`: extCache hits, misses, zero-fills and
+                    evictions from a process on p0 vs the floors
+    tcp.py          `splitrack bench tcp`: the paper's TCP micro-benchmarks vs Linux
+    wordcount.py    `splitrack bench wordcount`: the paper's macro benchmark vs Linux
+    floors.py       the interconnect floors: Linux TCP, AF_UNIX, FIT's rings asleep and
+                    spinning, raw pyzmq, between plain processes
+    shm_peer.py     a plain child at the other end of FIT's rings (the shm floors, the
+                    relay floor's far end, the connect floor)
+    relay_floor.py  the rack's socket layout with no splitrack code (bench tcp)
+    raw_zmq.py      the raw pyzmq baseline (server process and client)
+    machine.py      `--busy`: one core kept busy meanwhile
+    report.py       print the table, write the JSON
     test_hot_paths.py  pytest-benchmark cases for rack-less hot paths
 
 Benchmarks are not tests: they print tables and machine-readable JSON and never

@@ -16,9 +16,8 @@ round trip (perf_counter_ns, one sample per round trip, in µs):
                   socket: no file), one frame each way (benchmarks/raw_zmq.py:
                   its client and its server loop)
 
-The reply is not copied out of the ring (a FIT caller copies it: that is FIT's
-work, not the interconnect's); the echoing child copies the request into its
-reply ring, as any echo must.
+The shm floors are benchmarks/shm_peer.py's echo child: the answer is copied
+out of the ring, as a FIT caller copies its reply.
 
 Interface:
     with Echoes(names) as echoes:            one echoing child per floor; every child
@@ -51,19 +50,17 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from benchmarks import raw_zmq
-from native.fitring import TIMEOUT, WOKEN, Segment, WaitSet
+from benchmarks.shm_peer import ShmPeer
 from splitrack.params import BENCH_WARMUP_ROUNDS
 
 NAMES = ("linux_tcp", "unix", "shm_eventfd", "shm_spin", "raw_zmq")
 SPIN_S = 1.0                 # shm_spin: a waiter spins this long (far beyond a round trip)
-RING_BYTES = 1 << 20         # each ring of a shm floor's segment
-WAIT_S = 10.0                # a shm wait longer than this: the echo is stuck
 START_TIMEOUT_S = 30.0       # the raw_zmq echo must say READY within this
 _STREAM_BYTES = 1 << 20      # a stream echo's receive buffer
 _PR_SET_PDEATHSIG = 1
@@ -75,15 +72,14 @@ class _Child:
 
     name: str
     proc: subprocess.Popen | None = None
-    sock: socket.socket | None = None                 # stream floors; shm: the hang-up fd
-    seg: Segment | None = None
-    rings: tuple[Any, ...] = ()                       # shm: (tx, rx, waitset)
-    fds: list[int] = field(default_factory=list)      # shm: eventfds to close
+    sock: socket.socket | None = None                 # stream floors
+    peer: ShmPeer | None = None                       # shm floors
     client: raw_zmq.RawClient | None = None           # raw_zmq
 
     @property
     def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
+        return self.peer.pid if self.peer is not None else \
+            None if self.proc is None else self.proc.pid
 
 
 class Echoes:
@@ -131,27 +127,8 @@ class Echoes:
                 child.proc = _spawn("stream", [theirs.fileno()])
             finally:
                 theirs.close()
-        else:
-            self._start_shm(child)
-
-    def _start_shm(self, child: _Child) -> None:
-        seg, seg_fd = Segment.create(RING_BYTES, f"floor {child.name}")
-        child.seg = seg
-        flags = os.EFD_NONBLOCK | os.EFD_CLOEXEC
-        child.fds = [os.eventfd(0, flags), os.eventfd(0, flags)]   # this side's, the child's
-        mine, theirs = socket.socketpair()   # each side sees the other's hang-up
-        child.sock = mine
-        my_efd, child_efd = child.fds
-        try:
-            child.proc = _spawn(child.name, [seg_fd, child_efd, my_efd, theirs.fileno()])
-        finally:
-            os.close(seg_fd)
-            theirs.close()
-        tx = seg.ring(0, seg.bell_word(1), child_efd)   # ring 0: ours to the child
-        rx = seg.ring(1, None, child_efd)
-        waitset = WaitSet(seg.bell_word(0), my_efd)
-        waitset.rings = [rx]
-        child.rings = (tx, rx, waitset)
+        else:   # shm_eventfd, shm_spin
+            child.peer = ShmPeer("echo", SPIN_S if name == "shm_spin" else 0.0).start()
 
     # ---- measuring ------------------------------------------------------------------
     def round_trips(self, name: str, size: int, n: int, warmup: int = 0) -> list[float]:
@@ -163,16 +140,15 @@ class Echoes:
         if child.client is not None:
             child.client.measure(size, warmup)
             return child.client.measure(size, n)
-        if child.seg is not None:
-            tx, rx, waitset = child.rings
-            if size > tx.max_payload:
+        if child.peer is not None:
+            if size > child.peer.tx.max_payload:
                 raise ValueError(f"{size} B is more than a floor ring carries")
             spin = SPIN_S if name == "shm_spin" else 0.0
             try:
-                _shm_round_trips(child, size, warmup, spin)
-                return _shm_round_trips(child, size, n, spin)
+                _shm_round_trips(child.peer, size, warmup, spin)
+                return _shm_round_trips(child.peer, size, n, spin)
             finally:
-                tx.send(b"")   # an empty message: the child stops spinning until the next
+                child.peer.rest()   # the child stops spinning until the next batch
         _stream_round_trips(child, size, warmup)
         return _stream_round_trips(child, size, n)
 
@@ -189,12 +165,6 @@ class Echoes:
             finally:
                 if child.sock is not None:
                     child.sock.close()
-                for fd in child.fds:
-                    os.close(fd)
-                child.fds = []
-                child.rings = ()
-                if child.seg is not None:
-                    child.seg.close()
         if error is not None:
             raise error
 
@@ -202,6 +172,8 @@ class Echoes:
 def _stop(child: _Child) -> None:
     """SIGKILL by PID, then reaped; this side's zmq socket closed."""
     try:
+        if child.peer is not None:
+            child.peer.close()
         if child.proc is not None:
             child.proc.kill()
             child.proc.wait()
@@ -254,22 +226,12 @@ def _stream_round_trips(child: _Child, size: int, n: int) -> list[float]:
     return out
 
 
-def _shm_round_trips(child: _Child, size: int, n: int, spin: float) -> list[float]:
-    tx, rx, waitset = child.rings
-    send, peek, consume, wait = tx.send, rx.peek, rx.consume, waitset.wait
-    assert child.sock is not None
-    fds, clock, payload = [child.sock.fileno()], time.perf_counter_ns, b"\x5a" * size
+def _shm_round_trips(peer: ShmPeer, size: int, n: int, spin: float) -> list[float]:
+    call, clock, payload = peer.call, time.perf_counter_ns, b"\x5a" * size
     out = [0.0] * n
     for i in range(n):
         t0 = clock()
-        if not send(payload):
-            raise RuntimeError(f"the {child.name} ring is full: its echo child is stuck")
-        while (got := wait(spin, WAIT_S, fds)) != 0:
-            if got != WOKEN:
-                what = "timed out" if got == TIMEOUT else "hung up"
-                raise RuntimeError(f"the {child.name} echo child {what}")
-        peek()
-        consume()
+        call(payload, spin)
         out[i] = (clock() - t0) / 1000.0
     return out
 
@@ -338,33 +300,6 @@ def _echo_stream(fd: int) -> None:
         sendall(view[:n])
 
 
-def _echo_shm(seg_fd: int, my_efd: int, peer_efd: int, hup_fd: int, spin_s: float) -> None:
-    seg = Segment.open(seg_fd)
-    rx = seg.ring(0, None, peer_efd)
-    tx = seg.ring(1, seg.bell_word(0), peer_efd)
-    waitset = WaitSet(seg.bell_word(1), my_efd)
-    waitset.rings = [rx]
-    send, peek, consume, wait = tx.send, rx.peek, rx.consume, waitset.wait
-    fds, spin = [hup_fd], 0.0   # parked (asleep) until the first message of a batch
-    while True:
-        got = wait(spin, None, fds)
-        if got != 0:
-            if got == WOKEN:
-                continue
-            return   # the measuring side hung up
-        msg = peek()
-        if msg is None:
-            continue
-        if not len(msg):   # the end of a batch: sleep until the next
-            spin = 0.0
-            consume()
-            continue
-        spin = spin_s
-        while not send(msg):
-            tx.wait_space(len(msg), my_efd, 0.0, WAIT_S)
-        consume()
-
-
 def _child_main(argv: list[str]) -> None:
     kind, parent = argv[0], int(argv[2])
     _die_with_parent(parent)
@@ -372,11 +307,7 @@ def _child_main(argv: list[str]) -> None:
     if kind == "raw_zmq":
         raw_zmq.serve(argv[3])   # prints READY; echoes until killed
         return
-    fds = [int(a) for a in argv[3:]]
-    if kind == "stream":
-        _echo_stream(fds[0])
-    else:
-        _echo_shm(*fds, spin_s=SPIN_S if kind == "shm_spin" else 0.0)
+    _echo_stream(int(argv[3]))
 
 
 def main(argv: list[str] | None = None) -> int:

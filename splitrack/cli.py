@@ -154,8 +154,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if getattr(args, option) not in (None, False) and args.kind not in kinds:
             raise RackError(f"--{option} is for bench {' and '.join(kinds)}, not {args.kind}")
     signal.signal(signal.SIGTERM, _interrupt)   # stopped: its racks, servers, files go too
+    from benchmarks.machine import busy_core
 
-    return importlib.import_module(f"benchmarks.{args.kind}").main(args)
+    with busy_core(args.busy):
+        return importlib.import_module(f"benchmarks.{args.kind}").main(args)
 
 
 def _print_status(rows: list[dict[str, Any]]) -> None:
@@ -277,12 +279,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "and wordcount also PNG plots (--plot). docs/benchmarks.md says what each "
                     "measures, docs/evaluation.md how to read them against the paper.")
     p.add_argument("kind", choices=["fit", "extcache", "tcp", "wordcount"],
-                   help="fit: FIT RTT vs raw pyzmq DEALER/ROUTER; extcache: hits, misses, "
-                        "zero-fills and evictions vs raw pyzmq; tcp: the paper's TCP "
-                        "micro-benchmarks (echo RTT, throughput, connect, nComponent CPU, "
-                        "NIC scaling; DDIO, DMA, pipe and FIT shortcuts) vs Linux TCP loopback, "
-                        "raw pyzmq, raw os.pipe and the relay and connect floors; wordcount: "
-                        "the paper's macro benchmark")
+                   help="fit: FIT RTT over shm and zmq vs the interconnect floors (Linux TCP "
+                        "loopback, AF_UNIX, shared memory + eventfd, shared memory spinning, "
+                        "raw pyzmq); extcache: hits, misses, zero-fills and evictions vs the "
+                        "same floors; tcp: the paper's TCP micro-benchmarks (echo RTT, "
+                        "throughput, connect, nComponent CPU, NIC scaling; DDIO, DMA, pipe and "
+                        "FIT shortcuts) vs Linux TCP loopback, raw pyzmq, raw os.pipe and the "
+                        "relay and connect floors; wordcount: the paper's macro benchmark vs "
+                        "Linux")
     p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
     p.add_argument("--plot", metavar="F.png",
@@ -304,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "--quick: 8MB)")
     p.add_argument("--seed", type=int, default=None,
                    help="wordcount: the input generator's seed (default: 1)")
+    p.add_argument("--busy", action="store_true",
+                   help="keep one core busy (a spinning process) for the whole run: on a VM "
+                        "whose idle cores halt, wake-ups then cost a context switch, not an "
+                        "IPI; run once with and once without to see both conditions")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -7,6 +7,7 @@ extCache segment and no input file behind, and fit and extcache no process
 The interconnect floors (benchmarks/floors.py) are also driven in-process.
 """
 
+import errno
 import json
 import os
 import socket
@@ -17,9 +18,10 @@ from collections import Counter
 import psutil
 import pytest
 
-from benchmarks import floors
+from benchmarks import floors, tcp_client
 from benchmarks.corpus import Corpus
-from benchmarks.raw_zmq import RawClient, RawServer
+from benchmarks.servers import server
+from benchmarks.shm_peer import ShmPeer
 from helpers import SPLITRACK, alive, wait_gone
 
 TAG = "SPLITRACK_BENCH_TEST_TAG"
@@ -155,7 +157,6 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     assert set(baselines["relay_floor_p50_us_by_size"]) == {"128", "4096"}
     connect = report["connect"]
     assert connect["linux_p50_us"] > 0 and connect["rack_p50_us"] > 0
-    assert connect["floor_p50_us"] > connect["linux_p50_us"]   # a pyzmq round trip more
     assert connect["rack_over_floor"] == round(connect["rack_p50_us"] / connect["floor_p50_us"], 3)
     cpu = report["ncomponent_cpu"]
     assert cpu["tx_core_s_per_GB"] > 0 and cpu["rx_core_s_per_GB"] > 0
@@ -164,28 +165,36 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     assert {(p["mode"], p["size"]) for p in report["packing"]} == \
         {(m, s) for m in ("ddio", "dma") for s in (128, 4096)}
     names = [t["name"] for t in report["targets"]]
-    assert "DDIO RTT / (Linux + raw pyzmq) at 128 B" in names
-    assert "rack connect / (Linux connect + raw pyzmq)" in names
+    assert {"DDIO RTT / Linux at 128 B", "fit shortcut RTT / Linux at 4096 B",
+            "rack connect / Linux connect", "DDIO throughput / Linux at 4096 B"} <= set(names)
     assert all(isinstance(t["met"], bool) for t in report["targets"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| ddio | 128 |" in (tmp_path / "tcp.md").read_text()
     assert "targets:" in stdout and "connect() p50" in stdout
 
 
-def test_the_connect_floor_server_makes_each_connection_from_the_nic(tmp_path):
+def test_the_connect_floor_makes_each_connection_from_the_nic():
     listener = socket.create_server(("127.0.0.5", 0), backlog=16)
     listener.settimeout(10)
-    address = f"ipc://{tmp_path}/floor.sock"
-    with listener, RawServer(address, nic="127.0.0.11"):
-        client = RawClient(address)
-        try:
-            assert len(client.connects(*listener.getsockname(), 3)) == 3
-        finally:
-            client.close()
+    request = "{} {}".format(*listener.getsockname()).encode()
+    with listener, ShmPeer("connect", 0.0, "127.0.0.11") as peer:
+        pid = peer.pid
+        assert [peer.call(request, 0.0) for _ in range(3)] == [b"0"] * 3
         for _ in range(3):
-            conn, peer = listener.accept()
+            conn, peer_address = listener.accept()
             conn.close()
-            assert peer[0] == "127.0.0.11"
+            assert peer_address[0] == "127.0.0.11"
+        closed = socket.create_server(("127.0.0.5", 0))
+        nobody = "{} {}".format(*closed.getsockname()).encode()
+        closed.close()
+        assert int(peer.call(nobody, 0.0)) == errno.ECONNREFUSED
+    assert not wait_gone([pid])
+
+
+def test_the_relay_floor_echoes_through_fits_rings():
+    with server([sys.executable, "-m", "benchmarks.relay_floor", "127.0.0.5", "50"],
+                dict(os.environ)) as addr:
+        assert len(tcp_client.echo_rtts(*addr, 300, 20, 2)) == 20
 
 
 def test_bench_wordcount_counts_right_in_every_mode(run_root, tmp_path):
