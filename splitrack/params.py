@@ -7,8 +7,8 @@ Units are in the names. Change a value here, not at its point of use.
 FIT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024   # LegoOS FIT's largest message
 FIT_RING_BYTES = 4 * 1024 * 1024 + 4096   # shm: each ring of a link (a message is at most
                                           # half a ring: two of the largest fit)
-FIT_POLL_US = 50                          # shm: a waiter spins this long before it sleeps
-                                          # (rack.poll_us; docs/protocol.md says why 50)
+FIT_POLL_US = 200                         # shm: a waiter spins this long before it sleeps
+                                          # (rack.poll_us; docs/evaluation.md says why 200)
 FIT_REPLY_WAIT_S = 0.1                    # shm: a reply waits this long for ring space
 FIT_HARD_LIMIT_BYTES = 64 * 1024 * 1024   # ZeroMQ drops a peer that sends more (memory guard)
 FIT_CALL_TIMEOUT_S = 5.0                  # default request/reply timeout

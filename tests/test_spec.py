@@ -16,7 +16,7 @@ def test_default_spec_is_the_documented_rack():
     assert (p0["extcache"], p0["ways"]) == (64 << 20, 8)
     assert spec.components[2]["memory"] == 1 << 30
     assert (spec.transport, spec.poll_us, spec.mode, spec.shortcuts, spec.endpoints) == (
-        "shm", 50, "ddio", True, "ipc")
+        "shm", 200, "ddio", True, "ipc")
     assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"]) == ("round-robin",
                                                                        "127.0.0.10", 64 << 20, None)
 
