@@ -24,8 +24,11 @@ with a CPU's cache. No mComponent traffic:
   instead (a dDMA read). Three copies: buffer -> line, line -> tx, tx -> kernel.
 
 dDMA (`Dma`): between nComponent DRAM and the mComponent's arena (its region
-"arena"): M_DMA_MAP says where the bytes lie (the mComponent keeps its page
-table, and pins those frames), the skeleton copies, M_DMA_DONE unpins.
+"arena"). Each of the stub's two rings is mapped once, the first time it is
+needed, as an RDMA NIC registers memory (`RingMap`: one M_DMA_MAP of the whole
+ring, its frames taken and pinned for as long as the socket lives; the
+mComponent keeps its page table); from then on every copy is the skeleton's
+own, no message. M_DMA_DONE unpins at the end.
 - receive: rx -> the arena at the receive ring's address; then STUB_DATA_DMA,
   and the stub drops its stale lines and reads through its extCache, which
   misses to the mComponent;
@@ -45,6 +48,7 @@ else happens to the skeleton meanwhile. A copy that fails (the process's
 memory is gone) breaks the connection, not the nMonitor.
 """
 
+import bisect
 import errno
 import json
 import os
@@ -52,7 +56,17 @@ from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import Op
-from fit_rpc.netpath import DMA_LEASE, DMA_MAP, PIECE, SK, SK_ERR, SK_N, ring_pieces
+from fit_rpc.netpath import (
+    DMA_HOLD,
+    DMA_LEASE,
+    DMA_MAP,
+    DMA_WRITE,
+    PIECE,
+    SK,
+    SK_ERR,
+    SK_N,
+    ring_pieces,
+)
 from fit_rpc.pages import pack_writeback
 from native.extcache import ExtCache
 
@@ -73,6 +87,7 @@ class Ddio:
         self.memory: RackMemory = net.memory
         self.home_index = self.memory.m_ids.index(home)
         self.xc = self.memory.extcache(pcomponent) if self.name == "ddio" else None
+        self._maps: dict[tuple[int, int], RingMap] = {}   # a ring -> its mapping at home
 
     # ---- receive --------------------------------------------------------------------
     def deliver(self, skel: Any, n: int) -> None:
@@ -156,31 +171,24 @@ class Ddio:
             done += got
             if done < len(out):
                 k = min(len(out) - done, line - (addr + done) % line)
-                self._dma(addr + done, out[done:done + k], write=False)
+                self._dma(self.tbuf, addr + done, out[done:done + k], write=False)
                 self.net.counts["ddio_mcomponent_bytes"] += k
                 done += k
 
-    def _dma(self, addr: int, buf: memoryview, write: bool) -> None:
-        """One-sided copy between buf and the process's bytes at its home's arena."""
-        reply = self.net.ep.call(self.home, Op.M_DMA_MAP,
-                                 DMA_MAP.pack(self.pid, addr, len(buf), int(write)), serve=False)
-        lease, count = DMA_LEASE.unpack_from(reply)
-        arena = self.memory.arena(self.home)
-        try:
-            at = 0
-            for i in range(count):
-                off, n = PIECE.unpack_from(reply, DMA_LEASE.size + i * PIECE.size)
-                if at + n > len(buf) or off + n > len(arena):
-                    raise OSError(errno.EPROTO, f"{self.home} mapped outside the arena")
-                if off < 0:
-                    buf[at:at + n] = bytes(n)   # never written: zeros
-                elif write:
-                    arena[off:off + n] = buf[at:at + n]
-                else:
-                    buf[at:at + n] = arena[off:off + n]
-                at += n
-        finally:
-            self.net.ep.send(self.home, Op.M_DMA_DONE, SK.pack(lease))
+    def _dma(self, ring: tuple[int, int], addr: int, buf: memoryview, write: bool) -> None:
+        """One-sided copy between buf and the process's bytes at addr, in `ring`, at
+        its home's arena (the ring is mapped the first time)."""
+        ring_map = self._maps.get(ring)
+        if ring_map is None:
+            ring_map = self._maps[ring] = RingMap(self.net.ep, self.memory.arena(self.home),
+                                                  self.home, self.pid, ring)
+        ring_map.copy(addr, buf, write)
+
+    def close(self) -> None:
+        """The socket is gone: its rings' mappings are released (M_DMA_DONE)."""
+        for ring_map in self._maps.values():
+            ring_map.release()
+        self._maps.clear()
 
     def confirm(self, skel: Any, n: int) -> None:
         self.net.push(skel, Op.STUB_SENT, SK_N.pack(skel.stub, n))
@@ -199,10 +207,57 @@ class Dma(Ddio):
     data_op = Op.STUB_DATA_DMA
 
     def _store(self, addr: int, data: memoryview) -> None:
-        self._dma(addr, data, write=True)
+        self._dma(self.rbuf, addr, data, write=True)
 
     def _fetch(self, addr: int, out: memoryview) -> None:
-        self._dma(addr, out, write=False)
+        self._dma(self.tbuf, addr, out, write=False)
+
+
+class RingMap:
+    """One ring of a process's memory, mapped in its home's arena once (M_DMA_MAP,
+    DMA_WRITE | DMA_HOLD: every page gets a frame, pinned until release()), as an
+    RDMA NIC registers memory: then copy() needs no message."""
+
+    def __init__(self, ep: Any, arena: memoryview, home: str, pid: int,
+                 ring: tuple[int, int]):
+        self.ep, self.arena, self.home = ep, arena, home
+        self.start, size = ring
+        reply = ep.call(home, Op.M_DMA_MAP, DMA_MAP.pack(pid, self.start, size,
+                                                         DMA_WRITE | DMA_HOLD), serve=False)
+        self.lease, count = DMA_LEASE.unpack_from(reply)
+        self.runs: list[tuple[int, int, int]] = []   # (ring offset, arena offset, length)
+        at = 0
+        for i in range(count):
+            off, n = PIECE.unpack_from(reply, DMA_LEASE.size + i * PIECE.size)
+            if off < 0 or off + n > len(arena):
+                self.release()
+                raise OSError(errno.EPROTO, f"{home} mapped a ring outside its arena")
+            self.runs.append((at, off, n))
+            at += n
+        if at != size:
+            self.release()
+            raise OSError(errno.EPROTO, f"{home} mapped {at} of a ring's {size} bytes")
+        self._starts = [r[0] for r in self.runs]
+
+    def copy(self, addr: int, buf: memoryview, write: bool) -> None:
+        arena, at, done = self.arena, addr - self.start, 0
+        i = bisect.bisect_right(self._starts, at) - 1
+        while done < len(buf):
+            ring_off, arena_off, n = self.runs[i]
+            lo = arena_off + at + done - ring_off
+            k = min(len(buf) - done, n - (at + done - ring_off))
+            if write:
+                arena[lo:lo + k] = buf[done:done + k]
+            else:
+                buf[done:done + k] = arena[lo:lo + k]
+            done += k
+            i += 1
+
+    def release(self) -> None:
+        try:
+            self.ep.send(self.home, Op.M_DMA_DONE, SK.pack(self.lease))
+        except OSError:
+            pass   # the mComponent is gone: nothing left pinned
 
 
 class RackMemory:

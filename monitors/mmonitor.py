@@ -18,7 +18,9 @@ Serves (docs/protocol.md, 0x04xx):
                       only nComponents may map (fit_rpc/regions.py); they then
                       copy to or from it themselves, as an RDMA READ or WRITE
                       would. The frames stay pinned (not reused, even if freed
-                      meanwhile) until M_DMA_DONE, or DMA_LEASE_S at most.
+                      meanwhile) until M_DMA_DONE; DMA_LEASE_S at most, or, for a
+                      held mapping (a socket's ring, mapped once as an RDMA NIC
+                      registers memory), until the process is released.
 A process reaches only its own pages: the request's pid must be the sender's
 (endpoint id "pN.PID", its pid vouched for by the kernel and its pComponent),
 and an address outside its regions is EFAULT. A dirty victim of another
@@ -37,7 +39,7 @@ from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
 from fit_rpc.identity import kind_of
-from fit_rpc.netpath import DMA_LEASE, DMA_MAP, PIECE, SK
+from fit_rpc.netpath import DMA_HOLD, DMA_LEASE, DMA_MAP, DMA_WRITE, PIECE, SK
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, unpack_writeback
 from monitors.address_space import AddressSpace
 from monitors.core import Monitor
@@ -56,7 +58,8 @@ class MMonitor(Monitor):
         self.arena = self.ep.region("arena", self.memory, lambda peer, pid: kind_of(peer) == "n")
         self.view = memoryview(self.arena)
         self.pins: dict[int, int] = {}                # frame -> leases holding it
-        self.leases: dict[int, tuple[float, list[int]]] = {}   # lease -> (when, frames)
+        self.leases: dict[int, tuple[int, float | None, list[int]]] = {}   # lease -> (pid,
+        #                                             expiry or None: held, frames)
         self.unpinned: set[int] = set()               # freed while pinned: freed at unpin
         self._lease_ids = itertools.count(1)
         self.next_frame = 0
@@ -84,8 +87,8 @@ class MMonitor(Monitor):
 
     def tick(self) -> None:
         now = time.monotonic()
-        for lease, (when, _) in list(self.leases.items()):
-            if now - when > DMA_LEASE_S:   # its nComponent never said it was done
+        for lease, (_, expiry, _) in list(self.leases.items()):
+            if expiry is not None and now > expiry:   # its nComponent never said it was done
                 self.counts["dma_leases_expired"] += 1
                 self._unpin(lease)
 
@@ -176,6 +179,8 @@ class MMonitor(Monitor):
                 raise OSError(errno.EPERM, f"{msg.src} may not release a process of "
                               f"{space.pcomponent}")
             self._free_frames(list(space.pages.values()))
+            for lease in [k for k, (p, _, _) in self.leases.items() if p == pid]:
+                self._unpin(lease)   # its sockets are closed: no dDMA copies into them now
             del self.spaces[pid]
             self.log.info("released process %d (%s)", pid, space.pcomponent)
             self._report_load()
@@ -183,13 +188,15 @@ class MMonitor(Monitor):
 
     def m_dma_map(self, msg: Message) -> bytes:
         """Where [addr, addr+n) of a process lies in the arena: DMA_LEASE, then PIECEs
-        (contiguous frames merged). write: frames are taken (zeroed) for pages that
-        have none. The frames stay pinned until M_DMA_DONE of the lease."""
+        (contiguous frames merged). DMA_WRITE: frames are taken (zeroed) for pages
+        that have none. The frames stay pinned until M_DMA_DONE of the lease (or
+        DMA_LEASE_S; DMA_HOLD: until the process is released)."""
         if kind_of(msg.src) != "n":
             raise OSError(errno.EPERM, f"{msg.src} is no nComponent: only dDMA engines may")
         if len(msg.payload) != DMA_MAP.size:
             raise MalformedMessage(f"M_DMA_MAP of {len(msg.payload)} bytes")
-        pid, addr, n, write = DMA_MAP.unpack_from(msg.payload)
+        pid, addr, n, flags = DMA_MAP.unpack_from(msg.payload)
+        write = flags & DMA_WRITE
         if not 0 < n <= DMA_MAX_BYTES:
             raise OSError(errno.EINVAL, f"dDMA of {n} bytes: 1 to {DMA_MAX_BYTES} at a time")
         space = self._space(pid)
@@ -211,7 +218,8 @@ class MMonitor(Monitor):
             else:
                 pieces.append([at, hi - lo])
         lease = next(self._lease_ids)
-        self.leases[lease] = (time.monotonic(), frames)
+        expiry = None if flags & DMA_HOLD else time.monotonic() + DMA_LEASE_S
+        self.leases[lease] = (pid, expiry, frames)
         for frame in frames:
             self.pins[frame] = self.pins.get(frame, 0) + 1
         self.counts["dma_write_bytes" if write else "dma_read_bytes"] += n
@@ -223,7 +231,7 @@ class MMonitor(Monitor):
         self._unpin(SK.unpack_from(msg.payload)[0])
 
     def _unpin(self, lease: int) -> None:
-        _, frames = self.leases.pop(lease, (0.0, []))
+        _, _, frames = self.leases.pop(lease, (0, None, []))
         for frame in frames:
             left = self.pins[frame] - 1
             if left:

@@ -233,6 +233,8 @@ class NMonitor(Monitor):
             s.close()
         if skel.rx is not None:
             self.proxy.free(skel.rx, skel.tx)
+        if skel.path is not None:
+            skel.path.close()   # its rings' dDMA mappings are released
         del self.skels[skel.sk]
         if skel.parent is not None:
             skel.parent.waiting.discard(skel.sk)
