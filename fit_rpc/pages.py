@@ -42,14 +42,14 @@ class WritebackMessage:
         self.buf = memoryview(bytearray(self.start + capacity * (line + VPAGE.size)))
         self.vpages: list[int] = []
 
-    def next_line(self) -> memoryview:
-        """Where the next line goes (add() it once it is there)."""
+    def room(self) -> memoryview:
+        """Where the next lines go, as many as still fit (add() them once there)."""
         at = self.start + len(self.vpages) * self.line
-        return self.buf[at:at + self.line]
+        return self.buf[at:self.start + self.capacity * self.line]
 
-    def add(self, vpage: int) -> bool:
-        """The next line is vpage's; True when the message is full."""
-        self.vpages.append(vpage)
+    def add(self, vpages: list[int]) -> bool:
+        """The next lines are these pages'; True when the message is full."""
+        self.vpages += vpages
         return len(self.vpages) == self.capacity
 
     def take(self, pid: int) -> memoryview:

@@ -35,6 +35,8 @@ import itertools
 import time
 from typing import Any
 
+import numpy as np
+
 from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
@@ -57,6 +59,7 @@ class MMonitor(Monitor):
         # the physical memory, reserved now: a region only nComponents may map (dDMA)
         self.arena = self.ep.region("arena", self.memory, lambda peer, pid: kind_of(peer) == "n")
         self.view = memoryview(self.arena)
+        self.frames = np.frombuffer(self.arena, np.uint8).reshape(-1, self.line)   # by frame
         self.pins: dict[int, int] = {}                # frame -> leases holding it
         self.leases: dict[int, tuple[int, float | None, list[int]]] = {}   # lease -> (pid,
         #                                             expiry or None: held, frames)
@@ -94,6 +97,7 @@ class MMonitor(Monitor):
 
     def close(self) -> None:
         self.view.release()
+        del self.frames
         super().close()
 
     # ---- ops ----------------------------------------------------------------------
@@ -166,8 +170,14 @@ class MMonitor(Monitor):
         space = self._space(pid)
         for vpage in vpages:
             space.check(vpage)
-        for i, vpage in enumerate(vpages):
-            self._store(space, vpage, lines[i * self.line:(i + 1) * self.line])
+        pages, take = space.pages, self._take_frame
+        frames = [pages.get(v) for v in vpages]
+        for i, frame in enumerate(frames):
+            if frame is None:   # a page's first write-back takes its frame
+                frames[i] = pages[vpages[i]] = take()
+        # every line into its frame at once: one scatter, not a copy per line in Python
+        self.frames[frames] = np.frombuffer(lines, np.uint8).reshape(len(frames), self.line)
+        self.counts["writebacks"] += len(frames)
         return b""
 
     def m_release(self, msg: Message) -> bytes:

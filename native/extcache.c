@@ -354,6 +354,32 @@ int xc_clean(void *base, uint32_t pid, uint64_t vpage, void *out, uint32_t *home
     return rc;
 }
 
+int64_t xc_clean_run(void *base, uint32_t pid, uint64_t vpage, uint64_t npages, uint32_t home,
+                     void *out, uint64_t max, uint64_t *vpages, uint64_t *next,
+                     uint32_t *other_home) {
+    uint64_t k = 0, p = vpage, line = H(base)->line_size;
+    *other_home = home;
+    for (; p < vpage + npages && k < max; p++) {
+        uint32_t s = xc_set_of(base, pid, p);
+        lock(&set_at(base, s)->lock);
+        int w = find(base, s, pid, p);
+        xc_tag_t *t = w >= 0 ? tag_at(base, s, (uint32_t)w) : NULL;
+        if (t && t->dirty && t->home != home) {   /* another home's: the caller's turn */
+            *other_home = t->home;
+            unlock(&set_at(base, s)->lock);
+            break;
+        }
+        if (t && t->dirty) {
+            memcpy((char *)out + k * line, line_at(base, s, (uint32_t)w), line);
+            t->dirty = 0;
+            vpages[k++] = p;
+        }
+        unlock(&set_at(base, s)->lock);
+    }
+    *next = p;
+    return (int64_t)k;
+}
+
 static int64_t drop_where(void *base, uint32_t pid, uint64_t first, uint64_t npages) {
     xc_header_t *h = H(base);
     int64_t dropped = 0;

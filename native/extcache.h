@@ -93,6 +93,15 @@ int xc_miss_abort(void *base, uint32_t pid, uint64_t vpage);
  * return 1 (home in *home); 0 if there is nothing to write back. */
 int xc_clean(void *base, uint32_t pid, uint64_t vpage, void *out, uint32_t *home);
 
+/* Flush a run of pages at once: for each page of [vpage, vpage+npages) that is
+ * cached and dirty, homed at `home`, copy its line to out + k * line_size, note
+ * its page in vpages[k] and mark it clean, for at most `max` lines. Stops early
+ * at a dirty line of another home (not cleaned: *other_home says which). Returns
+ * k; *next is the page to go on from. */
+int64_t xc_clean_run(void *base, uint32_t pid, uint64_t vpage, uint64_t npages, uint32_t home,
+                     void *out, uint64_t max, uint64_t *vpages, uint64_t *next,
+                     uint32_t *other_home);
+
 /* Drop cached lines without writing them back: one page range, or every line
  * of a process (its exit). Return how many lines were dropped. */
 int64_t xc_invalidate(void *base, uint32_t pid, uint64_t vpage, uint64_t npages);

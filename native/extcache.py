@@ -9,7 +9,7 @@ Interface:
                                                             and dDDIO, over the region mapped
     xc.read_into(slot, pid, vaddr, buf) -> bytes copied before the first miss
     xc.write_from(slot, pid, vaddr, data) -> likewise
-    xc.miss_begin / miss_end / miss_abort, xc.clean, xc.invalidate, xc.drop_pid
+    xc.miss_begin / miss_end / miss_abort, xc.clean, xc.clean_run, xc.invalidate, xc.drop_pid
     xc.slot_acquire(pid) / slot_release(pid), xc.counters(pid=0)
     xc.close()
 C return codes become exceptions here and nowhere else: a negative errno is a
@@ -47,6 +47,9 @@ class ExtCache:
         self.victim_buf = bytearray(self.line_size)
         self._victim_cbuf = ffi.from_buffer(self.victim_buf)
         self._home = ffi.new("uint32_t *")
+        self._run_pages = ffi.new("uint64_t[]", 0)
+        self._next = ffi.new("uint64_t *")
+        self._other = ffi.new("uint32_t *")
 
     @staticmethod
     def segment_size(capacity: int, line_size: int, ways: int) -> int:
@@ -98,6 +101,18 @@ class ExtCache:
         if lib.xc_clean(self.base, pid, vpage, ffi.from_buffer(out), self._home):
             return self._home[0]
         return None
+
+    def clean_run(self, pid: int, vpage: int, npages: int, home: int, out: Any
+                  ) -> tuple[list[int], int, int]:
+        """Clean the dirty lines of a page run homed at `home` into out (as many
+        lines as it holds): (their pages, the page to go on from, the home of the
+        dirty line it stopped at -- `home` if it did not)."""
+        cap = len(out) // self.line_size
+        if len(self._run_pages) < cap:
+            self._run_pages = ffi.new("uint64_t[]", cap)
+        k = _check(lib.xc_clean_run(self.base, pid, vpage, npages, home, ffi.from_buffer(out),
+                                    cap, self._run_pages, self._next, self._other), "clean")
+        return list(ffi.unpack(self._run_pages, k)), self._next[0], self._other[0]
 
     def invalidate(self, pid: int, vpage: int, npages: int) -> int:
         return _check(lib.xc_invalidate(self.base, pid, vpage, npages), "invalidate")

@@ -62,6 +62,7 @@ class VirtualMemory:
         self.slot = self.xc.slot_acquire(self.pid)
         self._starts: list[int] = []                  # sorted region starts
         self._writebacks: dict[int, WritebackMessage] = {}   # per home, reused by flushes
+        self._last_home = 0                            # where the last flush's lines went
         self._regions: dict[int, tuple[int, int]] = {}  # start -> (end, home index)
         self._touched: set[int] = set()               # pages ever installed
         self._probe = bytearray(1)                    # _fault: is a line cached?
@@ -148,31 +149,29 @@ class VirtualMemory:
             return self._flush(addr, n)
 
     def _flush(self, addr: int, n: int) -> int:
-        """Each dirty line is cleaned straight into the M_WRITEBACK of its home (the
-        last line's home's first: a range's lines mostly share one home)."""
+        """The dirty lines are cleaned straight into the M_WRITEBACK of their home, a
+        run of them at a time (C: xc_clean_run); a run stops at a line of another
+        home, whose message then takes the next run."""
         msgs = self._writebacks
         for msg in msgs.values():
             msg.vpages.clear()   # what a failed flush left
-        home, flushed = 0, 0
+        vpage, end = addr // self.line, -(-(addr + n) // self.line)
+        home, flushed = self._last_home, 0
         try:
-            for vpage in range(addr // self.line, -(-(addr + n) // self.line)):
+            while vpage < end:
                 msg = msgs.get(home) or msgs.setdefault(
                     home, WritebackMessage(self.line, _WRITEBACK_BATCH))
-                line_home = self.xc.clean(self.pid, vpage, msg.next_line())
-                if line_home is None:
-                    continue
-                if line_home != home:   # another home's line: into its message
-                    other = msgs.get(line_home) or msgs.setdefault(
-                        line_home, WritebackMessage(self.line, _WRITEBACK_BATCH))
-                    other.next_line()[:] = msg.next_line()
-                    home, msg = line_home, other
-                flushed += 1
-                if msg.add(vpage):
+                pages, vpage, other = self.xc.clean_run(self.pid, vpage, end - vpage, home,
+                                                        msg.room())
+                flushed += len(pages)
+                if msg.add(pages):
                     self._send_writeback(home, msg)
+                home = other
             for h, msg in list(msgs.items()):
                 if msg.vpages:
                     self._send_writeback(h, msg)
         finally:
+            self._last_home = home
             self.xc.count(self.slot, FLUSHES, flushed)
         return flushed
 
