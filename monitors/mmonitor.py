@@ -59,7 +59,9 @@ class MMonitor(Monitor):
         # the physical memory, reserved now: a region only nComponents may map (dDMA)
         self.arena = self.ep.region("arena", self.memory, lambda peer, pid: kind_of(peer) == "n")
         self.view = memoryview(self.arena)
-        self.frames = np.frombuffer(self.arena, np.uint8).reshape(-1, self.line)   # by frame
+        whole = self.memory // self.line   # frames (the arena's tail past the last is unused)
+        self.frames = np.frombuffer(self.arena, np.uint8, whole * self.line).reshape(
+            whole, self.line)
         self.pins: dict[int, int] = {}                # frame -> leases holding it
         self.leases: dict[int, tuple[int, float | None, list[int]]] = {}   # lease -> (pid,
         #                                             expiry or None: held, frames)
@@ -96,8 +98,9 @@ class MMonitor(Monitor):
                 self._unpin(lease)
 
     def close(self) -> None:
-        self.view.release()
-        del self.frames
+        if hasattr(self, "view"):   # (setup may have failed before)
+            self.view.release()
+            self.frames = None
         super().close()
 
     # ---- ops ----------------------------------------------------------------------

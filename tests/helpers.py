@@ -16,7 +16,10 @@ SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
 
 
 def small_spec(storage: str, name: str = "t", **rack) -> dict:
-    """A rack like the default one, with its storage under `storage`."""
+    """A rack like the default one, with its storage under `storage`; its FIT waiters
+    spin $SPLITRACK_TEST_POLL_US µs if that is set (0: the suite without spinning)."""
+    if "SPLITRACK_TEST_POLL_US" in os.environ:
+        rack.setdefault("poll_us", int(os.environ["SPLITRACK_TEST_POLL_US"]))
     return {
         "rack": {"name": name, **rack},
         "pcomponent": [{"id": "p0", "extcache": "4MiB", "ways": 8},
