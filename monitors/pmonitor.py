@@ -202,16 +202,21 @@ class PMonitor(Monitor):
             self._gone.add(c)
 
     def _reap_orphans(self) -> None:
-        """Reap the ended orphans we adopted (our own launched children are their
-        launch threads' to reap: they want the exit status)."""
+        """Reap the ended orphans we adopted (one system call when there are none;
+        our own launched children are their launch threads' to reap: they want the
+        exit status, and reap it at once)."""
         with self._launching:
-            ours = set(self.children)
-            for child in psutil.Process().children():
-                if child.pid not in ours:
-                    try:
-                        os.waitpid(child.pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
+            while True:
+                try:
+                    ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:
+                    return   # no children at all
+                if ended is None or ended.si_pid in self.children:
+                    return   # none ended, or ours: its thread reaps it (the rest next tick)
+                try:
+                    os.waitpid(ended.si_pid, 0)
+                except ChildProcessError:
+                    return
 
     def _ids(self, kind: str) -> list[str]:
         """The ids of the rack's components of one kind (from the run directory's spec)."""
