@@ -67,7 +67,7 @@ from fit_rpc.netpath import (
     SK_N,
     ring_pieces,
 )
-from fit_rpc.pages import pack_writeback
+from fit_rpc.pages import MISS, pack_writeback
 from native.extcache import ExtCache
 
 
@@ -82,6 +82,7 @@ class Ddio:
         self.pid, self.home = pid, home
         self.rbuf, self.tbuf = rbuf, tbuf
         self.rpos = self.tpos = 0      # stream offsets in each ring
+        self.first_lap = True          # this delivery lands where rx was never written
         self.pending = 0               # bytes in the stub's send ring, not pulled yet
         self.parked = bytearray()      # bytes pulled out of the ring that tx had no room for
         self.memory: RackMemory = net.memory
@@ -92,6 +93,7 @@ class Ddio:
     # ---- receive --------------------------------------------------------------------
     def deliver(self, skel: Any, n: int) -> None:
         """n bytes arrived in rx: into the process's receive ring, then the stub hears."""
+        self.first_lap = self.rpos + n <= self.rbuf[1]
         try:
             _walk(ring_pieces(self.rbuf, self.rpos, n), skel.rx.used_views(n), self._store)
         except OSError as exc:   # the process's memory is gone (it ended), or m is; the
@@ -103,25 +105,40 @@ class Ddio:
 
     def _store(self, addr: int, data: memoryview) -> None:
         """dDDIO: data into the process's extCache lines at addr (write-allocate)."""
-        xc, pid = self.xc, self.pid
+        xc, pid, end = self.xc, self.pid, addr + len(data)
         done = xc.write_from(-1, pid, addr, data)
         while done < len(data):
-            self._allocate((addr + done) // xc.line_size)
+            self._allocate((addr + done) // xc.line_size, addr + done, end)
             done += xc.write_from(-1, pid, addr + done, data[done:])
         self.net.counts["ddio_extcache_bytes"] += len(data)
 
-    def _allocate(self, vpage: int) -> None:
-        """Install a line of the receive ring (its old bytes are not needed)."""
-        xc = self.xc
+    def _allocate(self, vpage: int, lo: int, hi: int) -> None:
+        """Install the receive ring's line vpage for the bytes [lo, hi) about to land
+        in it. Zeros when nothing else in it can be unread: the write starts at
+        the line's start and fills it, or ends where the ring was never written
+        (its first lap). Else the line comes from home, as the process's own miss
+        would fetch it: bytes it has not read yet may share the line."""
+        xc, line = self.xc, self.xc.line_size
         victim = xc.miss_begin(-1, self.pid, vpage)
         if victim is None:
             return   # cached after all
         vpid, vhome, vvpage = victim
+        start = vpage * line
+        fresh = lo == start and (hi >= start + line or self.first_lap)
         try:
-            if vpid:
-                self.net.ep.call(self.memory.m_ids[vhome], Op.M_WRITEBACK,
-                                 pack_writeback(vpid, [vvpage], [xc.victim_buf]), serve=False)
-            xc.miss_end(-1, self.pid, vpage, self.home_index, None)
+            data = None
+            if not fresh and vpid and vhome == self.home_index:   # LegoOS piggyback
+                data = self.net.ep.call(self.home, Op.M_MISS, MISS.pack(
+                    self.pid, vpage, vpid, vvpage) + xc.victim_buf, serve=False)
+            else:
+                if vpid:
+                    self.net.ep.call(self.memory.m_ids[vhome], Op.M_WRITEBACK,
+                                     pack_writeback(vpid, [vvpage], [xc.victim_buf]),
+                                     serve=False)
+                if not fresh:
+                    data = self.net.ep.call(self.home, Op.M_MISS,
+                                            MISS.pack(self.pid, vpage, 0, 0), serve=False)
+            xc.miss_end(-1, self.pid, vpage, self.home_index, data)
         except BaseException:
             xc.miss_abort(self.pid, vpage)
             raise

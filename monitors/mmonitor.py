@@ -23,10 +23,11 @@ Serves (docs/protocol.md, 0x04xx):
                       registers memory), until the process is released.
 A process reaches only its own pages: the request's pid must be the sender's
 (endpoint id "pN.PID", its pid vouched for by the kernel and its pComponent),
-and an address outside its regions is EFAULT. A dirty victim of another
-process of the same pComponent is accepted (the extCache is shared), and so is
-one an nComponent evicted while writing received bytes into the extCache
-(dDDIO); one whose region is gone is dropped and counted.
+and an address outside its regions is EFAULT. An nComponent's M_MISS may name
+any process (dDDIO fetches a receive-ring line it writes only part of). A dirty
+victim of another process of the same pComponent is accepted (the extCache is
+shared), and so is one an nComponent evicted while writing received bytes into
+the extCache (dDDIO); one whose region is gone is dropped and counted.
 """
 
 import errno
@@ -130,7 +131,8 @@ class MMonitor(Monitor):
         if len(msg.payload) < MISS.size:
             raise MalformedMessage("M_MISS shorter than its header")
         pid, vpage, vpid, vvpage = MISS.unpack_from(msg.payload)
-        self._own_pid(msg, pid)
+        if pid != _pid(msg.src) and kind_of(msg.src) != "n":   # dDDIO fills rx lines too
+            raise OSError(errno.EPERM, f"{msg.src} may not act for process {pid}")
         if vpid:
             victim = msg.payload[MISS.size:]
             if len(victim) != self.line:

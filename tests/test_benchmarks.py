@@ -78,7 +78,7 @@ def test_bench_fit_measures_shm_and_zmq_against_the_floors(run_root, tmp_path):
         for key in ("fit_p50_us", "fit_p99_us"):
             assert isinstance(r[key], float) and r[key] > 0
         assert r["fit_p99_us"] >= r["fit_p50_us"]
-        assert r["over_linux_tcp"] == round(r["fit_p50_us"] / tcp[r["size"]], 3)
+        assert r["over_linux_tcp"] == pytest.approx(r["fit_p50_us"] / tcp[r["size"]], abs=2e-3)
         assert r["over_shm_eventfd"] > 0 and r["over_raw_zmq"] > 0
     check_targets(report, ["FIT shm RTT p50 / Linux TCP p50 at 128 B",
                            "FIT shm RTT p50 / Linux TCP p50 at 4 KiB"])
@@ -102,7 +102,8 @@ def test_bench_extcache(run_root, tmp_path):
     miss = next(r["p50_us"] for r in report["results"] if r["op"] == "read_miss")
     floor = next(r["p50_us"] for r in report["floors"]
                  if (r["name"], r["size"]) == ("shm_eventfd", 4096))
-    assert report["miss_over_floor"] == round(miss / (floor + report["copy_4k_us"]), 3)
+    assert report["miss_over_floor"] == pytest.approx(miss / (floor + report["copy_4k_us"]),
+                                                     abs=2e-3)
     check_targets(report, ["extCache read miss p50 / (shm_eventfd p50 at 4096 B + 4 KiB copy)"])
     assert report["targets"][0]["value"] == report["miss_over_floor"]
     assert "read_miss / raw p50" in stdout and "targets:" in stdout
@@ -157,7 +158,8 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     assert set(baselines["relay_floor_p50_us_by_size"]) == {"128", "4096"}
     connect = report["connect"]
     assert connect["linux_p50_us"] > 0 and connect["rack_p50_us"] > 0
-    assert connect["rack_over_floor"] == round(connect["rack_p50_us"] / connect["floor_p50_us"], 3)
+    assert connect["rack_over_floor"] == pytest.approx(
+        connect["rack_p50_us"] / connect["floor_p50_us"], abs=2e-3)
     cpu = report["ncomponent_cpu"]
     assert cpu["tx_core_s_per_GB"] > 0 and cpu["rx_core_s_per_GB"] > 0
     assert [(r["nics"], r["nics_used"]) for r in report["nic_scaling"]] == [(1, 1), (2, 2)]

@@ -423,6 +423,45 @@ def test_ddio_reads_evicted_lines_from_the_mcomponent():
         assert counts["ddio_mcomponent_bytes"] + counts["ddio_extcache_bytes"] >= size
 
 
+# Receives piece after piece without reading, and after each one writes 1 MiB of its
+# memory, evicting every line of a 256 KiB extCache: the pieces' lines, partly written.
+UNREAD_PIECES = textwrap.dedent("""
+    import select, socket, sys
+    from splitrack import vm
+    s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+    print(s.getsockname()[1], flush=True)
+    c, _ = s.accept()
+    junk = vm.alloc(1 << 20)
+    for i in range(int(sys.argv[2])):
+        select.select([c], [], [], 30)
+        vm.write(junk, bytes([i]) * (1 << 20))
+        print("evicted", i, flush=True)
+    got = bytearray()
+    while chunk := c.recv(1 << 16):
+        got += chunk
+    print(len(got), bytes(got) == bytes(range(100, 200)) * int(sys.argv[2]),
+          flush=True)
+""")
+
+
+def test_ddio_keeps_unread_bytes_of_a_line_it_must_install_again():
+    # dDDIO writes a piece into a receive-ring line the extCache evicted meanwhile:
+    # the line's other bytes, still unread, come back from m0 (never zeros).
+    def spec(storage):
+        return {**small_spec(storage, name="tinyrx"),
+                "pcomponent": [{"id": "p0", "extcache": "256KiB", "ways": 4}]}
+
+    pieces = 12
+    with running_rack(spec) as rack, on_rack(environ(rack), UNREAD_PIECES, NIC, str(pieces),
+                                             mode="ddio", name="tinyrx") as (proc, (port,)):
+        with connect(port) as sock:
+            for i in range(pieces):
+                sock.sendall(bytes(range(100, 200)))
+                assert proc.stdout.readline() == f"evicted {i}\n"
+        assert proc.stdout.readline() == f"{pieces * 100} True\n"
+        assert n0_network(rack)["ddio_extcache_bytes"] == pieces * 100
+
+
 def test_dma_senders_that_close_at_once_lose_nothing(net):
     rack, env = net
     listeners = [socket.create_server(("127.0.0.5", 0)) for _ in range(4)]
