@@ -11,7 +11,8 @@ is docs/protocol.md. Public face:
     Channel               channel.py     one-way messages, object to object
     Transport             transport.py   the interface a transport implements:
                                          shm_transport.py (rings in shared memory, the
-                                         default), zmq_transport.py (ZeroMQ)
+                                         default; its channels: shm_channel.py),
+                                         zmq_transport.py (ZeroMQ)
     rendezvous, identity  rendezvous.py  where shm endpoints meet; identity.py: the ids
                                          and what the kernel vouches for them
     regions               regions.py     memory peers map, for one-sided access

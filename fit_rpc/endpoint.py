@@ -126,13 +126,14 @@ class Endpoint:
         """The directory's address (whose scheme names the rack's transport)."""
         return self._addresses.get(GLOBAL_ID, "")
 
-    def resolve(self, peer: str, timeout: float | None = None) -> str:
+    def resolve(self, peer: str, timeout: float | None = None, serve: bool = False) -> str:
+        """`peer`'s address, asked of the directory the first time (serve: as call())."""
         address = self._addresses.get(peer)
         if address is None:
             if GLOBAL_ID not in self._addresses or peer == GLOBAL_ID:
                 raise from_code(errno.ENXIO, f"unknown destination {peer!r} (no directory)")
             args, _ = codec.decode(self.call(GLOBAL_ID, Op.RESOLVE, codec.encode({"id": peer}),
-                                             timeout))
+                                             timeout, serve))
             address = self._addresses[peer] = codec.need(args, "address", str)
         return address
 
@@ -159,8 +160,10 @@ class Endpoint:
         the peer's process ended), UnknownDestination (no such id),
         MessageTooLarge (nothing sent), or the OSError the peer answered with.
         serve=False: the inbox waits meanwhile (no handler runs nested in this
-        call; only for a peer that never calls back, or the two could deadlock
-        until the timeout). room=True: the payload is a writable buffer whose
+        call, nor in the directory look-up it may make first; only for a peer
+        that never calls back, or the two could deadlock until the timeout; for
+        a caller holding what a handler may take, such as an extCache set).
+        send() serves nothing either. room=True: the payload is a writable buffer whose
         first HEADER_SIZE bytes are room for the FIT header, written there in
         place (a large payload is not copied); the buffer may be read until the
         reply comes (if the call fails, drop it).
@@ -169,7 +172,7 @@ class Endpoint:
             timeout = FIT_CALL_TIMEOUT_S
         deadline = time.monotonic() + timeout  # sending, too, counts against the timeout
         self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
-        self._transmit(peer, REQUEST, op, seq, payload, timeout, room)
+        self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
         awaiting = self._awaiting
         awaiting.add(seq)
         try:
@@ -189,11 +192,11 @@ class Endpoint:
         self._transmit(peer, ONEWAY, op, 0, payload, timeout)
 
     def _transmit(self, peer: str, kind: int, op: int, seq: int, payload: Frame,
-                  timeout: float, room: bool = False) -> None:
+                  timeout: float, room: bool = False, serve: bool = False) -> None:
         n = len(payload) - HEADER_SIZE if room else len(payload)
         if n > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
-        address = self._addresses.get(peer) or self.resolve(peer, timeout)
+        address = self._addresses.get(peer) or self.resolve(peer, timeout, serve)
         if room:
             _pack_header_into(payload, 0, MAGIC, VERSION, kind, op, 0, seq, n)
             self.transport.send(peer, address, payload, timeout)

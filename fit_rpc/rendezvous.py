@@ -90,7 +90,7 @@ def connect(path: str, hello: dict[str, Any], fds: list[int], timeout_s: float
         if not isinstance(answer, dict):
             raise ValueError("not an object")
     except ValueError:
-        _close_all(got)
+        close_all(got)
         sock.close()
         raise OSError(71, f"{path}: not a FIT rendezvous") from None   # EPROTO
     sock.settimeout(None)
@@ -218,7 +218,7 @@ class Listener:
             if not isinstance(hello, dict):
                 raise ValueError("hello is not an object")
         except (OSError, ValueError) as exc:
-            _close_all(fds)
+            close_all(fds)
             self._count("rendezvous_refused")
             _answer(conn, {"errno": 71, "error": f"bad hello: {exc}"}, [])   # EPROTO
             conn.close()
@@ -226,7 +226,7 @@ class Listener:
         try:
             answer, out, key = self._on_hello(conn, creds, hello, fds)
         except Exception as exc:   # a bug must not end the rendezvous
-            _close_all(fds)
+            close_all(fds)
             answer, out, key = {"errno": 5, "error": f"internal error: {exc!r}"}, [], None
         _answer(conn, answer, out)   # (a connector gone already hangs up at once)
         if key is None:   # else on_hello kept the socket, and watches it: it is the link's
@@ -255,7 +255,8 @@ def _answer(conn: socket.socket, answer: dict[str, Any], fds: list[int]) -> bool
         return False
 
 
-def _close_all(fds: list[int]) -> None:
+def close_all(fds: list[int]) -> None:
+    """Close every fd of a message that is refused."""
     for fd in fds:
         try:
             os.close(fd)

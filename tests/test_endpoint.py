@@ -5,6 +5,7 @@ import contextlib
 import errno
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -144,6 +145,32 @@ def test_push_both_directions(rack):
         wait_until(lambda: ep.id not in listed())
         with pytest.raises(PermissionError):
             other.call_args("global", Op.UNREGISTER, {"id": "p0"})
+
+
+def test_a_call_that_serves_nothing_serves_nothing_while_it_looks_its_peer_up(rack):
+    """serve=False covers the directory look-up a first call makes: a caller holding
+    what a handler takes (the nComponent, an extCache set) must not run it nested."""
+    a, b = rack.endpoint(serve=True), rack.endpoint(serve=True)
+    ran = []
+    a.on(Op.ECHO, lambda msg: ran.append(bytes(msg.payload)) or b"")
+    b.on(Op.ECHO, lambda msg: bytes(msg.payload))
+    b.send(a.id, Op.ECHO, b"waiting")   # a request in a's inbox, not served yet
+    wait_until(a.pending)
+    def answer_one():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not b.serve(1):
+            pass   # (serve() returns False when woken for a new link, too)
+
+    server = threading.Thread(target=answer_one)
+    server.start()
+    try:   # a knows b only by its id: the call asks global first
+        assert bytes(a.call(b.id, Op.ECHO, b"hello", serve=False)) == b"hello"
+    finally:
+        server.join()
+    assert ran == []
+    assert a.serve(1) and ran == [b"waiting"]
+    a.close()
+    b.close()
 
 
 def test_monitor_to_monitor_calls_are_counted_per_link(client):

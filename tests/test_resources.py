@@ -89,4 +89,5 @@ def test_many_short_programs_leave_nothing_behind(res):
                 assert done.stdout.strip() == "ok", done.stderr
             wait_until(lambda: _state(rack, ep) == baseline, timeout=15)
     finally:
+        listener.shutdown(socket.SHUT_RDWR)   # wakes the serving thread's accept()
         listener.close()

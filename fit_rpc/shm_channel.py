@@ -1,0 +1,137 @@
+"""One end of a FIT channel over shared memory (Transport.channel, shm_transport.py).
+
+A channel joins two objects -- two stubs of a FIT shortcut (splitrack/shortcuts.py)
+-- with a segment of its own: ring 0 carries the messages of the end that
+connected, ring 1 the other's. Each side has a bell word in the segment and an
+eventfd, so either end sleeps on its own fd (fileno/arm/disarm) and no
+endpoint's inbox is woken for a channel's traffic. An end is reached at its
+endpoint's rendezvous with a token (`shm://PATH#PID!TOKEN`): the peer's end
+connects there, and the endpoint's rendezvous hands it the segment (attach).
+"""
+
+import errno
+import os
+import secrets
+import threading
+from typing import Any
+
+from fit_rpc import rendezvous
+from fit_rpc.errors import PeerUnreachable
+from fit_rpc.identity import address_pid
+from fit_rpc.transport import Frame
+from native.fitring import Segment, WaitSet
+from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
+
+SCHEME = "shm://"
+
+
+class ShmChannel:
+    """One end of a channel (Transport.channel): a segment of its own, ring 0 from
+    the end that connected, a bell word per side in the segment, an eventfd per end.
+    `address` is where the peer's end connects (this endpoint's rendezvous and a
+    token); connect() to the peer's end's address, unless the peer connected first.
+    send() from one thread at a time, recv() from one thread at a time."""
+
+    def __init__(self, transport: Any, peer: str):
+        self._t = transport
+        self.peer = peer
+        self.efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.token = secrets.randbits(62)
+        self.address = f"{transport.address}!{self.token:x}"
+        self._attached = threading.Event()
+        self.seg: Segment | None = None
+        self.tx: Any = None
+        self.rx: Any = None
+        self._ws: WaitSet | None = None
+        self._peer_efd = -1
+        self._closed = False
+        transport.channels[self.token] = self
+
+    def attach(self, seg: Segment, side: int, peer_efd: int) -> None:
+        self.seg, self._peer_efd = seg, peer_efd
+        self.tx = seg.ring(side, seg.bell_word(1 - side), peer_efd)
+        self.rx = seg.ring(1 - side, None, peer_efd)
+        self._ws = WaitSet(seg.bell_word(side), self.efd)
+        self._ws.rings = [self.rx]
+        self._attached.set()
+        os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
+
+    def connect(self, address: str) -> None:
+        """Join the peer's end at `address` (nothing to do if it joined us first)."""
+        if self._attached.is_set():
+            return
+        where, _, token = address.rpartition("!")
+        path = where[len(SCHEME):].split("#", 1)[0]
+        seg, fd = Segment.create(FIT_RING_BYTES, f"fit channel {self._t.id}>{self.peer}")
+        try:
+            sock, creds, answer, fds = rendezvous.connect(
+                path, {"v": 1, "kind": "channel", "id": self._t.id, "token": int(token, 16)},
+                [fd, self.efd], FIT_CALL_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            seg.close()
+            raise OSError(getattr(exc, "errno", None) or errno.ECONNREFUSED,
+                          f"no channel at {address}: {exc}") from None
+        finally:
+            os.close(fd)
+        sock.close()
+        if "errno" in answer or len(fds) != 1 or creds.pid != address_pid(where):
+            rendezvous.close_all(fds)
+            seg.close()
+            raise OSError(answer.get("errno") or errno.EPERM, f"no channel at {address}")
+        self._t.channels.pop(self.token, None)
+        self.attach(seg, 0, fds[0])
+
+    def send(self, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
+        """Queue one message for the peer's end; PeerUnreachable if it takes none in time."""
+        if not self._attached.is_set() and not self._attached.wait(timeout_s):
+            raise PeerUnreachable(f"channel to {self.peer} not connected")
+        tx = self.tx
+        if tx.send(head, frame) or (tx.wait_space(len(head) + len(frame), self.efd,
+                                                  self._t.spin_s, timeout_s)
+                                    and tx.send(head, frame)):
+            return
+        raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
+
+    def recv(self, timeout_s: float) -> bytes | None:
+        """The next message (a copy, the caller's to keep), waiting up to timeout_s."""
+        if self._ws is None:
+            if timeout_s <= 0 or not self._attached.wait(timeout_s):
+                return None
+        rx = self.rx
+        view = rx.peek()
+        if view is None:
+            if timeout_s <= 0:
+                return None
+            if self._ws.wait(self._t.spin_s, timeout_s) != 0:   # type: ignore[union-attr]
+                return None
+            view = rx.peek()
+            if view is None:
+                return None
+        data = bytes(view)
+        rx.consume()
+        return data
+
+    def fileno(self) -> int:
+        return self.efd
+
+    def arm(self) -> bool:
+        return True if self._ws is None else self._ws.arm()
+
+    def disarm(self) -> None:
+        if self._ws is not None:
+            self._ws.disarm()
+        else:
+            try:
+                os.eventfd_read(self.efd)
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._t.channels.pop(self.token, None)
+        if self.seg is not None:
+            self.seg.close()
+            os.close(self._peer_efd)
+        os.close(self.efd)
