@@ -44,6 +44,7 @@ import psutil
 
 from fit_rpc import Op, codec
 from fit_rpc.netpath import SK, SK_ERR, SK_N
+from native.fitring import spin_yield
 from splitrack.params import (
     SHORTCUT_CONNECT_WAIT_S,
     SHORTCUT_FIT_WINDOW_BYTES,
@@ -229,14 +230,23 @@ class PipePath:
         pass   # a pipe carries its own bytes; nothing comes through the inbox
 
     def wait_readable(self, deadline: float | None) -> bool:
-        return self._wait(self.readable, deadline) or self.stub._readable()
+        return self._wait(self.readable, deadline, self.stub._rt.spin_s) or \
+            self.stub._readable()
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self._wait(self.writable, deadline)
+        return self._wait(self.writable, deadline, 0.0)   # the reader needs the CPU
 
-    def _wait(self, poller: Any, deadline: float | None) -> bool:
-        """poll() the pipe; inline, the process's inbox is looked at between slices (a
-        listener of this process may have a shortcut connection waiting)."""
+    def _wait(self, poller: Any, deadline: float | None, spin_s: float) -> bool:
+        """poll() the pipe, after spinning on it for spin_s (rack.poll_us, as a FIT
+        waiter does: a sleep and a wake-up across cores cost more than a round trip);
+        inline, the process's inbox is looked at between slices (a listener of this
+        process may have a shortcut connection waiting)."""
+        spin_until = time.monotonic() + spin_s
+        while time.monotonic() < spin_until:
+            if poller.poll(0):
+                return True
+            if not spin_yield():
+                break   # another task wants this CPU: sleep
         while True:
             if poller.poll(_ms(deadline, SHORTCUT_PEER_CHECK_S)):
                 return True
