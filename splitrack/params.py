@@ -21,6 +21,7 @@ FIT_REPLY_SLICE_MS = 2                    # a caller serves its inbox between sl
 MONITOR_READY_TIMEOUT_S = 15.0            # a monitor must print READY within this
 MONITOR_IDLE_CHECK_S = 0.1                # an idle monitor checks for a stop request this often
 MONITOR_STOP_GRACE_S = 3.0                # SIGTERM, then SIGKILL after this
+STOP_POLL_S = 0.02                         # how often a stopping rack looks again
 HEALTH_TIMEOUT_S = 1.0                    # `splitrack status` per-component probe
 UP_POLL_INTERVAL_S = 0.5                  # foreground `splitrack up` checks its monitors
 

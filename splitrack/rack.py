@@ -35,6 +35,7 @@ from splitrack.params import (
     HEALTH_TIMEOUT_S,
     MONITOR_READY_TIMEOUT_S,
     MONITOR_STOP_GRACE_S,
+    STOP_POLL_S,
 )
 from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify
 from splitrack.spec import RackSpec, load_spec
@@ -108,7 +109,10 @@ class Rack:
 
     # ---- inspection --------------------------------------------------------------
     def alive(self) -> list[str]:
-        """Ids of the rack's processes that are still running."""
+        """Ids of the rack's processes that are still running (reaping those of its
+        children that exited)."""
+        for child in self._children.values():
+            child.poll()
         return [cid for cid, rec in self.components.items()
                 if identify(rec["pid"], rec["create_time"])]
 
@@ -269,11 +273,11 @@ class Rack:
                 procs.append(proc)
         for proc in procs:
             _signal(proc, signal.SIGTERM)
-        _, left = psutil.wait_procs(procs, timeout=MONITOR_STOP_GRACE_S)
+        left = _wait_stopped(procs, MONITOR_STOP_GRACE_S)
         for proc in left:
             log.warning("%s: pid %d did not stop on SIGTERM; killing it", self.name, proc.pid)
             _signal(proc, signal.SIGKILL)
-        psutil.wait_procs(left, timeout=MONITOR_STOP_GRACE_S)
+        _wait_stopped(left, MONITOR_STOP_GRACE_S)
         for child in self._children.values():
             if child.stdout and not child.stdout.closed:
                 child.stdout.close()
@@ -282,6 +286,24 @@ class Rack:
             except subprocess.TimeoutExpired:
                 pass
         self._children.clear()
+
+
+def _wait_stopped(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of procs still running after timeout. A zombie has stopped: its parent
+    (a foreground `splitrack up`, another process than ours) reaps it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = [p for p in procs if _running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(STOP_POLL_S)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:   # is_running: the same process (its create time), not a reused PID
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _signal(proc: psutil.Process, signum: int) -> None:

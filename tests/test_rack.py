@@ -181,6 +181,23 @@ def test_cli_foreground_up_stops_on_a_signal(run_root, tmp_path, signum):
         up.wait()
 
 
+def test_cli_down_stops_a_foreground_up_with_sigterm_alone(run_root, tmp_path):
+    # The monitors are the foreground `up`'s children: stopped, they are zombies until
+    # it reaps them. `down` (another process) must count them as stopped, not SIGKILL them.
+    spec_file = write_spec(tmp_path / "fgdown.toml", "fgdown")
+    up = subprocess.Popen([SPLITRACK, "up", "--spec", spec_file], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        assert "is up" in up.stdout.readline()
+        down = cli("down", "--name", "fgdown")
+        assert "did not stop on SIGTERM" not in down.stderr, down.stderr
+        out, err = up.communicate(timeout=30)
+        assert up.returncode == 0 and "rack 'fgdown' stopped" in out, err
+    finally:
+        up.kill()
+        up.wait()
+
+
 def test_cli_errors_are_one_line(run_root, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[rack]\nmode = "warp"\n')
