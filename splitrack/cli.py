@@ -8,12 +8,14 @@
     splitrack bench fit|extcache|tcp|wordcount [--quick] [--json F] [--plot F.png]
                                                      benchmarks, baselines in the same run
 
-Results go to stdout, diagnostics to stderr. Errors are one line and exit 1.
+Results go to stdout, diagnostics to stderr. Errors are one line and exit 1;
+a command line that does not parse is one line too, and exits 2.
 """
 
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -21,12 +23,13 @@ from typing import Any
 
 from fit_rpc import Op
 from splitrack.launch import LaunchError, run_program
-from splitrack.params import UP_POLL_INTERVAL_S
+from splitrack.params import BENCH_SIZE_MAX_BYTES, UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackError
 from splitrack.rundir import RunDir
-from splitrack.spec import SpecError, load_spec
+from splitrack.spec import SpecError, check_name, load_spec
 
 EXIT_OK, EXIT_ERROR, EXIT_DEGRADED, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_USAGE, EXIT_BROKEN_PIPE = 2, 128 + signal.SIGPIPE
 
 
 def _rack_name(args: argparse.Namespace) -> str:
@@ -125,7 +128,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         rack, owned = Rack.attach(name), False
     except RackError:
-        rack, owned = Rack(args.spec, name=args.name).start(), True
+        up = [] if args.name or args.spec else Rack.running()
+        if len(up) > 1:
+            raise RackError(f"rack {name!r} is not up, and {', '.join(up)} are: "
+                            "say which with --name") from None
+        if up:
+            name = up[0]
+            print(f"splitrack: on rack {name!r}, the one that is up", file=sys.stderr)
+            rack, owned = Rack.attach(name), False
+        else:
+            rack, owned = Rack(args.spec, name=args.name).start(), True
     try:
         pcomps = [cid for cid, rec in rack.components.items() if rec["kind"] == "p"]
         if args.on and args.on not in pcomps:
@@ -211,8 +223,52 @@ def _kind(cid: str) -> str:
     return cid if cid == "global" else "client" if cid.startswith("cli.") else cid[0]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in one line (the verb's --help has the usage)."""
+
+    def error(self, message: str) -> None:   # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _name(text: str) -> str:
+    try:
+        return check_name(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    """A whole number >= 1 (--rounds, --reps)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def _sizes(text: str) -> str:
+    """Comma-separated message sizes, 1 B to BENCH_SIZE_MAX_BYTES."""
+    for z in text.split(","):
+        if not z.strip().isdigit() or not 1 <= int(z) <= BENCH_SIZE_MAX_BYTES:
+            raise argparse.ArgumentTypeError(
+                f"{z!r} is not a size in bytes from 1 to {BENCH_SIZE_MAX_BYTES}")
+    return text
+
+
+def _out_file(text: str) -> str:
+    """A file the run may write at its end: its directory must exist now."""
+    where = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(where):
+        raise argparse.ArgumentTypeError(f"{where}: no such directory")
+    if not os.access(where, os.W_OK | os.X_OK) or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="splitrack",
         description="Run an emulated split-kernel rack (LegoOS with network components).",
         epilog="With no --spec, the embedded default rack: global, p0, p1, m0, n0 "
@@ -222,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def rack_args(p: argparse.ArgumentParser, spec_help: str) -> None:
         p.add_argument("--spec", metavar="FILE", help=spec_help)
-        p.add_argument("--name", help="rack name (default: the spec's, else 'default')")
+        p.add_argument("--name", type=_name,
+                       help="rack name (default: the spec's, else 'default')")
 
     p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
@@ -249,8 +306,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a program as a process on the rack",
                        description="Run PROGRAM as an emulated process on a pComponent "
-                                   "(GPM picks one unless --on). Uses the running rack, or "
-                                   "starts one for the command and stops it afterwards. "
+                                   "(GPM picks one unless --on). Uses the rack named by "
+                                   "--name or --spec, else 'default', else the one rack "
+                                   "that is up; if it is not up, starts it for the command "
+                                   "and stops it afterwards. "
                                    "Exit status: the program's (128+N if killed by signal "
                                    "N, 127 if it cannot be started). A Python program's "
                                    "socket module is the rack's: its TCP sockets are "
@@ -288,20 +347,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "relay and connect floors; wordcount: the paper's macro benchmark vs "
                         "Linux")
     p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
-    p.add_argument("--plot", metavar="F.png",
+    p.add_argument("--json", metavar="FILE", type=_out_file,
+                   help="also write the results as JSON here")
+    p.add_argument("--plot", metavar="F.png", type=_out_file,
                    help="tcp, wordcount: draw the figures into this PNG and write the "
                         "summary table next to it (F.md)")
     p.add_argument("--quick", action="store_true",
                    help="tcp, wordcount: a reduced sweep, well under a minute")
-    p.add_argument("--rounds", type=int, default=None,
+    p.add_argument("--rounds", type=_count, default=None,
                    help="round trips (fit, tcp) or misses (extcache) per repetition")
-    p.add_argument("--reps", type=int, default=None,
+    p.add_argument("--reps", type=_count, default=None,
                    help="repetitions (what is compared is interleaved)")
     p.add_argument("--modes", help="tcp: comma-separated modes (default: "
                                    "linux,ddio,dma,pipe,fit); wordcount: the mapper's "
                                    "(default: linux,ddio,dma)")
-    p.add_argument("--sizes", help="tcp: comma-separated message sizes in bytes "
+    p.add_argument("--sizes", type=_sizes, help="tcp: comma-separated message sizes in bytes "
                                    "(default: 128,256,512,1024,2048,4096; --quick: 128,4096)")
     p.add_argument("--size", metavar="BYTES",
                    help="wordcount: input size, e.g. 64MB or 1.5GB (default: 64MB; "
@@ -318,15 +378,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="splitrack: %(message)s")
-    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        args = build_parser().parse_args(argv)
+        code = args.func(args)
+        sys.stdout.flush()   # here, where a reader that left is caught below
+        return code
     except (RackError, SpecError) as exc:
         print(f"splitrack: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:  # what was started has been stopped on the way out
         print("splitrack: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:   # stdout's reader left (`splitrack status | head -2`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no error at exit
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

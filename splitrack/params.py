@@ -59,3 +59,4 @@ BENCH_FIT_SIZES_BYTES = (128, 4096)
 BENCH_FIT_ROUNDS = 5000                   # round trips per repetition
 BENCH_FIT_REPS = 5                        # repetitions, FIT and raw interleaved
 BENCH_WARMUP_ROUNDS = 500
+BENCH_SIZE_MAX_BYTES = 1 << 16             # bench tcp --sizes: at most this per message

@@ -38,7 +38,7 @@ from splitrack.params import (
     STOP_POLL_S,
 )
 from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify
-from splitrack.spec import RackSpec, load_spec
+from splitrack.spec import NAME, RackSpec, load_spec
 
 log = logging.getLogger("splitrack")
 
@@ -73,6 +73,15 @@ class Rack:
         rack.components = {c["id"]: c for c in state["components"]}
         rack._children, rack._endpoints, rack._clients = {}, weakref.WeakSet(), 0
         return rack
+
+    @classmethod
+    def running(cls, run_root: str | None = None) -> list[str]:
+        """Names of the racks that are up under the run root (a live process each)."""
+        root = RunDir("default", run_root).root
+        names = sorted(os.listdir(root)) if os.path.isdir(root) else []
+        return [name for name in names if NAME.fullmatch(name) and any(
+            identify(c["pid"], c["create_time"])
+            for c in (RunDir(name, run_root).read_state() or {}).get("components", []))]
 
     def start(self) -> "Rack":
         with self.run.lock():

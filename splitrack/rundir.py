@@ -31,6 +31,8 @@ from typing import Any
 
 import psutil
 
+from splitrack.spec import check_name
+
 SOCKADDR_UN_MAX = 107  # bytes of a Unix socket path, including nothing after it
 
 
@@ -41,7 +43,7 @@ def run_root() -> str:
 class RunDir:
     def __init__(self, name: str, root: str | None = None):
         self.root = root or run_root()
-        self.name = name
+        self.name = check_name(name)   # never a path: `down --name ../x` must not reach out
         self.path = os.path.join(self.root, name)
         self.state_path = os.path.join(self.path, "state.json")
         self.spec_path = os.path.join(self.path, "spec.json")

@@ -50,7 +50,8 @@ _FIELDS = {  # per kind: field -> required
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
-_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")   # rack.name
+_BAD_NAME = "{!r} is not 1-32 of [a-z0-9_-], starting with a letter or digit"
 RACK_LOOPBACK = "127.0.0.1"
 
 
@@ -101,6 +102,8 @@ def load_spec(source: str | os.PathLike | dict | None = None, *,
             raise SpecError(f"{label}: cannot read: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise SpecError(f"{label}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"{label}: not UTF-8 text (at byte offset {exc.start})") from None
         base = os.path.dirname(os.path.abspath(label))
     try:
         return _validate(data, label, base, name)
@@ -123,8 +126,8 @@ def _validate(data: dict, label: str, base: str | None, name: str | None) -> Rac
         base = os.path.join(data_home, "splitrack", rack["name"])
     if name is not None:
         rack["name"] = name
-    if not _NAME.fullmatch(rack["name"]):
-        raise _Bad("rack.name", f"{rack['name']!r} is not 1-32 of [a-z0-9_-]")
+    if not NAME.fullmatch(rack["name"]):
+        raise _Bad("rack.name", _BAD_NAME.format(rack["name"]))
     spec = RackSpec(**rack, source=label)
     for section, kind in _SECTIONS.items():
         entries = data.get(section, [])
@@ -210,6 +213,13 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
             raise _Bad(f"{where}.root", "must be a non-empty path string")
         out["root"] = os.path.abspath(os.path.join(base, os.path.expanduser(root)))
     return out
+
+
+def check_name(name: str) -> str:
+    """A rack name as rack.name allows it (it names a directory of the run root)."""
+    if not NAME.fullmatch(name):
+        raise SpecError(f"rack name {_BAD_NAME.format(name)}")
+    return name
 
 
 def parse_size(value: Any, where: str = "size") -> int:

@@ -208,6 +208,44 @@ def test_cli_errors_are_one_line(run_root, tmp_path):
     assert "usage" in cli("--help").stdout
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["down", "--name", "../x"], "argument --name: rack name '../x' is not 1-32"),
+    (["status", "--name", "Mine"], "argument --name: rack name 'Mine' is not 1-32"),
+    (["bench", "tcp", "--sizes", "abc"], "argument --sizes: 'abc' is not a size in bytes"),
+    (["bench", "tcp", "--sizes", "128,0"], "argument --sizes: '0' is not a size in bytes"),
+    (["bench", "tcp", "--reps", "0"], "argument --reps: '0' is not a whole number >= 1"),
+    (["bench", "fit", "--rounds", "-5"], "argument --rounds: '-5' is not a whole number"),
+    (["bench", "wordcount", "--json", "/no/such/dir/x.json"],
+     "argument --json: /no/such/dir: no such directory"),
+    (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+])
+def test_cli_refuses_bad_arguments_in_one_line_before_it_starts(run_root, argv, says):
+    proc = cli(*argv, check=False)   # `down --name ../x` once deleted a directory outside
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and says in proc.stderr, proc.stderr
+    assert not os.listdir(run_root)   # refused before anything started
+
+
+def test_cli_a_spec_that_is_not_utf8_is_one_line(run_root, tmp_path):
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b'[rack]\nname = "caf\xe9"\n')
+    proc = cli("up", "--spec", str(bad), check=False)
+    assert (proc.returncode, proc.stderr) == (1, f"splitrack: error: {bad}: not UTF-8 text "
+                                                 "(at byte offset 18)\n")
+
+
+def test_cli_output_to_a_reader_that_left_is_no_traceback(run_root):
+    # `splitrack status | head -2`: Python ignores SIGPIPE, so a write meets EPIPE
+    r, w = os.pipe()
+    os.close(r)   # the reader is gone
+    try:
+        proc = subprocess.run([SPLITRACK, "status", "--name", "nope"], stdout=w,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert (proc.returncode, proc.stderr) == (128 + signal.SIGPIPE, "")
+
+
 def test_a_hung_up_monitor_stops_cleanly(run_root, tmp_path):
     """SIGHUP (a closed terminal) stops a monitor like SIGTERM: p0 removes its rendezvous."""
     with Rack(small_spec(str(tmp_path / "s"))) as rack:

@@ -181,6 +181,19 @@ def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
     assert p0["released_processes"] >= 2 and p0["processes"] == {}
 
 
+def test_run_with_no_name_takes_the_one_rack_that_is_up(rack_env):
+    rack, env = rack_env   # "runs" is up; "default" is not
+    before = sorted(os.listdir(rack.run.root))
+    proc = subprocess.run([SPLITRACK, "run", "--", sys.executable, "-c",
+                           "import os; print(os.getppid())"], env=env, cwd=SCRATCH,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "splitrack: on rack 'runs', the one that is up\n"
+    pmonitors = {rec["pid"] for rec in rack.components.values() if rec["kind"] == "p"}
+    assert int(proc.stdout) in pmonitors   # not a throwaway default rack's
+    assert sorted(os.listdir(rack.run.root)) == before
+
+
 def test_run_starts_a_rack_when_none_is_up_and_stops_it(run_root, tmp_path):
     env = dict(os.environ, SPLITRACK_RUN_ROOT=run_root, XDG_DATA_HOME=str(tmp_path / "d"))
     spec = write_spec(tmp_path / "solo.toml", "solo")
