@@ -34,7 +34,11 @@ class Regions:
         #                                                    mm, handle, size, grant)
 
     def create(self, name: str, size: int, grant: Callable[[str, int | None], bool]) -> Any:
-        mm, handle = self._ep.transport.new_region(name, size)
+        try:
+            mm, handle = self._ep.transport.new_region(name, size)
+        except OSError as exc:   # e.g. more than the host can map
+            raise OSError(exc.errno, f"region {name!r} of {size} bytes: "
+                                     f"{exc.strerror or exc}") from None
         self._own[name] = (len(self._own) + 1, mm, handle, size, grant)
         return mm
 

@@ -22,6 +22,7 @@ Logs go to stderr, each line tagged with the component id.
 """
 
 import array
+import contextlib
 import errno
 import logging
 import os
@@ -119,19 +120,29 @@ class Monitor:
 
         for signum in _STOP_SIGNALS:  # SIGHUP too: a closed terminal must not leak the rack
             signal.signal(signum, stop)
+        started = False
         try:
             self.setup()
+            started = True
             self.register()
             _announce_ready(self.ep.address)
             self.log.info("serving at %s", self.ep.address)
             self.serve()
         except Stop:
             pass
+        except Exception as exc:
+            # the cause in one line, first: what `splitrack up` shows (the traceback follows)
+            self.log.error("%s", str(exc) or type(exc).__name__)
+            raise
         finally:
             self.log.info("stopping")
             for signum in _STOP_SIGNALS:
                 signal.signal(signum, signal.SIG_DFL)
-            self.close()
+            if started:
+                self.close()
+            else:   # a half-made setup: free what there is, the cause is logged above
+                with contextlib.suppress(Exception):
+                    self.close()
         return 0
 
     def serve(self) -> None:

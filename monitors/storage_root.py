@@ -19,7 +19,11 @@ import os
 
 class StorageRoot:
     def __init__(self, root: str):
-        os.makedirs(root, exist_ok=True)
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:   # e.g. a file is there
+            raise OSError(exc.errno, f"storage root {root}: cannot be a directory: "
+                                     f"{exc.strerror}") from None
         self.root = os.path.realpath(root)
 
     def resolve(self, path: object, *, follow: bool = True) -> str:

@@ -96,7 +96,7 @@ class Rack:
                                       "components": list(self.components.values())})
             except BaseException:
                 self._terminate()
-                self.run.remove()
+                self.run.remove(keep_logs=True)   # the next up of this name clears them
                 raise
         return self
 
@@ -265,13 +265,19 @@ class Rack:
                 code = proc.wait(timeout=1)  # its stdout closed: it is exiting
             except subprocess.TimeoutExpired:
                 pass
+        path = self.run.log_path(cid)
         try:
-            with open(self.run.log_path(cid), errors="replace") as f:
-                tail = "".join(f.readlines()[-8:])
+            with open(path, errors="replace") as f:
+                lines = f.read().splitlines()
         except OSError:
-            tail = ""
+            lines = []
         status = f" (exit status {code})" if code is not None else ""
-        return f"{cid} {what}{status}; last lines of its log:\n{tail}".rstrip()
+        mark = f" {cid} ERROR "   # the monitor logs the cause first (monitors/core.py)
+        cause = next((line.split(mark, 1)[1] for line in lines if mark in line), None)
+        if cause is not None:
+            return f"{cid} {what}{status}: {cause} (its log: {path})"
+        tail = "\n".join(lines[-8:])
+        return f"{cid} {what}{status}; its log ({path}) ends:\n{tail}".rstrip()
 
     def _terminate(self) -> None:
         """SIGTERM every process of ours, wait, SIGKILL what is left; reap children."""

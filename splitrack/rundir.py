@@ -85,8 +85,20 @@ class RunDir:
     def exists(self) -> bool:
         return os.path.isdir(self.path)
 
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+    def remove(self, keep_logs: bool = False) -> None:
+        """The run directory; keep_logs: all but logs/ (a rack that failed to start)."""
+        if not keep_logs:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        for entry in os.listdir(self.path) if os.path.isdir(self.path) else []:
+            path = os.path.join(self.path, entry)
+            if path == self.log_dir:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
 
 
 def identify(pid: int, create_time: float) -> psutil.Process | None:

@@ -83,10 +83,10 @@ def test_monitor_that_fails_to_start_is_reported_and_nothing_leaks(run_root, tmp
     before = {c.pid for c in psutil.Process().children(recursive=True)}
     with pytest.raises(RackError, match=r"s0 exited during start \(exit status 1\)") as info:
         Rack(spec).start()
-    assert "NotADirectoryError" in str(info.value)  # the log tail is in the message
+    assert "storage root" in str(info.value) and "Not a directory" in str(info.value)
     after = {c.pid for c in psutil.Process().children(recursive=True)}
     assert after <= before
-    assert not os.path.exists(os.path.join(run_root, "t"))
+    assert os.listdir(os.path.join(run_root, "t")) == ["logs"]   # only what says why
 
 
 def test_too_long_run_root_is_a_clear_error(monkeypatch, tmp_path):
@@ -254,3 +254,27 @@ def test_a_hung_up_monitor_stops_cleanly(run_root, tmp_path):
         os.kill(rack.components["p0"]["pid"], signal.SIGHUP)
         assert rack._children["p0"].wait(timeout=10) == 0
         assert not os.path.exists(segment)
+
+
+@pytest.mark.parametrize("what, spec, says", [
+    ("memory", '[[mcomponent]]\nid = "m1"\nmemory = "1000TiB"\n',
+     "m1 exited during start (exit status 1): [Errno 12] region 'arena' of "
+     "1099511627776000 bytes: Cannot allocate memory"),
+    ("storage", '[[scomponent]]\nid = "s0"\nroot = "{tmp}/afile"\n',
+     "s0 exited during start (exit status 1): [Errno 17] storage root {tmp}/afile: "
+     "cannot be a directory: File exists"),
+])
+def test_up_of_a_monitor_that_cannot_start_says_why_and_keeps_its_log(run_root, tmp_path,
+                                                                      what, spec, says):
+    (tmp_path / "afile").write_text("")
+    spec_file = write_spec(tmp_path / "bad.toml", "cannot", spec.format(tmp=tmp_path))
+    proc = cli("up", "--spec", spec_file, "--detach", check=False)
+    cid = says.split()[0]
+    log = os.path.join(run_root, "cannot", "logs", f"{cid}.log")
+    assert proc.returncode == 1 and proc.stderr == (
+        f"splitrack: error: {says.format(tmp=tmp_path)} (its log: {log})\n")
+    assert "Traceback" in open(log).read()   # the detail stays in the log, kept
+    assert not os.path.exists(os.path.join(run_root, "cannot", "state.json"))
+    again = cli("up", "--spec", write_spec(tmp_path / "good.toml", "cannot"), "--detach")
+    assert "is up" in again.stdout   # the kept logs do not stand in the way
+    cli("down", "--name", "cannot")
