@@ -28,10 +28,13 @@ ncomponent.dram (its DRAM for socket buffers).
 import ipaddress
 import os
 import re
+import socket
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+import psutil
 
 from gnm import POLICIES as NIC_POLICIES
 from splitrack.params import FIT_POLL_US, NCOMPONENT_DRAM_DEFAULT, NCOMPONENT_DRAM_MIN_BYTES
@@ -256,7 +259,16 @@ def _nics(value: Any, where: str) -> list[str]:
         nics.append(_ip(ip, f"{where}[{i}]"))
         if nics[-1] == RACK_LOOPBACK:
             raise _Bad(f"{where}[{i}]", "127.0.0.1 is the rack's own loopback, not a NIC")
+        if not ipaddress.IPv4Address(nics[-1]).is_loopback and nics[-1] not in _host_ips():
+            raise _Bad(f"{where}[{i}]", f"{nics[-1]} is not an address of this host "
+                                        "(a NIC binds there: 127.0.0.0/8 or an interface's)")
     return nics
+
+
+def _host_ips() -> set[str]:
+    """The IPv4 addresses of this host's interfaces."""
+    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET}
 
 
 def _ip(value: Any, where: str) -> str:

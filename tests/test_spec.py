@@ -63,6 +63,10 @@ def _err(mutate, tmp_path) -> str:
      "ncomponent[0].nics[2]: '127.0.0.300' is not an IPv4 address"),
     (lambda s: s["ncomponent"][0]["nics"].append("127.0.0.1"),
      "ncomponent[0].nics[2]: 127.0.0.1 is the rack's own loopback"),
+    (lambda s: s["ncomponent"][0]["nics"].append("8.8.8.8"),   # TEST-NET-1 below, too
+     "ncomponent[0].nics[2]: 8.8.8.8 is not an address of this host"),
+    (lambda s: s["ncomponent"][0]["nics"].append("192.0.2.7"),
+     "ncomponent[0].nics[2]: 192.0.2.7 is not an address of this host"),
     (lambda s: s["pcomponent"][0].update(extcache="lots"), "pcomponent[0].extcache: 'lots'"),
     (lambda s: s["pcomponent"][1].update(ways=0), "pcomponent[1].ways: 0 is not a positive"),
     (lambda s: s["pcomponent"][1].update(id="q1"), "pcomponent[1].id: 'q1' is not p<number>"),
