@@ -39,6 +39,7 @@ Invariants:
 
 import errno
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -305,6 +306,9 @@ class Endpoint:
             self._fail(route, src, kind, op, seq, exc, counter)
         except OSError as exc:
             self._fail(route, src, kind, op, seq, exc, "service_error")
+        except struct.error as exc:   # a fixed-layout payload (a socket op's) too short
+            self._fail(route, src, kind, op, seq,
+                       MalformedMessage(f"{op_name(op)} payload: {exc}"), "malformed")
         except Exception as exc:  # a bug in a handler: log it, answer EIO, keep serving
             log.exception("%s: handler for %s failed", self.id, op_name(op))
             self._fail(route, src, kind, op, seq, OSError(errno.EIO, f"internal error: {exc!r}"),

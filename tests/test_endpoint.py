@@ -205,6 +205,22 @@ def test_malformed_frames_get_ebadmsg_and_monitor_keeps_serving(rack, client, fr
         assert bytes(client.call("m0", Op.ECHO, b"ok")) == b"ok"
 
 
+@pytest.mark.parametrize("op", [Op.N_SEND, Op.N_SEND_DMA, Op.N_CREDIT, Op.N_SHUTDOWN,
+                                Op.N_CLOSE])
+@pytest.mark.parametrize("size", [0, 1, 3])
+def test_short_socket_ops_get_ebadmsg_not_a_traceback(rack, client, op, size):
+    """The nComponent's fixed-layout payloads (struct): one too short is malformed,
+    as docs/protocol.md says, not a handler bug (EIO and a traceback in its log)."""
+    with raw_link(rack, "n0") as raw:
+        before = client.call_args("n0", Op.STATS)[0]["errors"].get("malformed", 0)
+        raw.send(header.pack(header.REQUEST, op, 5, size) + b"\x01" * size)
+        kind, _, err, seq, _ = header.parse(raw.recv())
+        assert (kind, err, seq) == (header.REPLY, errno.EBADMSG, 5)
+        assert client.call_args("n0", Op.STATS)[0]["errors"]["malformed"] == before + 1
+    with open(rack.components["n0"]["log"]) as f:
+        assert "Traceback" not in f.read()
+
+
 def test_a_message_of_two_frames_is_malformed_on_zeromq():
     """On shm a message is one ring record by construction; ZeroMQ can deliver two
     frames, which the endpoint refuses."""
