@@ -54,6 +54,7 @@ class Monitor:
         self.global_address = global_address
         self.started = time.monotonic()
         self.stopping = False
+        self._global_lost = False     # a LOAD_REPORT failed: said once in the log
         self.log = logging.getLogger(cid)
         _more_fds()
         self.ep = Endpoint(cid, bind, directory=global_address, poll_us=rack["poll_us"])
@@ -103,6 +104,22 @@ class Monitor:
             self.log.warning("cannot vouch for %s: %s", peer, exc)
             return False
         return bool(answer.get("member"))
+
+    def report_load(self, load: dict[str, Any], timeout: float | None = None) -> bool:
+        """LOAD_REPORT to global; False if it could not go (global is down: this
+        component serves on with what it knows, and the caller reports again later)."""
+        try:
+            self.ep.send(GLOBAL_ID, Op.LOAD_REPORT, codec.encode({"id": self.id, "load": load}),
+                         timeout=timeout)
+        except OSError as exc:
+            if not self._global_lost:
+                self.log.warning("global is unreachable, serving on without it: %s", exc)
+            self._global_lost = True
+            return False
+        if self._global_lost:
+            self.log.info("global is reachable again")
+        self._global_lost = False
+        return True
 
     def register(self) -> None:
         self.ep.call_args(GLOBAL_ID, Op.REGISTER, {

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from fit_rpc import GLOBAL_ID, Message, Op, codec
+from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
 from fit_rpc.identity import kind_of
@@ -327,8 +327,7 @@ class MMonitor(Monitor):
         return sum(space.reserved for space in self.spaces.values())
 
     def _report_load(self) -> None:
-        self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
-                     codec.encode({"id": self.id, "load": {"used": self._reserved()}}))
+        self.report_load({"used": self._reserved()})
 
 
 def _pcomponent(src: str) -> str:

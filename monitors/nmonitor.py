@@ -37,7 +37,7 @@ import socket
 import time
 from typing import Any
 
-from fit_rpc import GLOBAL_ID, Message, Op, codec
+from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid
 from fit_rpc.netpath import SK, SK_ERR, SK_N
@@ -442,10 +442,8 @@ class NMonitor(Monitor):
             if ip in nics:
                 nics[ip]["sockets"] += 1
                 nics[ip]["bytes"] += skel.bytes_in + skel.bytes_out
-        if nics != self._load and not self.stopping:
+        if nics != self._load and not self.stopping and self.report_load({"nics": nics}, 0.5):
             self._load = nics
-            self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
-                         codec.encode({"id": self.id, "load": {"nics": nics}}), timeout=0.5)
 
 
 def _handshake(sock: socket.socket) -> int | None:

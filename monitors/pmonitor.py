@@ -41,7 +41,7 @@ from typing import Any
 
 import psutil
 
-from fit_rpc import GLOBAL_ID, Message, Op, codec
+from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid, kind_of, process_of
 from monitors.core import Monitor
@@ -97,11 +97,9 @@ class PMonitor(Monitor):
         for pid, created in list(self.tracked.items()):
             if identify(pid, created) is None:
                 self.release(pid)
-        if len(self.tracked) != self._reported and not self.stopping:
+        if len(self.tracked) != self._reported and not self.stopping and \
+                self.report_load({"processes": len(self.tracked)}, RELEASE_TIMEOUT_S):
             self._reported = len(self.tracked)
-            self.ep.send(GLOBAL_ID, Op.LOAD_REPORT,
-                         codec.encode({"id": self.id, "load": {"processes": self._reported}}),
-                         timeout=RELEASE_TIMEOUT_S)
 
     def close(self) -> None:
         self._spawn_sock.close()

@@ -47,7 +47,8 @@ SHORTCUT_CONNECT_WAIT_S = 2.0             # a shortcut connect waits this long f
                                           # listener's process, then takes the ordinary path
 SHORTCUT_FIT_WINDOW_BYTES = 2 * 1024 * 1024   # FIT shortcut: bytes in flight each way (as
                                           # much as a loopback TCP connection buffers)
-SHORTCUT_PEER_CHECK_S = 0.1               # a FIT shortcut's waiting stub checks its peer lives
+PEER_CHECK_S = 0.1                        # a waiting stub checks its FIT shortcut's peer
+#                                           and its nComponent live
 STUB_PUSH_TIMEOUT_S = 0.1                 # a stub whose inbox takes no connection in this is gone
 CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
 NCOMPONENT_DRAM_DEFAULT = "64MiB"         # nComponent DRAM for socket buffers (spec: dram)

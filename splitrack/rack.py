@@ -118,10 +118,7 @@ class Rack:
 
     # ---- inspection --------------------------------------------------------------
     def alive(self) -> list[str]:
-        """Ids of the rack's processes that are still running (reaping those of its
-        children that exited)."""
-        for child in self._children.values():
-            child.poll()
+        """Ids of the rack's processes that are still running."""
         return [cid for cid, rec in self.components.items()
                 if identify(rec["pid"], rec["create_time"])]
 

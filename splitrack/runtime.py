@@ -51,7 +51,7 @@ from splitrack import shortcuts
 from splitrack.params import (
     FIT_POLL_US,
     PACK_DELAY_S,
-    SHORTCUT_PEER_CHECK_S,
+    PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
     SOCKET_SEND_BUFFER_BYTES,
     SOCKET_SLOTS_PER_REGION,
@@ -88,6 +88,8 @@ class Runtime:
         self._rack_ips: dict[str, bool] = {loopback: True}
         self._ports = random.Random(os.getpid())
         self._nic: tuple[str, str] | None = None
+        self._pidfds: dict[str, int] = {}   # nComponent -> a pidfd of its process (readable: dead)
+        self._next_check = 0.0              # when waiters next look at them (check_components)
         self._slots: list[int] = []       # free buffer slots (address of the receive ring)
         self._homes: dict[int, str] = {}  # slot -> the mComponent that holds it
         scheme = vm.ep.address_of_global().split("://", 1)[0]
@@ -223,9 +225,13 @@ class Runtime:
         """Until ready() (True) or the deadline (False). Inline, the waiter reads the
         inbox if nobody else does; otherwise park(timeout) waits for a wake-up."""
         while not ready():
-            left = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            left = None if deadline is None else deadline - now
             if left is not None and left <= 0:
                 return False
+            if now >= self._next_check:
+                self.check_components()
+                continue
             if not self.threaded and self._inbox_lock.acquire(blocking=False):
                 try:
                     if not ready():
@@ -271,7 +277,7 @@ class Runtime:
             poller = select.poll()
             poller.register(self.inbox.fileno(), select.POLLIN)
             clock = time.monotonic
-            next_tick = clock() + SHORTCUT_PEER_CHECK_S
+            next_tick = clock() + PEER_CHECK_S
             idle_since: float | None = None
             while True:
                 busy = self._sync(poller, paths) if self._rewatch else False
@@ -289,7 +295,7 @@ class Runtime:
                 if clock() >= next_tick:
                     if self._tick():
                         return
-                    next_tick = clock() + SHORTCUT_PEER_CHECK_S
+                    next_tick = clock() + PEER_CHECK_S
 
     def _drain(self, paths: dict[int, Any]) -> bool:
         """What waits in the inbox (a batch) and in every watched channel; any?"""
@@ -357,8 +363,42 @@ class Runtime:
             shortcuts.refuse(self, args["process"], args["stub"])
         # any other push for a stub closed meanwhile is dropped
 
+    def check_components(self) -> None:
+        """The sockets of an nComponent that died fail at once, as those of a NIC that
+        went down: ECONNRESET if connected (the connection's state died with it), else
+        ENETDOWN; new sockets ask GNM again. Waiters call this every PEER_CHECK_S."""
+        self._next_check = time.monotonic() + PEER_CHECK_S
+        for n in {stub._n for stub in list(self.stubs.values()) if stub._n}:
+            if self._alive(n):
+                continue
+            for stub in list(self.stubs.values()):
+                if stub._n == n:
+                    stub._component_gone()
+            self._owners = {ip: o for ip, o in self._owners.items() if o != n}
+            if self._nic is not None and self._nic[1] == n:
+                self._nic = None
+            os.close(self._pidfds.pop(n))
+
+    def _alive(self, n: str) -> bool:
+        fd = self._pidfds.get(n)
+        if fd is None:
+            try:
+                with self.lock:   # known: the stub talked to it
+                    pid = address_pid(self.vm.ep.resolve(n))
+            except OSError:
+                return True   # global cannot say now: assume the best
+            if pid is None:
+                return True   # zmq: addresses name no process (its timeouts tell)
+            try:
+                fd = self._pidfds[n] = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return False
+        return not select.select([fd], [], [], 0)[0]
+
     def _tick(self) -> bool:
-        """The inbox thread's: FIT-shortcut peers that died are seen without a waiter."""
+        """The inbox thread's: FIT-shortcut peers and nComponents that died are seen
+        without a waiter."""
+        self.check_components()
         for stub in list(self.stubs.values()):
             check = getattr(stub._path, "check_peer", None)
             if check is not None:

@@ -26,7 +26,7 @@ would show (the connector's port is an ephemeral one of its own).
 Ends: close or SHUT_WR is EOF for the peer. On the pipe the kernel says the
 rest (EPIPE, ECONNRESET, EOF when a process dies). A FIT peer that closed
 makes later sends EPIPE; one that dies is found by its PID within
-SHORTCUT_PEER_CHECK_S (a waiting stub, or the inbox thread) and is
+PEER_CHECK_S (a waiting stub, or the inbox thread) and is
 ECONNRESET. Path methods run with the stub's lock held, but for the waits.
 """
 
@@ -46,9 +46,9 @@ from fit_rpc import Op, codec
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from native.fitring import spin_yield
 from splitrack.params import (
+    PEER_CHECK_S,
     SHORTCUT_CONNECT_WAIT_S,
     SHORTCUT_FIT_WINDOW_BYTES,
-    SHORTCUT_PEER_CHECK_S,
     SHORTCUT_PIPE_BYTES,
     SKELETON_LINGER_S,
     SOCKET_BUFFER_BYTES,
@@ -248,7 +248,7 @@ class PipePath:
             if not spin_yield():
                 break   # another task wants this CPU: sleep
         while True:
-            if poller.poll(_ms(deadline, SHORTCUT_PEER_CHECK_S)):
+            if poller.poll(_ms(deadline, PEER_CHECK_S)):
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
@@ -373,9 +373,9 @@ class FitPath:
             if self.released:
                 return True   # closed meanwhile: the caller finds out
             if deadline is None:
-                most = SHORTCUT_PEER_CHECK_S
+                most = PEER_CHECK_S
             else:
-                most = min(deadline - time.monotonic(), SHORTCUT_PEER_CHECK_S)
+                most = min(deadline - time.monotonic(), PEER_CHECK_S)
                 if most <= 0:
                     return False
             if not self.reading.acquire(blocking=False):
@@ -426,9 +426,9 @@ class FitPath:
             self.channel.close()
 
     def check_peer(self) -> bool:
-        """Checked at most every SHORTCUT_PEER_CHECK_S: a dead peer process is a reset."""
+        """Checked at most every PEER_CHECK_S: a dead peer process is a reset."""
         now = time.monotonic()
-        if now - self.checked < SHORTCUT_PEER_CHECK_S:
+        if now - self.checked < PEER_CHECK_S:
             return False
         self.checked = now
         if identify(self.peer_pid, self.peer_created) is not None:

@@ -256,6 +256,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     break
                 if self._dead:
                     raise _err(errno.EBADF)
+                if self._error == errno.ENETDOWN:   # its nComponent died
+                    raise _err(errno.ENETDOWN)
                 if self._shut_rd or self._error:   # shut down, or broken: Linux says EINVAL
                     raise _err(errno.EINVAL)
             self._wait_readable(deadline)
@@ -554,6 +556,16 @@ class BsdSocketStub(_std, metaclass=_Meta):
             return self._rt.call(self._n, op, args, timeout)
         except OSError as exc:  # the errno Linux would give, with Linux's words
             raise _err(exc.errno or errno.EIO) from None
+
+    def _component_gone(self) -> None:
+        """Its nComponent died (Runtime.check_components): a connection is reset, any
+        other socket's NIC is down. Waiters wake and see it."""
+        with self._lock:
+            if self._dead or self._error:
+                return
+            self._error = errno.ECONNRESET if self._peer is not None else errno.ENETDOWN
+            self._ring()
+            self._cond.notify_all()
 
     # ---- pushes from the skeleton (the inbox reader), or a FIT shortcut's channel -------------
     def _pushed(self, op: int, payload: memoryview) -> None:

@@ -1,0 +1,90 @@
+"""Failure containment: kill -9 of one monitor takes only its own work with it.
+Each test kills a monitor of a rack of its own, under a program that waits on it,
+and checks the errno the program gets, how soon, and that the rest serves on."""
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+from helpers import SPLITRACK, running_rack, small_spec
+from netprogs import SCRATCH, environ, on_rack
+
+# A rack program: one thread blocked in accept() on n0's NIC, one in recv() on a
+# connection to a plain server outside; each prints its errno and when it came.
+BLOCKED_ON_N0 = textwrap.dedent("""
+    import socket, sys, threading, time
+    def report(what, fn):
+        try:
+            fn()
+            print(what, 0, time.time(), flush=True)
+        except OSError as exc:
+            print(what, exc.errno, time.time(), flush=True)
+    listener = socket.socket()
+    listener.bind(("127.0.0.11", 0))
+    listener.listen()
+    conn = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+    threads = [threading.Thread(target=report, args=("accept", listener.accept)),
+               threading.Thread(target=report, args=("recv", lambda: conn.recv(10)))]
+    for t in threads:
+        t.start()
+    print(listener.getsockname()[1], flush=True)
+    for t in threads:
+        t.join()
+    print("done", flush=True)
+""")
+
+
+def _pid(rack, cid: str) -> int:
+    return rack.components[cid]["pid"]
+
+
+def _status(rack) -> tuple[int, dict[str, str]]:
+    proc = subprocess.run([SPLITRACK, "status", "--name", rack.name, "--json"],
+                          env=environ(rack), capture_output=True, text=True, timeout=60)
+    return proc.returncode, {c["id"]: c["state"] for c in json.loads(proc.stdout)["components"]}
+
+
+def test_a_dead_ncomponent_fails_blocked_recv_and_accept_within_2s(run_root, tmp_path):
+    with running_rack(lambda s: small_spec(s, name="faultn")) as rack, \
+            socket.create_server(("127.0.0.5", 0)) as server:   # outside the rack
+        with on_rack(environ(rack), BLOCKED_ON_N0, str(server.getsockname()[1]),
+                     on="p1", name="faultn") as (proc, _):
+            held, _ = server.accept()   # the program's connection: it sends nothing
+            time.sleep(0.3)             # both threads are blocked by now
+            killed = time.time()
+            os.kill(_pid(rack, "n0"), signal.SIGKILL)
+            out, err = proc.communicate(timeout=30)
+            held.close()
+        got = {line.split()[0]: (int(line.split()[1]), float(line.split()[2]))
+               for line in out.splitlines() if line.split()[0] in ("accept", "recv")}
+        assert got["recv"][0] == errno.ECONNRESET, (out, err)   # the connection died
+        assert got["accept"][0] == errno.ENETDOWN, (out, err)   # its NIC is gone
+        assert all(at - killed < 2.0 for _, at in got.values()), (killed, got)
+        assert proc.returncode == 0 and "done" in out
+        code, states = _status(rack)
+        assert code == 2 and states["n0"] == "dead"
+        assert all(state == "ok" for cid, state in states.items() if cid != "n0")
+
+
+def test_a_dead_global_leaves_the_components_serving(run_root, tmp_path):
+    with running_rack(lambda s: small_spec(s, name="faultg")) as rack:
+        os.kill(_pid(rack, "global"), signal.SIGKILL)
+        time.sleep(1.0)   # n0 and the pMonitors report load every tick: to nobody now
+        # a program ends on p1: its pMonitor reports the new load to global, and lives
+        ran = subprocess.run([SPLITRACK, "run", "--name", "faultg", "--on", "p1", "--",
+                              sys.executable, "-c", "print('ran')"], env=environ(rack),
+                             cwd=SCRATCH, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr
+        time.sleep(0.5)
+        code, states = _status(rack)
+        assert code == 2 and states["global"] == "dead"
+        assert all(state == "ok" for cid, state in states.items() if cid != "global"), states
+        with open(rack.components["p1"]["log"]) as f:
+            log = f.read()
+        assert "global is unreachable, serving on without it" in log and "Traceback" not in log
