@@ -12,7 +12,9 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_POLL_US, SPLITRACK_LOOPBACK,
   SPLITRACK_SHORTCUTS, SPLITRACK_PACKING, and the drop-in socket module on
   PYTHONPATH), answers its PID, and, when it
-  ends, its exit status. One thread per launched program does only that.
+  ends, its exit status. One thread per launched program does only that. A
+  program dies with its pMonitor (PR_SET_PDEATHSIG, SIGKILL): a pComponent that
+  fails takes its processes with it, as a board does.
 - track: a process announces itself with P_ATTACH when it first uses rack
   memory (a launched one, or any local process that attaches explicitly; not
   one that descends from another pComponent's pMonitor; the pMonitor is a
@@ -34,6 +36,7 @@ import ctypes
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -53,7 +56,14 @@ _SPAWN_MAX_BYTES = 1 << 20
 _DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "splitrack", "_dropin")   # holds the sitecustomize.py of rack programs
 RELEASE_TIMEOUT_S = 0.5   # a component that cannot take a release in this is stopping
-_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_the_pmonitor() -> None:
+    """In a program, between fork and exec: SIGKILL when its launching thread (so
+    the pMonitor) dies, as a board that fails takes its processes with it."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class PMonitor(Monitor):
@@ -63,7 +73,7 @@ class PMonitor(Monitor):
         self.run_dir = os.getcwd()  # the launcher starts monitors in the run directory
         # Orphans of our programs become our children, not init's: they stay our
         # descendants (no other pComponent can take them: P_ATTACH) and we reap them.
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self._launching = threading.Lock()   # a launched child is in `children` under it
         size = ExtCache.segment_size(self.config["extcache"], self.rack["line"],
                                      self.config["ways"])
@@ -254,7 +264,7 @@ class PMonitor(Monitor):
                     proc = subprocess.Popen(
                         request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
                         cwd=request.get("cwd"), env=self._runtime_env(request),
-                        start_new_session=True)
+                        start_new_session=True, preexec_fn=_die_with_the_pmonitor)
                     self.children[proc.pid] = proc
             except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
                 _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})

@@ -12,7 +12,9 @@ import sys
 import textwrap
 import time
 
-from helpers import SPLITRACK, running_rack, small_spec
+import psutil
+
+from helpers import SPLITRACK, running_rack, small_spec, wait_until
 from netprogs import SCRATCH, environ, on_rack
 
 # A rack program: one thread blocked in accept() on n0's NIC, one in recv() on a
@@ -42,6 +44,13 @@ BLOCKED_ON_N0 = textwrap.dedent("""
 
 def _pid(rack, cid: str) -> int:
     return rack.components[cid]["pid"]
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:   # a zombie has ended: whoever adopted it reaps it
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _status(rack) -> tuple[int, dict[str, str]]:
@@ -88,3 +97,26 @@ def test_a_dead_global_leaves_the_components_serving(run_root, tmp_path):
         with open(rack.components["p1"]["log"]) as f:
             log = f.read()
         assert "global is unreachable, serving on without it" in log and "Traceback" not in log
+
+
+def test_a_dead_pcomponent_takes_its_programs_with_it(run_root, tmp_path):
+    with running_rack(lambda s: small_spec(s, name="faultp")) as rack:
+        run = subprocess.Popen([SPLITRACK, "run", "--name", "faultp", "--on", "p0", "--",
+                                sys.executable, "-c",
+                                "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                               env=environ(rack), cwd=SCRATCH, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            program = psutil.Process(int(run.stdout.readline()))
+            killed = time.monotonic()
+            os.kill(_pid(rack, "p0"), signal.SIGKILL)
+            wait_until(lambda: not _running(program), timeout=2)   # SIGKILLed with p0
+            assert time.monotonic() - killed < 2.0
+            _, err = run.communicate(timeout=30)
+            assert run.returncode == 1 and "p0 stopped while the program ran" in err
+        finally:
+            run.kill()
+            run.wait()
+        code, states = _status(rack)
+        assert code == 2 and states["p0"] == "dead"
+        assert all(state == "ok" for cid, state in states.items() if cid != "p0"), states
