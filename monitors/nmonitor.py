@@ -87,6 +87,7 @@ class NMonitor(Monitor):
             "listeners": sum(s.listening for s in live),
             "bytes_in": sum(s.bytes_in for s in live), "bytes_out": sum(s.bytes_out for s in live),
             "dram_buffers_used": self.proxy.slots_used, "dram_buffers": self.proxy.slots_total,
+            "connections_max": self.proxy.connections_max,
             "by_mode": {m: sum(1 for s in live if s.path is not None and s.path.name == m)
                         for m in ("ddio", "dma")}}}
 

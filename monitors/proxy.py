@@ -114,13 +114,19 @@ class Proxy:
     # ---- nComponent DRAM ------------------------------------------------------------------
     def rings(self) -> tuple[NRing, NRing]:
         if len(self._free) < 2:
-            raise OSError(errno.ENOBUFS, "nComponent DRAM is full (no socket buffers left)")
+            raise OSError(errno.ENOBUFS, f"nComponent DRAM is full: it holds "
+                                         f"{self.connections_max} connections (ncomponent.dram)")
         return self._free.pop(), self._free.pop()
 
     def free(self, *rings: NRing) -> None:
         for ring in rings:
             ring.reset()
             self._free.append(ring)
+
+    @property
+    def connections_max(self) -> int:
+        """How many connections the DRAM holds (an rx and a tx ring each)."""
+        return self.slots_total // 2
 
     @property
     def slots_used(self) -> int:

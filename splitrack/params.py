@@ -51,7 +51,7 @@ PEER_CHECK_S = 0.1                        # a waiting stub checks its FIT shortc
 #                                           and its nComponent live
 STUB_PUSH_TIMEOUT_S = 0.1                 # a stub whose inbox takes no connection in this is gone
 CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
-NCOMPONENT_DRAM_DEFAULT = "64MiB"         # nComponent DRAM for socket buffers (spec: dram)
+NCOMPONENT_DRAM_DEFAULT = "512MiB"        # nComponent DRAM for socket buffers (spec: dram)
 NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
 GNM_STICKY_MAX = 4096                     # processes whose NIC GNM remembers
 

@@ -393,7 +393,9 @@ class Runtime:
                 fd = self._pidfds[n] = os.pidfd_open(pid)
             except ProcessLookupError:
                 return False
-        return not select.select([fd], [], [], 0)[0]
+        poller = select.poll()   # (select() cannot take a descriptor past 1023)
+        poller.register(fd, select.POLLIN)
+        return not poller.poll(0)
 
     def _tick(self) -> bool:
         """The inbox thread's: FIT-shortcut peers and nComponents that died are seen

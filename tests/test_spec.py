@@ -14,11 +14,11 @@ def test_default_spec_is_the_documented_rack():
     assert n0["nics"] == ["127.0.0.11", "127.0.0.12"]
     p0 = spec.components[0]
     assert (p0["extcache"], p0["ways"]) == (64 << 20, 8)
-    assert spec.components[2]["memory"] == 1 << 30
+    assert spec.components[2]["memory"] == 2 << 30
     assert (spec.transport, spec.poll_us, spec.mode, spec.shortcuts, spec.endpoints) == (
         "shm", 200, "ddio", True, "ipc")
-    assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"]) == ("round-robin",
-                                                                       "127.0.0.10", 64 << 20, None)
+    assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"]) == (
+        "round-robin", "127.0.0.10", 512 << 20, None)
 
 
 def test_to_json_puts_global_first():
