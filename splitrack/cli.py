@@ -25,7 +25,7 @@ from fit_rpc import Op
 from splitrack.launch import LaunchError, run_program
 from splitrack.params import BENCH_SIZE_MAX_BYTES, UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackError
-from splitrack.rundir import RunDir
+from splitrack.rundir import RunDir, RunRootError
 from splitrack.spec import SpecError, check_name, load_spec
 
 EXIT_OK, EXIT_ERROR, EXIT_DEGRADED, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
         sys.stdout.flush()   # here, where a reader that left is caught below
         return code
-    except (RackError, SpecError) as exc:
+    except (RackError, SpecError, RunRootError) as exc:
         print(f"splitrack: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:  # what was started has been stopped on the way out

@@ -11,7 +11,9 @@ Layout of RUN_ROOT/NAME/ (RUN_ROOT = $SPLITRACK_RUN_ROOT or /tmp/splitrack-UID):
     logs/ID.log      each component's stderr
 RUN_ROOT/.lock is held (flock) while any rack starts or stops, so two
 `splitrack up` of one rack cannot race (one lock file for all racks: nothing
-accumulates in RUN_ROOT).
+accumulates in RUN_ROOT). RUN_ROOT and every run directory are made 0700; one
+that exists already must be a directory of this user that no one else may
+enter (RunRootError): the rendezvous in it decide who may join the rack.
 
 Shared memory (FIT rings, extCaches, arenas) is memfds: it has no name and
 goes with the last process that maps it, so a crashed rack leaves none behind.
@@ -26,6 +28,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,7 +60,9 @@ class RunDir:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(self.root, mode=0o700)
+        check_private(self.root)
         fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -66,13 +71,17 @@ class RunDir:
             os.close(fd)
 
     def create(self, spec_json: dict[str, Any]) -> None:
-        os.makedirs(self.log_dir, mode=0o700)
+        os.mkdir(self.path, 0o700)   # the root is checked (lock) and this is new
+        os.mkdir(self.log_dir, 0o700)
         _write_json(self.spec_path, spec_json)
 
     def log_path(self, cid: str) -> str:
         return os.path.join(self.log_dir, f"{cid}.log")
 
     def read_state(self) -> dict[str, Any] | None:
+        if os.path.lexists(self.path):   # trust no state that others could have written
+            check_private(self.root)
+            check_private(self.path)
         try:
             with open(self.state_path) as f:
                 return json.load(f)
@@ -99,6 +108,22 @@ class RunDir:
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
+
+
+class RunRootError(RuntimeError):
+    """A run root or run directory that others could tamper with."""
+
+
+def check_private(path: str) -> None:
+    """RunRootError unless `path` is a directory of ours, closed to everyone else."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise RunRootError(f"{path} is not a directory (a run root must be)")
+    if st.st_uid != os.getuid():
+        raise RunRootError(f"{path} belongs to uid {st.st_uid}, not to us ({os.getuid()})")
+    if st.st_mode & 0o077:
+        raise RunRootError(f"{path} is open to others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                           f"`chmod 700 {path}` if it is yours")
 
 
 def identify(pid: int, create_time: float) -> psutil.Process | None:

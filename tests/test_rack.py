@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -278,3 +279,28 @@ def test_up_of_a_monitor_that_cannot_start_says_why_and_keeps_its_log(run_root, 
     again = cli("up", "--spec", write_spec(tmp_path / "good.toml", "cannot"), "--detach")
     assert "is up" in again.stdout   # the kept logs do not stand in the way
     cli("down", "--name", "cannot")
+
+
+def test_a_run_root_others_could_tamper_with_is_refused(run_root, tmp_path):
+    spec_file = write_spec(tmp_path / "priv.toml", "priv")
+    os.chmod(run_root, 0o755)
+    proc = cli("up", "--spec", spec_file, "--detach", check=False)
+    assert (proc.returncode, proc.stderr) == (1, f"splitrack: error: {run_root} is open to "
+                                                 f"others (mode 0755); `chmod 700 {run_root}` "
+                                                 "if it is yours\n")
+    os.chmod(run_root, 0o700)
+    if os.getuid() == 0:   # only root can give a directory away
+        os.chown(run_root, 4242, -1)
+        proc = cli("up", "--spec", spec_file, "--detach", check=False)
+        assert proc.returncode == 1 and "belongs to uid 4242" in proc.stderr, proc.stderr
+        os.chown(run_root, 0, -1)
+    cli("up", "--spec", spec_file, "--detach")
+    try:
+        run_dir = os.path.join(run_root, "priv")
+        assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+        os.chmod(run_dir, 0o750)   # a state file others could have written is not read
+        status = cli("status", "--name", "priv", check=False)
+        assert status.returncode == 1 and "is open to others" in status.stderr
+        os.chmod(run_dir, 0o700)
+    finally:
+        cli("down", "--name", "priv")
