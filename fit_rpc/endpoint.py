@@ -98,10 +98,10 @@ Vouch = Callable[[str, int | None], bool | None]
 class Endpoint:
     def __init__(self, local_id: str, bind: str | None = None, *,
                  directory: str | None = None, transport: Transport | None = None,
-                 poll_us: int = FIT_POLL_US):
+                 poll_us: int = FIT_POLL_US, keys: str | None = None):
         self.id = local_id
         self.transport = transport or transports.make(local_id, bind, _scheme(directory),
-                                                      poll_us)
+                                                      poll_us, keys)
         self.address = self.transport.address
         self.counters = Counters()
         self.transport.count = self.counters.error

@@ -120,9 +120,14 @@ class Transport(ABC):
     def close(self) -> None: ...
 
 
-def make(local_id: str, bind: str | None, scheme: str | None, poll_us: int) -> Transport:
+CURVE_ENV = "SPLITRACK_CURVE"   # the rack's CURVE key file (tcp), for processes it starts
+
+
+def make(local_id: str, bind: str | None, scheme: str | None, poll_us: int,
+         keys: str | None = None) -> Transport:
     """The transport for an address scheme: shm:// is shared memory, ipc:// and
-    tcp:// are ZeroMQ. (The module is imported only when its scheme is used.)"""
+    tcp:// are ZeroMQ (`keys`: the rack's CURVE key file, for tcp). (The module is
+    imported only when its scheme is used.)"""
     scheme = scheme or (bind.split("://", 1)[0] if bind else "shm")
     if scheme == "shm":
         from fit_rpc.shm_transport import ShmTransport
@@ -131,5 +136,5 @@ def make(local_id: str, bind: str | None, scheme: str | None, poll_us: int) -> T
     if scheme in ("ipc", "tcp"):
         from fit_rpc.zmq_transport import ZmqTransport
 
-        return ZmqTransport(local_id, bind)
+        return ZmqTransport(local_id, bind, keys)
     raise ValueError(f"no FIT transport for scheme {scheme!r} (have: shm, ipc, tcp)")

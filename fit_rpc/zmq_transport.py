@@ -28,16 +28,24 @@ the same host opens by /proc path, so a rack on zmq is one host, one trust domai
   free port) takes what the peer sends; a PUSH (made in `sender`'s context: its
   I/O thread) connected to the peer's PULL sends, so one thread may send while
   another receives. What was sent before close() still leaves for `linger_s`.
+- tcp endpoints are authenticated (CURVE): `splitrack up` writes a rack key
+  pair to RUN_DIR/curve.key (0600, `new_keys`); every socket of a transport
+  given that file (`keys`, or $SPLITRACK_CURVE) is a CURVE server (the inbox,
+  a channel's receiving end) or client (a DEALER, a channel's sending end) with
+  it, and a ZAP handler admits only clients that hold the rack's key. A process
+  without the file cannot complete a handshake: it gets nothing.
 """
 
+import json
 import mmap
 import os
 from typing import Any
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from fit_rpc.errors import PeerUnreachable
-from fit_rpc.transport import Arrival, Frame, Transport
+from fit_rpc.transport import CURVE_ENV, Arrival, Frame, Transport
 from splitrack.params import (
     FIT_HARD_LIMIT_BYTES,
     FIT_HWM_MSGS,
@@ -52,10 +60,42 @@ _SNDMORE = zmq.SNDMORE
 _SLICE_S = FIT_REPLY_SLICE_MS / 1000
 
 
+def new_keys(path: str) -> None:
+    """A rack key pair (Z85), written 0600 to `path`, which must not exist."""
+    public, secret = zmq.curve_keypair()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"public": public.decode(), "secret": secret.decode()}, f)
+
+
+def _load_keys(path: str | None) -> tuple[bytes, bytes] | None:
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            keys = json.load(f)
+        return keys["public"].encode(), keys["secret"].encode()
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        raise OSError(getattr(exc, "errno", None) or 13,
+                      f"cannot read the rack's CURVE keys at {path}: {exc}") from None
+
+
+class _RackKeyOnly:
+    """The ZAP check: a client is admitted if its CURVE key is the rack's."""
+
+    def __init__(self, public: bytes):
+        self.public = public   # Z85, as the callback is given the client's
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key == self.public
+
+
 class ZmqTransport(Transport):
-    def __init__(self, local_id: str, bind: str | None):
+    def __init__(self, local_id: str, bind: str | None, keys: str | None = None):
         self._id = local_id.encode()
         self._ctx = zmq.Context(io_threads=1)
+        self._keys = _load_keys(keys or os.environ.get(CURVE_ENV))
+        self._auth: ThreadAuthenticator | None = None
         self._dealers: dict[str, zmq.Socket] = {}
         self._inbox: zmq.Socket | None = None
         self._inbox_timeout_ms = -1
@@ -65,8 +105,24 @@ class ZmqTransport(Transport):
         if bind is not None:
             self._bind(bind)
 
+    def _secure(self, sock: zmq.Socket, server: bool) -> None:
+        """CURVE on `sock`, if this rack's endpoints are authenticated."""
+        if self._keys is None:
+            return
+        public, secret = self._keys
+        sock.curve_secretkey, sock.curve_publickey = secret, public
+        if not server:
+            sock.curve_serverkey = public
+            return
+        sock.curve_server = True
+        if self._auth is None:   # one ZAP handler per context, for all its servers
+            self._auth = ThreadAuthenticator(self._ctx)
+            self._auth.start()
+            self._auth.configure_curve_callback("*", _RackKeyOnly(public))
+
     def _bind(self, address: str) -> None:
         inbox = self._ctx.socket(zmq.ROUTER)
+        self._secure(inbox, server=True)
         inbox.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted peer takes over its id
         inbox.setsockopt(zmq.MAXMSGSIZE, FIT_HARD_LIMIT_BYTES)
         inbox.setsockopt(zmq.LINGER, FIT_LINGER_MS)
@@ -99,6 +155,7 @@ class ZmqTransport(Transport):
         sock = self._dealers.get(peer)
         if sock is None:
             sock = self._ctx.socket(zmq.DEALER)
+            self._secure(sock, server=False)
             sock.setsockopt(zmq.ROUTING_ID, self._id)
             sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.setsockopt(zmq.LINGER, FIT_LINGER_MS)
@@ -190,7 +247,7 @@ class ZmqTransport(Transport):
             where = f"{self.address}.{self._channels}"
         else:   # tcp://HOST:PORT
             where = self.address.rsplit(":", 1)[0] + ":*"
-        return ZmqChannel(self._ctx, where, linger_s, (sender or self)._ctx)
+        return ZmqChannel(self, where, linger_s, sender or self)
 
     # ---- regions: memfds, opened by a peer of this host through /proc -----------------------
     def new_region(self, name: str, size: int) -> tuple[mmap.mmap, int]:
@@ -225,6 +282,9 @@ class ZmqTransport(Transport):
         if self._inbox is not None:
             self._inbox.close(0)
             self._inbox = None
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         self._ctx.term()
 
 
@@ -233,30 +293,33 @@ class ZmqChannel:
     end connects; connect() this end to the peer's. send() from one thread at a time,
     recv() from one thread at a time (maybe another); close() when neither runs."""
 
-    def __init__(self, ctx: zmq.Context, bind: str, linger_s: float, tx_ctx: zmq.Context):
-        self._tx_ctx = tx_ctx
+    def __init__(self, rx_side: ZmqTransport, bind: str, linger_s: float,
+                 tx_side: ZmqTransport):
+        self._tx_side = tx_side
         self._linger_ms = int(linger_s * 1000)
         self._tx: zmq.Socket | None = None
         self._rx_timeout_ms = -1
-        rx = self._socket(zmq.PULL, ctx, {
+        rx = self._socket(rx_side, zmq.PULL, {
             zmq.LINGER: FIT_LINGER_MS, zmq.RCVHWM: FIT_HWM_MSGS,
             zmq.MAXMSGSIZE: FIT_HARD_LIMIT_BYTES}, bind=bind)
         self._rx = rx
         self.address = rx.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def connect(self, address: str) -> None:
-        self._tx = self._socket(zmq.PUSH, self._tx_ctx, {
+        self._tx = self._socket(self._tx_side, zmq.PUSH, {
             zmq.IMMEDIATE: 1,   # as a DEALER's: a send to a vanished peer fails
             zmq.LINGER: self._linger_ms, zmq.RECONNECT_IVL: FIT_RECONNECT_IVL_MS,
             zmq.SNDHWM: FIT_HWM_MSGS}, connect=address)
 
     @staticmethod
-    def _socket(kind: int, ctx: zmq.Context, options: dict[int, int], bind: str | None = None,
-                connect: str | None = None) -> zmq.Socket:
-        """A socket, bound or connected; OSError if there is none to be had (EMFILE...)."""
+    def _socket(side: ZmqTransport, kind: int, options: dict[int, int],
+                bind: str | None = None, connect: str | None = None) -> zmq.Socket:
+        """A socket of `side`'s context, bound or connected, with its CURVE; OSError if
+        there is none to be had (EMFILE...)."""
         sock = None
         try:
-            sock = ctx.socket(kind)
+            sock = side._ctx.socket(kind)
+            side._secure(sock, server=bind is not None)
             for option, value in options.items():
                 sock.setsockopt(option, value)
             if bind is not None:

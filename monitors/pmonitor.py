@@ -47,6 +47,7 @@ import psutil
 from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid, kind_of, process_of
+from fit_rpc.transport import CURVE_ENV
 from monitors.core import Monitor
 from native.extcache import ExtCache
 from splitrack.params import FIT_CALL_TIMEOUT_S
@@ -298,6 +299,8 @@ class PMonitor(Monitor):
                    SPLITRACK_SHORTCUTS="1" if shortcuts else "0")
         if not request.get("packing", True):
             env["SPLITRACK_PACKING"] = "0"   # else the caller's environment decides
+        if CURVE_ENV in os.environ:   # tcp endpoints: the rack's key, which the caller lacks
+            env[CURVE_ENV] = os.environ[CURVE_ENV]
         return env
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op, codec
+from fit_rpc.transport import CURVE_ENV
 from splitrack.params import (
     FIT_POLL_US,
     HEALTH_TIMEOUT_S,
@@ -89,6 +90,10 @@ class Rack:
             self.run.create(self.spec.to_json())
             try:
                 self._check_socket_paths()
+                if self.curve_keys() is not None:   # tcp endpoints: only key holders talk FIT
+                    from fit_rpc.zmq_transport import new_keys
+
+                    new_keys(self.run.keys_path)
                 self._launch([GLOBAL_ID], None)
                 self._launch(self.spec.ids(), self.components[GLOBAL_ID]["address"])
                 self.run.write_state({"name": self.name, "launcher_pid": os.getpid(),
@@ -172,7 +177,7 @@ class Rack:
         if serve:
             bind = {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc://{self.run.path}/{cid}.sock",
                     "shm": f"shm://{self.run.path}/{cid}.fit"}[directory.split("://")[0]]
-        ep = Endpoint(cid, bind, directory=directory, poll_us=self.poll_us)
+        ep = Endpoint(cid, bind, directory=directory, poll_us=self.poll_us, keys=self.curve_keys())
         for peer, rec in self.components.items():  # known already: status works without global
             ep.add_peer(peer, rec["address"])
         if serve:
@@ -219,9 +224,13 @@ class Rack:
             # A process group of its own: a terminal's Ctrl-C reaches only us, and we
             # stop the rack. Not a session of its own: that would also put each
             # monitor in its own scheduler autogroup, which costs ~20% FIT RTT under load.
+            env = dict(os.environ)
+            if self.curve_keys() is not None:   # and their programs, through the pMonitors
+                env[CURVE_ENV] = self.run.keys_path
             with open(self.run.log_path(cid), "ab") as logf:
                 proc = subprocess.Popen(cmd, cwd=self.run.path, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=logf, process_group=0)
+                                        stdout=subprocess.PIPE, stderr=logf, process_group=0,
+                                        env=env)
             self._children[cid] = proc
             self.components[cid] = {
                 "id": cid, "kind": "global" if cid == GLOBAL_ID else cid[0], "pid": proc.pid,
@@ -253,6 +262,13 @@ class Rack:
                         sel.unregister(key.fileobj)
                         key.fileobj.close()
                         del pending[key.fileobj]
+
+    def curve_keys(self) -> str | None:
+        """The CURVE key file, if this rack's FIT endpoints are tcp."""
+        if self.spec is not None:   # starting it: what the spec says
+            tcp = self.spec.transport == "zmq" and self.spec.endpoints == "tcp"
+            return self.run.keys_path if tcp else None
+        return self.run.keys_path if os.path.exists(self.run.keys_path) else None
 
     def _failure(self, cid: str, what: str) -> str:
         proc = self._children.get(cid)

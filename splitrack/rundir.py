@@ -9,6 +9,7 @@ Layout of RUN_ROOT/NAME/ (RUN_ROOT = $SPLITRACK_RUN_ROOT or /tmp/splitrack-UID):
     ID.sock          each component's FIT inbox (zmq transport, ipc endpoints)
     pN.spawn         pN's launch socket (`splitrack run`)
     logs/ID.log      each component's stderr
+    curve.key        the rack's CURVE key pair, 0600 (zmq transport, tcp endpoints)
 RUN_ROOT/.lock is held (flock) while any rack starts or stops, so two
 `splitrack up` of one rack cannot race (one lock file for all racks: nothing
 accumulates in RUN_ROOT). RUN_ROOT and every run directory are made 0700; one
@@ -51,6 +52,7 @@ class RunDir:
         self.state_path = os.path.join(self.path, "state.json")
         self.spec_path = os.path.join(self.path, "spec.json")
         self.log_dir = os.path.join(self.path, "logs")
+        self.keys_path = os.path.join(self.path, "curve.key")   # tcp endpoints' CURVE keys
 
     @classmethod
     def at(cls, path: str) -> "RunDir":

@@ -49,12 +49,12 @@ _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
 
 class VirtualMemory:
     def __init__(self, pcomponent: str, global_address: str, pid: int | None = None,
-                 poll_us: int = FIT_POLL_US):
+                 poll_us: int = FIT_POLL_US, keys: str | None = None):
         self.pid = pid or os.getpid()
         self.lock = threading.RLock()   # one thread in the extCache path and the endpoint
         self.pcomponent = pcomponent
         self.ep = Endpoint(f"{pcomponent}.{self.pid}", None, directory=global_address,
-                           poll_us=poll_us)
+                           poll_us=poll_us, keys=keys)
         info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid})
         self.xc = ExtCache.open(self.ep.map_region(pcomponent, info["extcache"]))
         self.line = info["line"]
@@ -72,7 +72,8 @@ class VirtualMemory:
 
     @classmethod
     def attach(cls, rack: Any, pcomponent: str) -> "VirtualMemory":
-        return cls(pcomponent, rack.components[GLOBAL_ID]["address"], poll_us=rack.poll_us)
+        return cls(pcomponent, rack.components[GLOBAL_ID]["address"], poll_us=rack.poll_us,
+                   keys=rack.curve_keys())
 
     @classmethod
     def from_env(cls) -> "VirtualMemory":

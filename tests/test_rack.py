@@ -11,7 +11,7 @@ import textwrap
 import psutil
 import pytest
 
-from fit_rpc import Op
+from fit_rpc import Op, header
 from helpers import SPLITRACK, alive, small_spec, wait_gone, write_spec
 from splitrack import Rack, RackError
 from splitrack.rundir import RunDir
@@ -104,6 +104,30 @@ def test_tcp_endpoints(run_root, tmp_path):
         ep = rack.endpoint()
         assert bytes(ep.call("s0", Op.ECHO, b"over tcp")) == b"over tcp"
         args, _ = ep.call_args("p0", Op.PING_PEER, {"target": "m0", "size": 8, "count": 3})
+        assert stat.S_IMODE(os.stat(rack.run.keys_path).st_mode) == 0o600
+        # a program the rack runs gets the key through its pMonitor
+        ran = subprocess.run([SPLITRACK, "run", "--name", "t", "--", sys.executable, "-c",
+                              "from splitrack import vm; a = vm.alloc(4096); "
+                              "vm.write(a, b'ok'); print(bytes(vm.read(a, 2)).decode())"],
+                             cwd="/tmp", capture_output=True, text=True, timeout=60)
+        assert ran.stdout == "ok\n", ran.stderr
+        # nobody else gets a word: neither without CURVE nor with a key of their own
+        import zmq
+        ctx = zmq.Context()
+        try:
+            for curve in (False, True):
+                sock = ctx.socket(zmq.DEALER)
+                sock.linger = 0
+                if curve:
+                    public, secret = zmq.curve_keypair()
+                    sock.curve_secretkey, sock.curve_publickey = secret, public
+                    sock.curve_serverkey = zmq.curve_keypair()[0]   # a guess
+                sock.connect(rack.components["s0"]["address"])
+                sock.send(header.pack(header.REQUEST, Op.HEALTH, 1, 0))
+                assert not sock.poll(1000), f"s0 answered a stranger (curve={curve})"
+                sock.close()
+        finally:
+            ctx.term()
 
 
 def test_monitors_die_with_a_killed_launcher(run_root, tmp_path):
