@@ -33,8 +33,9 @@ Invariants:
   handled, `vouch(src, pid)` must agree (monitors/identity.py); a link it
   refuses gets EPERM for every request and the counter `forged`.
 - Peer ids are resolved to addresses once, by asking `global` (RESOLVE); the
-  answer is cached until the peer's process ends. A timed-out link is reset,
-  so nothing stale is delivered.
+  answer is cached until the peer's process ends. A cached address that no
+  longer reaches its peer (a restarted monitor: same path, another pid) is
+  asked again once. A timed-out link is reset, so nothing stale is delivered.
 """
 
 import errno
@@ -53,6 +54,7 @@ from fit_rpc.errors import (
     FitTimeout,
     MalformedMessage,
     MessageTooLarge,
+    PeerUnreachable,
     UnknownOp,
     from_code,
 )
@@ -197,13 +199,25 @@ class Endpoint:
         n = len(payload) - HEADER_SIZE if room else len(payload)
         if n > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
-        address = self._addresses.get(peer) or self.resolve(peer, timeout, serve)
         if room:
             _pack_header_into(payload, 0, MAGIC, VERSION, kind, op, 0, seq, n)
-            self.transport.send(peer, address, payload, timeout)
+            head = b""
         else:
-            self.transport.send(peer, address, payload, timeout,
-                                _pack_header(MAGIC, VERSION, kind, op, 0, seq, n))
+            head = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n)
+        address = self._addresses.get(peer)
+        try:
+            self.transport.send(peer, address or self.resolve(peer, timeout, serve), payload,
+                                timeout, head)
+        except (PeerUnreachable, PermissionError):
+            # An address known from before may be a dead process's: a monitor that was
+            # restarted (RESTART) serves at the same path with another pid. Ask again once.
+            if address is None or peer == GLOBAL_ID or GLOBAL_ID not in self._addresses:
+                raise
+            del self._addresses[peer]
+            fresh = self.resolve(peer, timeout, serve)
+            if fresh == address:
+                raise
+            self.transport.send(peer, fresh, payload, timeout, head)
         self.counters.tx(peer, op, n + HEADER_SIZE)
 
     def _await_reply(self, peer: str, op: int, seq: int, deadline: float,

@@ -22,6 +22,7 @@ class Op(IntEnum):
     LIST = 0x0203
     LOAD_REPORT = 0x0204
     UNREGISTER = 0x0205
+    RESTART = 0x0206           # start a monitor of the spec again, in place of a dead one
     GPM_PLACE = 0x0211
     GMM_PLACE = 0x0221
     GSM_LOOKUP = 0x0231

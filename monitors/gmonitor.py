@@ -4,10 +4,11 @@ It is the rack's directory: every monitor registers here at start (REGISTER)
 and any endpoint resolves a component id to its inbox address here (RESOLVE).
 On shm it is also where identities start: a component may register only
 itself, only once, only an id of the spec, and only if the kernel says the
-registering process is a sibling of global (both started by the launcher);
-the address it registers names its own pid (shm://PATH#PID), which is what
-every other endpoint then checks a link from that id against. A client's
-registration ends with its process.
+registering process is a sibling of global (both started by the launcher) or
+global's own child (RESTART: global starts a dead monitor again, which then
+takes the dead one's place in the directory); the address it registers names
+its own pid (shm://PATH#PID), which is what every other endpoint then checks a
+link from that id against. A client's registration ends with its process.
 Placement policies live in registry.py (GPM, GMM, GSM) and gnm/ (GNM); this
 file only maps ops (docs/protocol.md, 0x02xx) onto them.
 """
@@ -15,6 +16,8 @@ file only maps ops (docs/protocol.md, 0x02xx) onto them.
 import errno
 import json
 import os
+import subprocess
+import sys
 from typing import Any
 
 import psutil
@@ -40,6 +43,8 @@ class GlobalMonitor(Monitor):
         self.ep.on(Op.REGISTER, self.register_component)
         self.ep.on(Op.LOAD_REPORT, self.load_report)
         self.ep.on(Op.UNREGISTER, self.unregister_client)
+        self.ep.on(Op.RESTART, handler(self.restart))
+        self.restarted: list[subprocess.Popen] = []   # monitors we started: we reap them
         self.ep.on_peer_gone.append(self._peer_gone)
         for op, fn in (
             (Op.RESOLVE, self.resolve), (Op.LIST, self.list_components),
@@ -58,11 +63,14 @@ class GlobalMonitor(Monitor):
 
     def vouch(self, peer: str, pid: int | None) -> bool | None:
         """A component id is believed if registered with this pid; an id not yet
-        registered may only register itself (checked there): ask again next time."""
+        registered, or whose registered process died, may only register itself
+        (checked there): ask again next time."""
         if pid is None or not is_component(peer):
             return super().vouch(peer, pid)
         known = self.registry.components.get(peer)
-        return None if known is None else known.pid == pid
+        if known is None or (known.pid != pid and not _alive(known.pid)):
+            return None   # not yet, or no more (a restart): REGISTER checks it
+        return known.pid == pid
 
     def vouch_process(self, peer: str, pid: int) -> bool:
         """A process asks global before it attaches to its pComponent (where is pN?):
@@ -112,10 +120,10 @@ class GlobalMonitor(Monitor):
         elif kind != "client":
             if cid not in self.spec_ids:
                 why = f"{cid} is no component of this rack's spec"
-            elif cid in self.registry.components:
+            elif cid in self.registry.components and _alive(self.registry.components[cid].pid):
                 why = f"{cid} is registered already"
-            elif _parent(pid) != os.getppid():
-                why = f"pid {pid} was not started by this rack's launcher"
+            elif _parent(pid) not in (os.getppid(), os.getpid()):
+                why = f"pid {pid} was not started by this rack's launcher, nor by global"
         if why is not None:
             self.ep.counters.error("forged")
             raise PermissionError(errno.EPERM, why)
@@ -131,6 +139,40 @@ class GlobalMonitor(Monitor):
             raise OSError(errno.EPERM, f"{msg.src} may not unregister {component.id}")
         del self.registry.components[component.id]
         return codec.encode()
+
+    def restart(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        """RESTART {id}: start the dead monitor `id` again, as global's child; it
+        registers in the dead one's place. Answers its pid at once (it registers
+        when it is ready: RESOLVE names its new address then)."""
+        cid = need(args, "id", str)
+        if cid not in self.spec_ids or cid == GLOBAL_ID:
+            raise OSError(errno.EINVAL, f"{cid!r} is no monitor of this rack's spec "
+                                        "that global can start")
+        known = self.registry.components.get(cid)
+        if known is not None and _alive(known.pid):
+            raise OSError(errno.EBUSY, f"{cid} is running (pid {known.pid})")
+        run_dir = os.getcwd()   # monitors run in the run directory
+        with open(os.path.join(run_dir, "logs", f"{cid}.log"), "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "monitors", "--run-dir", run_dir, "--id", cid,
+                 "--global", self.ep.address], cwd=run_dir, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=log, process_group=0)
+        self.restarted.append(proc)
+        self.log.info("restarting %s: pid %d", cid, proc.pid)
+        return {"pid": proc.pid}
+
+    def tick(self) -> None:
+        self.restarted = [p for p in self.restarted if p.poll() is None]   # reap the ended
+
+    def close(self) -> None:
+        for proc in self.restarted:   # the launcher stops what it started; we, ours
+            proc.terminate()
+        for proc in self.restarted:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        super().close()
 
     def _peer_gone(self, peer: str) -> None:
         """A process or client ended (its last link closed): it leaves the directory
@@ -174,6 +216,13 @@ class GlobalMonitor(Monitor):
     def gnm_allocate(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         ip = self.allocator.allocate(need(args, "process", str))
         return {"ip": ip, "id": self.nics.owner(ip)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _parent(pid: int) -> int | None:

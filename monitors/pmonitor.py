@@ -32,6 +32,7 @@ carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
 process and in total.
 """
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -236,6 +237,8 @@ class PMonitor(Monitor):
     # ---- launching (a thread per program; it touches no FIT socket) ------------------
     def _start_spawn_server(self) -> socket.socket:
         path = os.path.join(self.run_dir, f"{self.id}.spawn")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)   # a dead pMonitor's (restart); the run directory is ours alone
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(path)
         sock.listen(16)

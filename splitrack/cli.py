@@ -4,6 +4,7 @@
     splitrack status [--name N] [--json]             components, PIDs, endpoints, health
     splitrack stats [--name N] [--json]              per-component and per-link FIT counters
     splitrack down [--name N]                        stop exactly the rack's processes
+    splitrack restart [--name N] ID                  start a dead monitor again
     splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
     splitrack bench fit|extcache|tcp|wordcount [--quick] [--json F] [--plot F.png]
                                                      benchmarks, baselines in the same run
@@ -117,6 +118,12 @@ def cmd_down(args: argparse.Namespace) -> int:
     rack = Rack.attach(name)
     rack.stop()
     print(f"rack {name!r} stopped ({len(rack.components)} processes)")
+    return EXIT_OK
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    rec = Rack.attach(_rack_name(args)).restart(args.id)
+    print(f"{args.id} restarted: pid {rec['pid']} at {rec['address']}")
     return EXIT_OK
 
 
@@ -303,6 +310,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("down", help="stop a rack (exactly the processes it started)")
     rack_args(p, "take the rack name from this spec")
     p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("restart", help="start a dead monitor again in the running rack",
+                       description="Start the dead monitor ID (pN, mN, nN, sN) again, as a "
+                                   "rebooted board: what it held (connections, memory, "
+                                   "programs) is gone, new work goes to it. Not global "
+                                   "(every monitor knows it by its address): down, then up.")
+    rack_args(p, "take the rack name from this spec")
+    p.add_argument("id", help="the component to restart, e.g. n0")
+    p.set_defaults(func=cmd_restart)
 
     p = sub.add_parser("run", help="run a program as a process on the rack",
                        description="Run PROGRAM as an emulated process on a pComponent "

@@ -115,6 +115,48 @@ class Rack:
             self._terminate()
             self.run.remove()
 
+    def restart(self, cid: str) -> dict[str, Any]:
+        """Start the dead monitor `cid` again, in the running rack, as a rebooted board:
+        what it held is gone, new work goes to it. global starts it (RESTART) and it
+        registers in the dead one's place; the run directory's record then names
+        the new process, which this returns. global itself cannot be restarted:
+        every monitor knows it by its address."""
+        rec = self.components.get(cid)
+        if rec is None:
+            raise RackError(f"no component {cid!r} in rack {self.name!r} "
+                            f"(it has {', '.join(self.components)})")
+        if cid == GLOBAL_ID:
+            raise RackError("global cannot be restarted in a running rack (every monitor "
+                            f"knows its address): `splitrack down --name {self.name}`, then up")
+        if identify(rec["pid"], rec["create_time"]):
+            raise RackError(f"{cid} is running (pid {rec['pid']}); restart is for a dead one")
+        with self.run.lock(), self.endpoint() as ep:
+            try:
+                pid = ep.call_args(GLOBAL_ID, Op.RESTART, {"id": cid})[0]["pid"]
+                new = self._registered(ep, cid, pid)
+            except OSError as exc:
+                raise RackError(f"cannot restart {cid}: {exc.strerror or exc}") from None
+            rec.update(pid=pid, create_time=psutil.Process(pid).create_time(),
+                       address=new["address"])
+            state = self.run.read_state() or {}
+            state["components"] = list(self.components.values())
+            self.run.write_state(state)
+        return rec
+
+    def _registered(self, ep: Endpoint, cid: str, pid: int) -> dict[str, Any]:
+        """global's record of `cid` once process `pid` has registered as it."""
+        deadline = time.monotonic() + MONITOR_READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            listed = ep.call_args(GLOBAL_ID, Op.LIST)[0]["components"]
+            new = next((c for c in listed if c["id"] == cid and c["pid"] == pid), None)
+            if new is not None:
+                return new
+            if not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie":
+                raise RackError(self._failure(cid, "exited during its restart"))
+            time.sleep(STOP_POLL_S)
+        raise RackError(f"{cid} did not register within {MONITOR_READY_TIMEOUT_S:g} s "
+                        f"(its log: {self.run.log_path(cid)})")
+
     def __enter__(self) -> "Rack":
         return self.start()
 
@@ -285,8 +327,10 @@ class Rack:
         except OSError:
             lines = []
         status = f" (exit status {code})" if code is not None else ""
-        mark = f" {cid} ERROR "   # the monitor logs the cause first (monitors/core.py)
-        cause = next((line.split(mark, 1)[1] for line in lines if mark in line), None)
+        mark = f" {cid} ERROR "   # the monitor logs the cause first (monitors/core.py);
+        #                            the log may hold earlier lives' too: the last is ours
+        cause = next((line.split(mark, 1)[1] for line in reversed(lines) if mark in line),
+                     None)
         if cause is not None:
             return f"{cid} {what}{status}: {cause} (its log: {path})"
         tail = "\n".join(lines[-8:])

@@ -120,3 +120,43 @@ def test_a_dead_pcomponent_takes_its_programs_with_it(run_root, tmp_path):
         code, states = _status(rack)
         assert code == 2 and states["p0"] == "dead"
         assert all(state == "ok" for cid, state in states.items() if cid != "p0"), states
+
+
+def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, tmp_path):
+    with running_rack(lambda s: small_spec(s, name="faultr")) as rack, \
+            socket.create_server(("127.0.0.5", 0)) as server:
+        for cid in ("n0", "m0", "p1", "s0"):
+            os.kill(_pid(rack, cid), signal.SIGKILL)
+        env = environ(rack)
+        for cid in ("n0", "m0", "p1", "s0"):
+            out = subprocess.run([SPLITRACK, "restart", "--name", "faultr", cid], env=env,
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0 and out.stdout.startswith(f"{cid} restarted: pid "), \
+                out.stderr
+        code, states = _status(rack)
+        assert code == 0 and set(states.values()) == {"ok"}, states
+        program = textwrap.dedent("""
+            import socket, sys
+            from splitrack import files, vm
+            s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+            s.sendall(b"through n0")
+            a = vm.alloc(8192)
+            vm.write(a, b"in m0")
+            try:
+                files.size("no-such-file")
+            except FileNotFoundError:   # s0 answered, with ENOENT
+                print(bytes(vm.read(a, 5)).decode(), "and s0")
+        """)
+        ran = subprocess.run([SPLITRACK, "run", "--name", "faultr", "--on", "p1", "--",
+                              sys.executable, "-c", program, str(server.getsockname()[1])],
+                             env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0 and ran.stdout == "in m0 and s0\n", ran.stderr
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(100) == b"through n0"
+        again = subprocess.run([SPLITRACK, "restart", "--name", "faultr", "n0"], env=env,
+                               capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1 and "n0 is running" in again.stderr
+        nope = subprocess.run([SPLITRACK, "restart", "--name", "faultr", "global"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert nope.returncode == 1 and "global cannot be restarted" in nope.stderr
