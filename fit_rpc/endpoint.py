@@ -208,7 +208,7 @@ class Endpoint:
         try:
             self.transport.send(peer, address or self.resolve(peer, timeout, serve), payload,
                                 timeout, head)
-        except (PeerUnreachable, PermissionError):
+        except PeerUnreachable:
             # An address known from before may be a dead process's: a monitor that was
             # restarted (RESTART) serves at the same path with another pid. Ask again once.
             if address is None or peer == GLOBAL_ID or GLOBAL_ID not in self._addresses:

@@ -309,8 +309,11 @@ class ShmTransport(Transport):
         try:
             if "errno" in answer:
                 raise OSError(answer["errno"], f"{peer} refused us: {answer.get('error')}")
-            if (want is not None and creds.pid != want) or creds.uid != os.getuid():
+            if creds.uid != os.getuid():
                 raise PermissionError(errno.EPERM, f"{path} is not {peer}'s (pid {creds.pid})")
+            if want is not None and creds.pid != want:   # the one we knew there is gone
+                raise PeerUnreachable(f"{path} is no longer {peer}'s (pid {creds.pid}, "
+                                      f"not {want})")
             if len(fds) != 2:
                 raise OSError(errno.EPROTO, f"{peer} answered with {len(fds)} descriptors")
             bell = Bell.peer_word(fds[1])
