@@ -5,6 +5,7 @@
     splitrack stats [--name N] [--json]              per-component and per-link FIT counters
     splitrack down [--name N]                        stop exactly the rack's processes
     splitrack restart [--name N] ID                  start a dead monitor again
+    splitrack selftest [--fuzz N] [--faults]         check a throwaway rack, a line a check
     splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
     splitrack bench fit|extcache|tcp|wordcount [--quick] [--json F] [--plot F.png]
                                                      benchmarks, baselines in the same run
@@ -159,6 +160,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if owned:
             rack.stop()
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from splitrack.selftest import selftest
+
+    def show(check: Any) -> None:
+        print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name:<22} {check.detail}", flush=True)
+
+    checks = selftest(fuzz_frames=args.fuzz, faults=args.faults, seed=args.seed,
+                      report=show)
+    failed = [c.name for c in checks if not c.ok]
+    print(f"{len(checks) - len(failed)} of {len(checks)} checks passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"checks": [c.as_dict() for c in checks]}, f, indent=1)
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 _BENCH_OPTIONS = {"plot": ("tcp", "wordcount"), "quick": ("tcp", "wordcount"),
@@ -346,6 +364,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("selftest", help="bring up a throwaway rack and check that it works",
+                       description="Start the embedded default rack under a name of its own, "
+                                   "check it (every monitor answers, FIT round trips from "
+                                   "each pComponent, a program on each, TCP through n0 in "
+                                   "DDIO and DMA, the sComponent), print one line a check, "
+                                   "stop it. Exit status 1 if any check failed.")
+    p.add_argument("--fuzz", type=_count, default=0, metavar="N",
+                   help="also send N malformed frames (seeded) to every monitor over the "
+                        "rack's transport; each must still answer")
+    p.add_argument("--faults", action="store_true",
+                   help="also kill -9 each monitor but global in turn: its calls must fail "
+                        "within 2 s, the others serve on, and restart brings it back")
+    p.add_argument("--seed", type=int, default=1, help="the fuzzer's seed (default: 1)")
+    p.add_argument("--json", metavar="FILE", type=_out_file,
+                   help="also write {\"checks\": [{name, ok, detail}]} here")
+    p.set_defaults(func=cmd_selftest)
 
     p = sub.add_parser(
         "bench", help="benchmarks with their baselines measured in the same run",
