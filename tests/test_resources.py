@@ -91,3 +91,46 @@ def test_many_short_programs_leave_nothing_behind(res):
     finally:
         listener.shutdown(socket.SHUT_RDWR)   # wakes the serving thread's accept()
         listener.close()
+
+
+CYCLES = 10_000
+CHURN = textwrap.dedent("""
+    import socket, sys
+    for i in range(int(sys.argv[2])):
+        s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+        s.close()
+    print("ok")
+""")
+
+
+def test_ten_thousand_connect_close_cycles_leave_nothing_behind(res):
+    rack, env = res
+    listener = socket.create_server(("127.0.0.5", 0), backlog=128)
+
+    def accept_and_close():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.close()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+    port = str(listener.getsockname()[1])
+    n0 = psutil.Process(rack.components["n0"]["pid"])
+    try:
+        with rack.endpoint() as ep:
+            warm = run_on_rack(env, CHURN, port, "100", name="res")   # rings touched once
+            assert warm.stdout.strip() == "ok", warm.stderr
+            wait_until(lambda: not _processes(_state(rack, ep)))
+            baseline, rss, shm = _state(rack, ep), n0.memory_info().rss, os.listdir("/dev/shm")
+            done = run_on_rack(env, CHURN, port, str(CYCLES), name="res", timeout=300)
+            assert done.stdout.strip() == "ok", done.stderr
+            wait_until(lambda: _state(rack, ep) == baseline, timeout=15)
+            network = ep.call_args("n0", Op.STATS)[0]["network"]
+            assert network["skeletons"] == 0 and network["dram_buffers_used"] == 0
+        assert n0.memory_info().rss < rss + (16 << 20)   # nothing grows per connection
+        assert os.listdir("/dev/shm") == shm
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
