@@ -385,3 +385,38 @@ def test_a_fit_shortcut_over_tcp_endpoints():
             assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr
             after = n0_network(rack)
     assert after["shortcuts_fit"] == before["shortcuts_fit"] + 1
+
+
+STREAM_CLIENT = textwrap.dedent("""
+    import hashlib, random, socket, sys, threading
+    n = int(sys.argv[3])
+    data = random.Random(5).randbytes(n)
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=120)
+    def send():
+        c.sendall(data)
+        c.shutdown(socket.SHUT_WR)
+    sender = threading.Thread(target=send)
+    sender.start()
+    got, total = hashlib.sha256(), 0
+    while chunk := c.recv(1 << 20):
+        got.update(chunk)
+        total += len(chunk)
+    sender.join()
+    print("ok" if total == n and got.digest() == hashlib.sha256(data).digest() else
+          f"corrupt: {total} of {n} bytes")
+""")
+
+
+@pytest.mark.parametrize("path", ["ddio", "dma", "pipe", "fit"])
+def test_a_16_mib_stream_both_ways_arrives_whole_on_every_path(net, path):
+    rack, env = net
+    size = str(16 << 20)
+    mode = path if path in ("ddio", "dma") else None
+    with on_rack(env, ECHO_SERVER, NIC, name="sc", mode=mode) as (_, (port,)):
+        if mode:   # the client outside the rack: the bytes cross n0 both ways
+            proc = subprocess.run([sys.executable, "-c", STREAM_CLIENT, NIC, str(port), size],
+                                  cwd=SCRATCH, capture_output=True, text=True, timeout=300)
+        else:      # a program of the rack: a pipe on p0, FIT from p1
+            proc = run_on_rack(env, STREAM_CLIENT, NIC, str(port), size, name="sc",
+                               on="p0" if path == "pipe" else "p1", timeout=300)
+    assert proc.stdout == "ok\n", proc.stdout + proc.stderr
