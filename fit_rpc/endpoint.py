@@ -359,13 +359,15 @@ class Endpoint:
         return Channel(self, sender or self, peer, linger_s)
 
     def _peer_gone(self, peer: str) -> None:
-        """A peer's process ended: what we kept about it goes (its counters are folded
-        into one line per pComponent, or for all clients)."""
+        """A peer's process ended: what we kept about it goes (a process's or client's
+        counters are folded into one line per pComponent, or for all clients; a
+        component's stay, it may be restarted), and on_peer_gone hears of it."""
         kind = kind_of(peer)
-        if kind not in ("process", "client"):
-            return
+        if kind in ("unknown", "global"):
+            return   # (global's address is the directory's: kept, it is all we have)
         self._addresses.pop(peer, None)
-        self.counters.fold(peer, peer.split(".", 1)[0] + ".*")
+        if kind in ("process", "client"):
+            self.counters.fold(peer, peer.split(".", 1)[0] + ".*")
         for fn in self.on_peer_gone:
             fn(peer)
 

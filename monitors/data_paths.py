@@ -49,6 +49,7 @@ memory is gone) breaks the connection, not the nMonitor.
 """
 
 import bisect
+import contextlib
 import errno
 import json
 import os
@@ -289,6 +290,7 @@ class RackMemory:
         self.m_ids = [c["id"] for c in spec["components"] if c["kind"] == "m"]
         self._extcaches: dict[str, ExtCache] = {}
         self._arenas: dict[str, memoryview] = {}
+        self._arena_maps: dict[str, Any] = {}
 
     def extcache(self, pcomponent: str) -> ExtCache:
         xc = self._extcaches.get(pcomponent)
@@ -300,8 +302,21 @@ class RackMemory:
     def arena(self, home: str) -> memoryview:
         view = self._arenas.get(home)
         if view is None:
-            view = self._arenas[home] = memoryview(self.ep.map_region(home, "arena"))
+            mm = self._arena_maps[home] = self.ep.map_region(home, "arena")
+            view = self._arenas[home] = memoryview(mm)
         return view
+
+    def forget(self, component: str) -> None:
+        """A component's process ended: its regions are unmapped (their memory goes
+        with the last mapping), and a restarted one's are mapped anew."""
+        xc = self._extcaches.pop(component, None)
+        if xc is not None:
+            xc.close()
+        view = self._arenas.pop(component, None)
+        if view is not None:
+            view.release()
+            with contextlib.suppress(BufferError):   # a slice still alive: unmapped at exit
+                self._arena_maps.pop(component).close()
 
 
 def _walk(pieces: list[tuple[int, int]], views: list[memoryview],

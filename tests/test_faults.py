@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -160,3 +161,49 @@ def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, t
         nope = subprocess.run([SPLITRACK, "restart", "--name", "faultr", "global"], env=env,
                               capture_output=True, text=True, timeout=60)
         assert nope.returncode == 1 and "global cannot be restarted" in nope.stderr
+
+
+def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):
+    """n0 maps p1's extCache (dDDIO) and m0's arena (dDMA): after both are restarted,
+    n0 (never restarted) must use the new ones, not the dead boards' segments."""
+    echo = textwrap.dedent("""
+        import hashlib, os, socket, sys
+        data = os.urandom(300_000)
+        s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        print(hashlib.sha256(got).digest() == hashlib.sha256(data).digest())
+    """)
+    with running_rack(lambda s: small_spec(s, name="faultm")) as rack, \
+            socket.create_server(("127.0.0.5", 0)) as server:
+        env = environ(rack)
+
+        def run(mode):
+            def serve():
+                conn, _ = server.accept()
+                with conn:
+                    while chunk := conn.recv(65536):
+                        conn.sendall(chunk)
+            t = threading.Thread(target=serve)
+            t.start()
+            proc = subprocess.run([SPLITRACK, "run", "--name", "faultm", "--on", "p1",
+                                   "--mode", mode, "--", sys.executable, "-c", echo,
+                                   str(server.getsockname()[1])], env=env, cwd=SCRATCH,
+                                  capture_output=True, text=True, timeout=60)
+            t.join(30)
+            return proc
+
+        for mode in ("ddio", "dma"):   # n0 maps p1's extCache and m0's arena now
+            assert run(mode).stdout == "True\n"
+        for cid in ("p1", "m0"):
+            os.kill(_pid(rack, cid), signal.SIGKILL)
+        time.sleep(0.5)
+        for cid in ("p1", "m0"):
+            subprocess.run([SPLITRACK, "restart", "--name", "faultm", cid], env=env,
+                           check=True, capture_output=True, timeout=60)
+        for mode in ("ddio", "dma"):
+            proc = run(mode)
+            assert proc.stdout == "True\n", (mode, proc.stdout, proc.stderr[-1500:])
