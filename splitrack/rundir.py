@@ -81,7 +81,7 @@ class RunDir:
         return os.path.join(self.log_dir, f"{cid}.log")
 
     def read_state(self) -> dict[str, Any] | None:
-        if os.path.lexists(self.path):   # trust no state that others could have written
+        if os.path.lexists(self.state_path):   # trust no state others could have written
             check_private(self.root)
             check_private(self.path)
         try:

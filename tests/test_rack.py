@@ -189,8 +189,10 @@ def test_cli_up_detach_status_stats_down(run_root, tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
 def test_cli_foreground_up_stops_on_a_signal(run_root, tmp_path, signum):
     spec_file = write_spec(tmp_path / "fg.toml", "fg")
+    # as a terminal's foreground job: a suite started in the background (a
+    # non-interactive shell's `&`) ignores SIGINT, and exec passes that on
     up = subprocess.Popen([SPLITRACK, "up", "--spec", spec_file], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+                          stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
     try:
         assert "is up" in up.stdout.readline()
         pids = [int(line.split()[2]) for line in (up.stdout.readline() for _ in range(4))
@@ -204,6 +206,10 @@ def test_cli_foreground_up_stops_on_a_signal(run_root, tmp_path, signum):
     finally:
         up.kill()
         up.wait()
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_cli_down_stops_a_foreground_up_with_sigterm_alone(run_root, tmp_path):
