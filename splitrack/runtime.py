@@ -90,6 +90,7 @@ class Runtime:
         self._nic: tuple[str, str] | None = None
         self._pidfds: dict[str, int] = {}   # nComponent -> a pidfd of its process (readable: dead)
         self._next_check = 0.0              # when waiters next look at them (check_components)
+        self._checking = threading.Lock()   # one thread looks at a time
         self._slots: list[int] = []       # free buffer slots (address of the receive ring)
         self._homes: dict[int, str] = {}  # slot -> the mComponent that holds it
         scheme = vm.ep.address_of_global().split("://", 1)[0]
@@ -368,16 +369,23 @@ class Runtime:
         went down: ECONNRESET if connected (the connection's state died with it), else
         ENETDOWN; new sockets ask GNM again. Waiters call this every PEER_CHECK_S."""
         self._next_check = time.monotonic() + PEER_CHECK_S
-        for n in {stub._n for stub in list(self.stubs.values()) if stub._n}:
-            if self._alive(n):
-                continue
-            for stub in list(self.stubs.values()):
-                if stub._n == n:
-                    stub._component_gone()
-            self._owners = {ip: o for ip, o in self._owners.items() if o != n}
-            if self._nic is not None and self._nic[1] == n:
-                self._nic = None
-            os.close(self._pidfds.pop(n))
+        if not self._checking.acquire(blocking=False):
+            return   # another thread is at it
+        try:
+            for n in {stub._n for stub in list(self.stubs.values()) if stub._n}:
+                if self._alive(n):
+                    continue
+                for stub in list(self.stubs.values()):
+                    if stub._n == n:
+                        stub._component_gone()
+                self._owners = {ip: o for ip, o in self._owners.items() if o != n}
+                if self._nic is not None and self._nic[1] == n:
+                    self._nic = None
+                fd = self._pidfds.pop(n, None)
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            self._checking.release()
 
     def _alive(self, n: str) -> bool:
         fd = self._pidfds.get(n)
