@@ -35,7 +35,9 @@ Invariants:
 - Peer ids are resolved to addresses once, by asking `global` (RESOLVE); the
   answer is cached until the peer's process ends. A cached address that no
   longer reaches its peer (a restarted monitor: same path, another pid) is
-  asked again once. A timed-out link is reset, so nothing stale is delivered.
+  asked again once: of global, or for global itself of `find_directory` (set by
+  the rack's layers: the run directory's record). A timed-out link is reset, so
+  nothing stale is delivered.
 """
 
 import errno
@@ -112,6 +114,8 @@ class Endpoint:
         self.on_peer_gone: list[Callable[[str], None]] = []
         self.regions = Regions(self)
         self._addresses: dict[str, str] = {GLOBAL_ID: directory} if directory else {}
+        # where global is now, if it was restarted (the rack's run directory says)
+        self.find_directory: Callable[[], str | None] | None = None
         self._handlers: dict[int, Handler] = {Op.ECHO: _echo, Op.REGION_MAP: self.regions.serve}
         self._seq = 0
         self._awaiting: set[int] = set()
@@ -139,6 +143,20 @@ class Endpoint:
                                              timeout, serve))
             address = self._addresses[peer] = codec.need(args, "address", str)
         return address
+
+    def refresh(self, peer: str, timeout: float | None = None, serve: bool = False
+                ) -> str | None:
+        """`peer`'s address asked again (it may have been restarted): of global, or
+        for global itself of find_directory; None if nobody can say."""
+        if peer == GLOBAL_ID:
+            fresh = self.find_directory() if self.find_directory is not None else None
+            if fresh:
+                self._addresses[GLOBAL_ID] = fresh
+            return fresh
+        if GLOBAL_ID not in self._addresses:
+            return None
+        self._addresses.pop(peer, None)
+        return self.resolve(peer, timeout, serve)
 
     # ---- readiness (transport.py) --------------------------------------------
     def fileno(self) -> int:
@@ -210,12 +228,9 @@ class Endpoint:
                                 timeout, head)
         except PeerUnreachable:
             # An address known from before may be a dead process's: a monitor that was
-            # restarted (RESTART) serves at the same path with another pid. Ask again once.
-            if address is None or peer == GLOBAL_ID or GLOBAL_ID not in self._addresses:
-                raise
-            del self._addresses[peer]
-            fresh = self.resolve(peer, timeout, serve)
-            if fresh == address:
+            # restarted serves at the same path with another pid. Ask again once.
+            fresh = self.refresh(peer, timeout, serve) if address is not None else None
+            if fresh is None or fresh == address:
                 raise
             self.transport.send(peer, fresh, payload, timeout, head)
         self.counters.tx(peer, op, n + HEADER_SIZE)

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from fit_rpc.identity import address_pid, kind_of, process_of
 from splitrack.params import MONITOR_IDLE_CHECK_S
+from splitrack.rundir import RunDir
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -58,6 +59,7 @@ class Monitor:
         self.log = logging.getLogger(cid)
         _more_fds()
         self.ep = Endpoint(cid, bind, directory=global_address, poll_us=rack["poll_us"])
+        self.ep.find_directory = RunDir.at(os.getcwd()).global_address   # (run dir = cwd)
         self.ep.vouch = self.vouch
         self.ep.on(Op.HEALTH, self._health)
         self.ep.on(Op.STATS, self._stats)
@@ -90,10 +92,12 @@ class Monitor:
         if kind == "unknown":
             return False
         try:
-            address = self.global_address if peer == GLOBAL_ID else self.ep.resolve(peer)
+            address = self.ep.resolve(peer)
+            if address_pid(address) != pid:   # known from before it was restarted?
+                address = self.ep.refresh(peer) or address
         except OSError:
             return False   # no such component
-        return address_pid(address or "") == pid
+        return address_pid(address) == pid
 
     def vouch_process(self, peer: str, pid: int) -> bool:
         """Is pN.PID a process of pN? pN says (P_VOUCH)."""

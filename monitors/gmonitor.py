@@ -6,9 +6,11 @@ On shm it is also where identities start: a component may register only
 itself, only once, only an id of the spec, and only if the kernel says the
 registering process is a sibling of global (both started by the launcher) or
 global's own child (RESTART: global starts a dead monitor again, which then
-takes the dead one's place in the directory); the address it registers names
-its own pid (shm://PATH#PID), which is what every other endpoint then checks a
-link from that id against. A client's registration ends with its process.
+takes the dead one's place in the directory). A restarted global takes the
+live components from the launcher's record in the run directory. The address
+a component registers names its own pid (shm://PATH#PID), which is what every
+other endpoint then checks a link from that id against. A client's
+registration ends with its process.
 Placement policies live in registry.py (GPM, GMM, GSM) and gnm/ (GNM); this
 file only maps ops (docs/protocol.md, 0x02xx) onto them.
 """
@@ -28,8 +30,10 @@ from fit_rpc.identity import address_pid, is_component
 from gnm import NicAllocator, NicRegistry
 from monitors.core import Monitor
 from monitors.registry import Component, Registry
+from splitrack.rundir import RunDir, identify
 
 _KINDS = ("p", "m", "n", "s")
+_RESOURCES = {"p": ("extcache", "ways"), "m": ("memory",), "n": ("nics",), "s": ("root",)}
 
 
 class GlobalMonitor(Monitor):
@@ -45,6 +49,7 @@ class GlobalMonitor(Monitor):
         self.ep.on(Op.UNREGISTER, self.unregister_client)
         self.ep.on(Op.RESTART, handler(self.restart))
         self.restarted: list[subprocess.Popen] = []   # monitors we started: we reap them
+        self._rebuild()
         self.ep.on_peer_gone.append(self._peer_gone)
         for op, fn in (
             (Op.RESOLVE, self.resolve), (Op.LIST, self.list_components),
@@ -56,6 +61,23 @@ class GlobalMonitor(Monitor):
 
     def register(self) -> None:
         self.registry.add(Component(GLOBAL_ID, "global", self.ep.address, os.getpid()))
+
+    def _rebuild(self) -> None:
+        """A restarted global (the run directory has a state: the rack is up) takes
+        the components that live from the launcher's record, each with what its spec
+        entry offers; loads start afresh and come with the next reports."""
+        state = RunDir.at(os.getcwd()).read_state()
+        spec = {c["id"]: c for c in self._spec()["components"]}
+        for rec in (state or {}).get("components", []):
+            cid, kind = rec["id"], rec["kind"]
+            if kind not in _KINDS or cid not in spec or not identify(rec["pid"],
+                                                                     rec["create_time"]):
+                continue
+            resources = {k: spec[cid][k] for k in _RESOURCES[kind] if k in spec[cid]}
+            if kind == "n":
+                self.nics.register(cid, resources["nics"])
+            self.registry.add(Component(cid, kind, rec["address"], rec["pid"], resources))
+            self.log.info("%s is up (the run directory says): taken in", cid)
 
     def extra_stats(self) -> dict[str, Any]:
         return {"registered": sorted(self.registry.components), "nics": self.nics.by_component(),

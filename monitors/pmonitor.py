@@ -296,7 +296,7 @@ class PMonitor(Monitor):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_DROPIN, env.get("PYTHONPATH")) if p)
         shortcuts = self.rack["shortcuts"] and request.get("shortcuts", True)
         env.update(SPLITRACK_PCOMPONENT=self.id, SPLITRACK_RUN_DIR=self.run_dir,
-                   SPLITRACK_GLOBAL=self.global_address or "", SPLITRACK_MODE=mode,
+                   SPLITRACK_GLOBAL=self.ep.address_of_global(), SPLITRACK_MODE=mode,
                    SPLITRACK_POLL_US=str(self.rack["poll_us"]),
                    SPLITRACK_LOOPBACK=self.rack["loopback"],
                    SPLITRACK_SHORTCUTS="1" if shortcuts else "0")

@@ -330,12 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("restart", help="start a dead monitor again in the running rack",
-                       description="Start the dead monitor ID (pN, mN, nN, sN) again, as a "
-                                   "rebooted board: what it held (connections, memory, "
-                                   "programs) is gone, new work goes to it. Not global "
-                                   "(every monitor knows it by its address): down, then up.")
+                       description="Start the dead monitor ID (global, pN, mN, nN, sN) "
+                                   "again, as a rebooted board: what it held (connections, "
+                                   "memory, programs) is gone, new work goes to it. A "
+                                   "restarted global takes the live components from the run "
+                                   "directory's record.")
     rack_args(p, "take the rack name from this spec")
-    p.add_argument("id", help="the component to restart, e.g. n0")
+    p.add_argument("id", help="the component to restart, e.g. n0 or global")
     p.set_defaults(func=cmd_restart)
 
     p = sub.add_parser("run", help="run a program as a process on the rack",
@@ -375,8 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also send N malformed frames (seeded) to every monitor over the "
                         "rack's transport; each must still answer")
     p.add_argument("--faults", action="store_true",
-                   help="also kill -9 each monitor but global in turn: its calls must fail "
-                        "within 2 s, the others serve on, and restart brings it back")
+                   help="also kill -9 each monitor in turn: its calls must fail within 2 s, "
+                        "the others serve on, and restart brings it back")
     p.add_argument("--seed", type=int, default=1, help="the fuzzer's seed (default: 1)")
     p.add_argument("--json", metavar="FILE", type=_out_file,
                    help="also write {\"checks\": [{name, ok, detail}]} here")

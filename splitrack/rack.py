@@ -119,17 +119,20 @@ class Rack:
         """Start the dead monitor `cid` again, in the running rack, as a rebooted board:
         what it held is gone, new work goes to it. global starts it (RESTART) and it
         registers in the dead one's place; the run directory's record then names
-        the new process, which this returns. global itself cannot be restarted:
-        every monitor knows it by its address."""
+        the new process, which this returns. A dead global is started by us, as
+        `up` did; it takes the live components from the run directory's record,
+        where the others find its new address when the old one fails."""
         rec = self.components.get(cid)
         if rec is None:
             raise RackError(f"no component {cid!r} in rack {self.name!r} "
                             f"(it has {', '.join(self.components)})")
-        if cid == GLOBAL_ID:
-            raise RackError("global cannot be restarted in a running rack (every monitor "
-                            f"knows its address): `splitrack down --name {self.name}`, then up")
         if identify(rec["pid"], rec["create_time"]):
             raise RackError(f"{cid} is running (pid {rec['pid']}); restart is for a dead one")
+        if cid == GLOBAL_ID:   # we start it, as up did; it rebuilds its registry from the state
+            with self.run.lock():
+                self._launch([GLOBAL_ID], None)
+                self._save_state()
+            return self.components[GLOBAL_ID]
         with self.run.lock(), self.endpoint() as ep:
             try:
                 pid = ep.call_args(GLOBAL_ID, Op.RESTART, {"id": cid})[0]["pid"]
@@ -138,10 +141,13 @@ class Rack:
                 raise RackError(f"cannot restart {cid}: {exc.strerror or exc}") from None
             rec.update(pid=pid, create_time=psutil.Process(pid).create_time(),
                        address=new["address"])
-            state = self.run.read_state() or {}
-            state["components"] = list(self.components.values())
-            self.run.write_state(state)
+            self._save_state()
         return rec
+
+    def _save_state(self) -> None:
+        state = self.run.read_state() or {}
+        state["components"] = list(self.components.values())
+        self.run.write_state(state)
 
     def _registered(self, ep: Endpoint, cid: str, pid: int) -> dict[str, Any]:
         """global's record of `cid` once process `pid` has registered as it."""
@@ -220,6 +226,7 @@ class Rack:
             bind = {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc://{self.run.path}/{cid}.sock",
                     "shm": f"shm://{self.run.path}/{cid}.fit"}[directory.split("://")[0]]
         ep = Endpoint(cid, bind, directory=directory, poll_us=self.poll_us, keys=self.curve_keys())
+        ep.find_directory = self.run.global_address
         for peer, rec in self.components.items():  # known already: status works without global
             ep.add_peer(peer, rec["address"])
         if serve:

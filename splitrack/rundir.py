@@ -90,6 +90,16 @@ class RunDir:
         except (FileNotFoundError, ValueError):
             return None
 
+    def global_address(self) -> str | None:
+        """global's address as the state records it (it moves when global restarts):
+        an Endpoint's find_directory."""
+        try:
+            state = self.read_state()
+        except (OSError, RunRootError):
+            return None
+        return next((c["address"] for c in (state or {}).get("components", [])
+                     if c["id"] == "global"), None)
+
     def write_state(self, state: dict[str, Any]) -> None:
         _write_json(self.state_path, state)
 

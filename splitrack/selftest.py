@@ -15,7 +15,7 @@ Checks, in order; each runs on what the earlier ones left:
 - `files`: a program's sComponent call comes back (ENOENT for a missing file);
 - `fuzz ID` (--fuzz N): N malformed frames, seeded, over the rack's own
   transport, past every check FIT makes; then the monitor must still answer;
-- `fault ID` (--faults): kill -9 of each monitor but global, one at a time: its
+- `fault ID` (--faults): kill -9 of each monitor, global too, one at a time: its
   calls fail within FAULT_DEADLINE_S, every other monitor answers, `restart`
   brings it back, and it answers again.
 The rack is stopped on every way out.
@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from fit_rpc import GLOBAL_ID, Op, header
+from fit_rpc import Op, header
 from fit_rpc.transport import make as make_transport
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
@@ -108,8 +108,7 @@ def _run_checks(rack: Rack, scratch: str, record: Any, fuzz_frames: int, faults:
             record(f"fuzz {cid}", *fuzz(rack, cid, fuzz_frames, rng))
     if faults:
         for cid in ids:
-            if cid != GLOBAL_ID:
-                record(f"fault {cid}", *_fault(rack, cid))
+            record(f"fault {cid}", *_fault(rack, cid))
 
 
 def _attempt(fn: Any) -> tuple[bool, str]:

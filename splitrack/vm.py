@@ -42,6 +42,7 @@ from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WritebackMessage, pack_writeback
 from native.extcache import FLUSHES, ExtCache
 from splitrack.params import FIT_POLL_US
+from splitrack.rundir import RunDir
 
 _ADDRESS_SPACES = itertools.count(1)   # each VirtualMemory gets its own 1 TiB of addresses
 _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
@@ -49,12 +50,15 @@ _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
 
 class VirtualMemory:
     def __init__(self, pcomponent: str, global_address: str, pid: int | None = None,
-                 poll_us: int = FIT_POLL_US, keys: str | None = None):
+                 poll_us: int = FIT_POLL_US, keys: str | None = None,
+                 run_dir: str | None = None):
         self.pid = pid or os.getpid()
         self.lock = threading.RLock()   # one thread in the extCache path and the endpoint
         self.pcomponent = pcomponent
         self.ep = Endpoint(f"{pcomponent}.{self.pid}", None, directory=global_address,
                            poll_us=poll_us, keys=keys)
+        if run_dir is not None:   # where a restarted global is found
+            self.ep.find_directory = RunDir.at(run_dir).global_address
         info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid})
         self.xc = ExtCache.open(self.ep.map_region(pcomponent, info["extcache"]))
         self.line = info["line"]
@@ -73,13 +77,14 @@ class VirtualMemory:
     @classmethod
     def attach(cls, rack: Any, pcomponent: str) -> "VirtualMemory":
         return cls(pcomponent, rack.components[GLOBAL_ID]["address"], poll_us=rack.poll_us,
-                   keys=rack.curve_keys())
+                   keys=rack.curve_keys(), run_dir=rack.run.path)
 
     @classmethod
     def from_env(cls) -> "VirtualMemory":
         try:
             return cls(os.environ["SPLITRACK_PCOMPONENT"], os.environ["SPLITRACK_GLOBAL"],
-                       poll_us=int(os.environ.get("SPLITRACK_POLL_US", FIT_POLL_US)))
+                       poll_us=int(os.environ.get("SPLITRACK_POLL_US", FIT_POLL_US)),
+                       run_dir=os.environ.get("SPLITRACK_RUN_DIR"))
         except KeyError:
             raise RuntimeError("not running on a rack: start this program with "
                                "`splitrack run -- ...`") from None

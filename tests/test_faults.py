@@ -47,6 +47,11 @@ def _pid(rack, cid: str) -> int:
     return rack.components[cid]["pid"]
 
 
+def _recorded_pid(rack, cid: str) -> int:
+    """The pid the run directory records for `cid` now (a restart changes it)."""
+    return next(c["pid"] for c in rack.run.read_state()["components"] if c["id"] == cid)
+
+
 def _running(proc: psutil.Process) -> bool:
     try:   # a zombie has ended: whoever adopted it reaps it
         return proc.status() != psutil.STATUS_ZOMBIE
@@ -158,9 +163,24 @@ def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, t
         again = subprocess.run([SPLITRACK, "restart", "--name", "faultr", "n0"], env=env,
                                capture_output=True, text=True, timeout=60)
         assert again.returncode == 1 and "n0 is running" in again.stderr
-        nope = subprocess.run([SPLITRACK, "restart", "--name", "faultr", "global"], env=env,
-                              capture_output=True, text=True, timeout=60)
-        assert nope.returncode == 1 and "global cannot be restarted" in nope.stderr
+        # global too: it takes the live components from the run directory's record, and
+        # the others find its new address there when the old one fails
+        os.kill(_pid(rack, "global"), signal.SIGKILL)
+        for cid in ("global", "n0"):   # n0 after global: a restart by the new global
+            if cid == "n0":
+                os.kill(_recorded_pid(rack, "n0"), signal.SIGKILL)
+            out = subprocess.run([SPLITRACK, "restart", "--name", "faultr", cid], env=env,
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+        code, states = _status(rack)
+        assert code == 0 and set(states.values()) == {"ok"}, states
+        ran = subprocess.run([SPLITRACK, "run", "--name", "faultr", "--on", "p1", "--",
+                              sys.executable, "-c", program, str(server.getsockname()[1])],
+                             env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0 and ran.stdout == "in m0 and s0\n", ran.stderr
+        conn, _ = server.accept()
+        with conn:
+            assert conn.recv(100) == b"through n0"
 
 
 def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):

@@ -17,7 +17,7 @@ def test_selftest_checks_a_throwaway_rack_with_faults_and_fuzzing(run_root, tmp_
     checks = json.loads(out.read_text())["checks"]
     names = [c["name"] for c in checks]
     assert all(c["ok"] for c in checks) and len(proc.stdout.splitlines()) == len(checks) + 1
-    for cid in ("p0", "p1", "m0", "n0", "s0"):
+    for cid in ("global", "p0", "p1", "m0", "n0", "s0"):
         assert f"fault {cid}" in names and f"fuzz {cid}" in names and f"health {cid}" in names
     assert {"up", "tcp ddio", "tcp dma", "files", "program on p0"} <= set(names)
     assert proc.stdout.splitlines()[-1] == f"{len(checks)} of {len(checks)} checks passed"
