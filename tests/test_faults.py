@@ -5,6 +5,7 @@ and checks the errno the program gets, how soon, and that the rest serves on."""
 import errno
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from helpers import SPLITRACK, running_rack, small_spec, wait_until
 from netprogs import SCRATCH, environ, on_rack
@@ -227,3 +229,66 @@ def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):
         for mode in ("ddio", "dma"):
             proc = run(mode)
             assert proc.stdout == "True\n", (mode, proc.stdout, proc.stderr[-1500:])
+
+
+# Load: a program on p1 streams to a plain sink outside through n0 (DDIO), and
+# between sends touches m0 (a flushed write) and s0 (a stat). It prints the first
+# error it meets: which call, its errno, and when.
+UNDER_LOAD = textwrap.dedent("""
+    import socket, sys, time
+    from splitrack import files, vm
+    page = vm.alloc(4096)
+    s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+    chunk = b"x" * 65536
+    print(page, flush=True)   # (on_rack waits for a first line of numbers)
+    while True:
+        for what, fn in (("send", lambda: s.sendall(chunk)),
+                         ("memory", lambda: (vm.write(page, b"y"), vm.flush(page, 1))),
+                         ("files", lambda: files.size("load-no-such-file"))):
+            try:
+                fn()
+            except FileNotFoundError:
+                pass   # s0 answered
+            except OSError as exc:
+                print(what, exc.errno, time.time(), flush=True)
+                sys.exit(0)
+""")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 5, 7])   # s0, n0, global, p1, m0
+def test_seeded_faults_under_load_fail_what_needs_the_dead_one_fast(run_root, tmp_path, seed):
+    """Seeded: which monitor dies, and when. A dead global stops nothing the load
+    does; a dead n0, m0 or s0 fails the call that needs it within 2 s, with the errno
+    Linux gives a dead NIC's connection (ECONNRESET) or an unreachable host
+    (EHOSTUNREACH); a dead p1 takes the program with it."""
+    rng = random.Random(seed)
+    victim = rng.choice(["global", "n0", "m0", "s0", "p1"])
+    with running_rack(lambda s: small_spec(s, name=f"load{seed}")) as rack, \
+            socket.create_server(("127.0.0.5", 0)) as sink:
+        received = [0]
+
+        def drain():
+            conn, _ = sink.accept()
+            with conn:
+                while chunk := conn.recv(1 << 20):
+                    received[0] += len(chunk)
+
+        threading.Thread(target=drain, daemon=True).start()
+        with on_rack(environ(rack), UNDER_LOAD, str(sink.getsockname()[1]), on="p1",
+                     name=f"load{seed}") as (proc, _):
+            time.sleep(rng.uniform(0.2, 0.8))   # under load
+            before, killed = received[0], time.time()
+            os.kill(_pid(rack, victim), signal.SIGKILL)
+            if victim == "global":   # the data path needs no manager: the stream goes on
+                wait_until(lambda: received[0] > before + (4 << 20), timeout=2.0)
+                assert proc.poll() is None
+                return
+            out, err = proc.communicate(timeout=30)
+        if victim == "p1":
+            assert proc.returncode != 0 and "p1 stopped while the program ran" in err
+            return
+        what, code, at = out.split()[-3:]
+        assert (what, int(code)) == {"n0": ("send", errno.ECONNRESET),
+                                     "m0": ("memory", errno.EHOSTUNREACH),
+                                     "s0": ("files", errno.EHOSTUNREACH)}[victim], out
+        assert float(at) - killed < 2.0
