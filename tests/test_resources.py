@@ -14,7 +14,8 @@ from fit_rpc import Op
 from helpers import wait_until
 from netprogs import network_rack, run_on_rack
 
-PROGRAMS = 12
+# 12 in the suite; SPLITRACK_CHURN_PROGRAMS=1000 for the full churn (~0.5 s a program)
+PROGRAMS = int(os.environ.get("SPLITRACK_CHURN_PROGRAMS", "12"))
 
 # A short program that uses everything a program may hold something of: rack memory,
 # a rack socket (a skeleton at n0, pushes to the program's inbox), and exits.
