@@ -30,16 +30,18 @@ STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
 N_RELEASE. A request about another process's skeleton is EPERM; about none, EBADF.
 """
 
+import contextlib
 import errno
 import os
 import select
 import socket
+import struct
 import time
 from typing import Any
 
 from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
-from fit_rpc.identity import address_pid
+from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.core import Monitor
 from monitors.data_paths import Ddio, Dma, RackMemory
@@ -47,6 +49,8 @@ from monitors.proxy import Proxy
 from monitors.skeleton import Skeleton
 from native.fitring import spin_yield
 from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
+
+_RESET = struct.pack("ii", 1, 0)   # SO_LINGER on, 0 s: close() sends RST
 
 _IN, _OUT, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR  # plain ints: hot path
 _INBOX_BATCH = 64   # inbox messages per poll round, so kernel sockets are not starved
@@ -63,6 +67,7 @@ class NMonitor(Monitor):
         self.epoll = select.epoll()
         self.memory = RackMemory(self.ep, os.getcwd())   # monitors run in the run directory
         self.ep.on_peer_gone.append(self.memory.forget)   # a dead board's regions go
+        self.ep.on_peer_gone.append(self._board_gone)
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
@@ -372,6 +377,18 @@ class NMonitor(Monitor):
         self.gone.add(owner)   # no more pushes; tick() closes what is left
         for skel in [s for s in self.skels.values() if s.owner == owner]:
             self._orphaned(skel)
+
+    def _board_gone(self, peer: str) -> None:
+        """A pComponent died, and its processes with it; no N_RELEASE will come and
+        their memory is gone: their connections are reset, as a failed host's are."""
+        if kind_of(peer) != "p":
+            return
+        for skel in [s for s in self.skels.values() if s.owner.startswith(f"{peer}.")]:
+            self.gone.add(skel.owner)
+            for sock in skel.socks:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.closed(skel)
 
     def _orphaned(self, skel: Skeleton) -> None:
         """The skeleton's process ended."""

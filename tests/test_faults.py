@@ -17,6 +17,7 @@ import time
 import psutil
 import pytest
 
+from fit_rpc import Op
 from helpers import SPLITRACK, running_rack, small_spec, wait_until
 from netprogs import SCRATCH, environ, on_rack
 
@@ -41,6 +42,7 @@ BLOCKED_ON_N0 = textwrap.dedent("""
     print(listener.getsockname()[1], flush=True)
     for t in threads:
         t.join()
+    report("connect", lambda: socket.create_connection(("127.0.0.5", int(sys.argv[1]))))
     print("done", flush=True)
 """)
 
@@ -79,9 +81,11 @@ def test_a_dead_ncomponent_fails_blocked_recv_and_accept_within_2s(run_root, tmp
             out, err = proc.communicate(timeout=30)
             held.close()
         got = {line.split()[0]: (int(line.split()[1]), float(line.split()[2]))
-               for line in out.splitlines() if line.split()[0] in ("accept", "recv")}
+               for line in out.splitlines() if line.split()[0] in ("accept", "recv",
+                                                                   "connect")}
         assert got["recv"][0] == errno.ECONNRESET, (out, err)   # the connection died
         assert got["accept"][0] == errno.ENETDOWN, (out, err)   # its NIC is gone
+        assert got["connect"][0] == errno.EHOSTUNREACH, (out, err)   # n0 answers nobody
         assert all(at - killed < 2.0 for _, at in got.values()), (killed, got)
         assert proc.returncode == 0 and "done" in out
         code, states = _status(rack)
@@ -107,24 +111,38 @@ def test_a_dead_global_leaves_the_components_serving(run_root, tmp_path):
         assert "global is unreachable, serving on without it" in log and "Traceback" not in log
 
 
-def test_a_dead_pcomponent_takes_its_programs_with_it(run_root, tmp_path):
-    with running_rack(lambda s: small_spec(s, name="faultp")) as rack:
+def test_a_dead_pcomponent_takes_its_programs_and_their_connections_with_it(run_root,
+                                                                           tmp_path):
+    holder = ("import os, socket, sys, time\n"
+              "s = socket.create_connection(('127.0.0.5', int(sys.argv[1])))\n"
+              "print(os.getpid(), flush=True)\n"
+              "time.sleep(60)")
+    with running_rack(lambda s: small_spec(s, name="faultp")) as rack, \
+            socket.create_server(("127.0.0.5", 0)) as server:
         run = subprocess.Popen([SPLITRACK, "run", "--name", "faultp", "--on", "p0", "--",
-                                sys.executable, "-c",
-                                "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                                sys.executable, "-c", holder, str(server.getsockname()[1])],
                                env=environ(rack), cwd=SCRATCH, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         try:
             program = psutil.Process(int(run.stdout.readline()))
+            conn, _ = server.accept()
+            conn.settimeout(5)
             killed = time.monotonic()
             os.kill(_pid(rack, "p0"), signal.SIGKILL)
             wait_until(lambda: not _running(program), timeout=2)   # SIGKILLed with p0
             assert time.monotonic() - killed < 2.0
+            with pytest.raises(ConnectionResetError):   # n0 resets what it held for it
+                conn.recv(10)
+            assert time.monotonic() - killed < 2.0
+            conn.close()
             _, err = run.communicate(timeout=30)
             assert run.returncode == 1 and "p0 stopped while the program ran" in err
         finally:
             run.kill()
             run.wait()
+        with rack.endpoint() as ep:
+            network = ep.call_args("n0", Op.STATS)[0]["network"]
+        assert network["skeletons"] == 0 and network["dram_buffers_used"] == 0
         code, states = _status(rack)
         assert code == 2 and states["p0"] == "dead"
         assert all(state == "ok" for cid, state in states.items() if cid != "p0"), states
