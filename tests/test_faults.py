@@ -173,13 +173,17 @@ def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, t
             except FileNotFoundError:   # s0 answered, with ENOENT
                 print(bytes(vm.read(a, 5)).decode(), "and s0")
         """)
-        ran = subprocess.run([SPLITRACK, "run", "--name", "faultr", "--on", "p1", "--",
-                              sys.executable, "-c", program, str(server.getsockname()[1])],
-                             env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=60)
-        assert ran.returncode == 0 and ran.stdout == "in m0 and s0\n", ran.stderr
-        conn, _ = server.accept()
-        with conn:
-            assert conn.recv(100) == b"through n0"
+        def use_all() -> None:   # a new program on p1 uses n0, m0 and s0
+            ran = subprocess.run([SPLITRACK, "run", "--name", "faultr", "--on", "p1", "--",
+                                  sys.executable, "-c", program, str(server.getsockname()[1])],
+                                 env=env, cwd=SCRATCH, capture_output=True, text=True,
+                                 timeout=60)
+            assert ran.returncode == 0 and ran.stdout == "in m0 and s0\n", ran.stderr
+            conn, _ = server.accept()
+            with conn:
+                assert conn.recv(100) == b"through n0"
+
+        use_all()
         again = subprocess.run([SPLITRACK, "restart", "--name", "faultr", "n0"], env=env,
                                capture_output=True, text=True, timeout=60)
         assert again.returncode == 1 and "n0 is running" in again.stderr
@@ -194,13 +198,7 @@ def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, t
             assert out.returncode == 0, out.stderr
         code, states = _status(rack)
         assert code == 0 and set(states.values()) == {"ok"}, states
-        ran = subprocess.run([SPLITRACK, "run", "--name", "faultr", "--on", "p1", "--",
-                              sys.executable, "-c", program, str(server.getsockname()[1])],
-                             env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=60)
-        assert ran.returncode == 0 and ran.stdout == "in m0 and s0\n", ran.stderr
-        conn, _ = server.accept()
-        with conn:
-            assert conn.recv(100) == b"through n0"
+        use_all()
 
 
 def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):

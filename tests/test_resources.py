@@ -74,6 +74,7 @@ def _processes(state) -> list[str]:
             if "." in peer and peer.startswith("p") and not peer.endswith(".*")]
 
 
+@pytest.mark.timeout(max(120, PROGRAMS))   # ~0.5 s a program
 def test_many_short_programs_leave_nothing_behind(res):
     rack, env = res
     listener = _echo_server()
