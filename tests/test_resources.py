@@ -14,8 +14,8 @@ from fit_rpc import Op
 from helpers import wait_until
 from netprogs import network_rack, run_on_rack
 
-# 12 in the suite; SPLITRACK_CHURN_PROGRAMS=1000 for the full churn (~0.5 s a program)
-PROGRAMS = int(os.environ.get("SPLITRACK_CHURN_PROGRAMS", "12"))
+# 100 in the suite; SPLITRACK_CHURN_PROGRAMS=1000 for the full churn (~0.5 s a program)
+PROGRAMS = int(os.environ.get("SPLITRACK_CHURN_PROGRAMS", "100"))
 
 # A short program that uses everything a program may hold something of: rack memory,
 # a rack socket (a skeleton at n0, pushes to the program's inbox), and exits.
@@ -68,6 +68,11 @@ def _state(rack, ep):
             "links": links, "directory": sorted(c["id"] for c in listing)}
 
 
+def _rss(rack) -> dict[str, int]:
+    return {cid: psutil.Process(rec["pid"]).memory_info().rss
+            for cid, rec in rack.components.items()}
+
+
 def _processes(state) -> list[str]:
     """Per-peer counter lines of emulated processes (folded ones, "pN.*", excepted)."""
     return [peer for peers in state["links"].values() for peer in peers
@@ -85,11 +90,14 @@ def test_many_short_programs_leave_nothing_behind(res):
             assert first.stdout.strip() == "ok", first.stderr
             # an ended program's links close when their sockets hang up: soon after
             wait_until(lambda: not _processes(_state(rack, ep)))
-            baseline = _state(rack, ep)
+            baseline, shm, rss = _state(rack, ep), os.listdir("/dev/shm"), _rss(rack)
             for _ in range(PROGRAMS):
                 done = run_on_rack(env, SHORT, port, name="res")
                 assert done.stdout.strip() == "ok", done.stderr
             wait_until(lambda: _state(rack, ep) == baseline, timeout=15)
+        assert os.listdir("/dev/shm") == shm
+        grown = {cid: after - rss[cid] for cid, after in _rss(rack).items()}
+        assert all(g < (16 << 20) for g in grown.values()), grown   # nothing per program
     finally:
         listener.shutdown(socket.SHUT_RDWR)   # wakes the serving thread's accept()
         listener.close()
@@ -119,19 +127,19 @@ def test_ten_thousand_connect_close_cycles_leave_nothing_behind(res):
 
     threading.Thread(target=accept_and_close, daemon=True).start()
     port = str(listener.getsockname()[1])
-    n0 = psutil.Process(rack.components["n0"]["pid"])
     try:
         with rack.endpoint() as ep:
             warm = run_on_rack(env, CHURN, port, "100", name="res")   # rings touched once
             assert warm.stdout.strip() == "ok", warm.stderr
             wait_until(lambda: not _processes(_state(rack, ep)))
-            baseline, rss, shm = _state(rack, ep), n0.memory_info().rss, os.listdir("/dev/shm")
+            baseline, rss, shm = _state(rack, ep), _rss(rack), os.listdir("/dev/shm")
             done = run_on_rack(env, CHURN, port, str(CYCLES), name="res", timeout=300)
             assert done.stdout.strip() == "ok", done.stderr
             wait_until(lambda: _state(rack, ep) == baseline, timeout=15)
             network = ep.call_args("n0", Op.STATS)[0]["network"]
             assert network["skeletons"] == 0 and network["dram_buffers_used"] == 0
-        assert n0.memory_info().rss < rss + (16 << 20)   # nothing grows per connection
+        grown = {cid: after - rss[cid] for cid, after in _rss(rack).items()}
+        assert all(g < (16 << 20) for g in grown.values()), grown   # nothing per connection
         assert os.listdir("/dev/shm") == shm
     finally:
         listener.shutdown(socket.SHUT_RDWR)
