@@ -281,13 +281,16 @@ def test_seeded_faults_under_load_fail_what_needs_the_dead_one_fast(run_root, tm
     victim = rng.choice(["global", "n0", "m0", "s0", "p1"])
     with running_rack(lambda s: small_spec(s, name=f"load{seed}")) as rack, \
             socket.create_server(("127.0.0.5", 0)) as sink:
-        received = [0]
+        received, ended = [0], []
 
         def drain():
             conn, _ = sink.accept()
             with conn:
-                while chunk := conn.recv(1 << 20):
-                    received[0] += len(chunk)
+                try:
+                    while chunk := conn.recv(1 << 20):
+                        received[0] += len(chunk)
+                except OSError as exc:   # a dead board's connections are reset
+                    ended.append(exc.errno)
 
         threading.Thread(target=drain, daemon=True).start()
         with on_rack(environ(rack), UNDER_LOAD, str(sink.getsockname()[1]), on="p1",
@@ -302,6 +305,7 @@ def test_seeded_faults_under_load_fail_what_needs_the_dead_one_fast(run_root, tm
             out, err = proc.communicate(timeout=30)
         if victim == "p1":
             assert proc.returncode != 0 and "p1 stopped while the program ran" in err
+            wait_until(lambda: ended == [errno.ECONNRESET], timeout=2.0)   # n0 reset it
             return
         what, code, at = out.split()[-3:]
         assert (what, int(code)) == {"n0": ("send", errno.ECONNRESET),
