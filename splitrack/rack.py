@@ -38,7 +38,7 @@ from splitrack.params import (
     MONITOR_STOP_GRACE_S,
     STOP_POLL_S,
 )
-from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify
+from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, RunRootError, identify
 from splitrack.spec import NAME, RackSpec, load_spec
 
 log = logging.getLogger("splitrack")
@@ -344,11 +344,17 @@ class Rack:
         return f"{cid} {what}{status}; its log ({path}) ends:\n{tail}".rstrip()
 
     def _terminate(self) -> None:
-        """SIGTERM every process of ours, wait, SIGKILL what is left; reap children."""
+        """SIGTERM every process of ours, wait, SIGKILL what is left; reap children.
+        Ours: those we started, and those the run directory records (a monitor that
+        `splitrack restart` started, in another process, is only there)."""
+        try:
+            recorded = (self.run.read_state() or {}).get("components", [])
+        except RunRootError:
+            recorded = []
         procs = []
-        for rec in self.components.values():
+        for rec in [*self.components.values(), *recorded]:
             proc = identify(rec["pid"], rec["create_time"])
-            if proc is not None:
+            if proc is not None and proc.pid not in {p.pid for p in procs}:
                 procs.append(proc)
         for proc in procs:
             _signal(proc, signal.SIGTERM)

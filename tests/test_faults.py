@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from fit_rpc import Op
-from helpers import SPLITRACK, running_rack, small_spec, wait_until
+from helpers import SPLITRACK, alive, running_rack, small_spec, wait_until
 from netprogs import SCRATCH, environ, on_rack
 
 # A rack program: one thread blocked in accept() on n0's NIC, one in recv() on a
@@ -199,6 +199,9 @@ def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, t
         code, states = _status(rack)
         assert code == 0 and set(states.values()) == {"ok"}, states
         use_all()
+        restarted = [c["pid"] for c in rack.run.read_state()["components"]]
+    # this Rack started none of them, but stopping it stops them (the run directory's record)
+    assert not [pid for pid in restarted if alive(pid)]
 
 
 def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):
