@@ -56,7 +56,7 @@ from fit_rpc.errors import (
     FitTimeout,
     MalformedMessage,
     MessageTooLarge,
-    PeerUnreachable,
+    PeerMoved,
     UnknownOp,
     from_code,
 )
@@ -226,8 +226,8 @@ class Endpoint:
         try:
             self.transport.send(peer, address or self.resolve(peer, timeout, serve), payload,
                                 timeout, head)
-        except PeerUnreachable:
-            # An address known from before may be a dead process's: a monitor that was
+        except PeerMoved:
+            # The address known from before is a dead process's: a monitor that was
             # restarted serves at the same path with another pid. Ask again once.
             fresh = self.refresh(peer, timeout, serve) if address is not None else None
             if fresh is None or fresh == address:

@@ -68,6 +68,11 @@ class PeerUnreachable(FitError):
     ERRNO = _errno.EHOSTUNREACH
 
 
+class PeerMoved(PeerUnreachable):
+    """The address we knew for the peer is now another process's: the one we knew is
+    gone, and a restarted one may serve under a new address (ask the directory)."""
+
+
 _BY_CODE: dict[int, type[FitError]] = {
     cls.ERRNO: cls
     for cls in (MalformedMessage, UnknownOp, MessageTooLarge, UnknownDestination)

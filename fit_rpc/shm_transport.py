@@ -37,7 +37,7 @@ from collections import deque
 from typing import Any
 
 from fit_rpc import rendezvous
-from fit_rpc.errors import PeerUnreachable
+from fit_rpc.errors import PeerMoved, PeerUnreachable
 from fit_rpc.identity import check_claim, expected_pid
 from fit_rpc.shm_channel import SCHEME, ShmChannel
 from fit_rpc.transport import Arrival, Frame, Transport
@@ -312,14 +312,13 @@ class ShmTransport(Transport):
             if creds.uid != os.getuid():
                 raise PermissionError(errno.EPERM, f"{path} is not {peer}'s (pid {creds.pid})")
             if want is not None and creds.pid != want:   # the one we knew there is gone
-                raise PeerUnreachable(f"{path} is no longer {peer}'s (pid {creds.pid}, "
-                                      f"not {want})")
+                raise PeerMoved(f"{path} is no longer {peer}'s (pid {creds.pid}, "
+                                f"not {want})")
             if len(fds) != 2:
                 raise OSError(errno.EPROTO, f"{peer} answered with {len(fds)} descriptors")
             bell = Bell.peer_word(fds[1])
         except BaseException:
-            for f in fds:
-                os.close(f)
+            rendezvous.close_all(fds)
             sock.close()
             seg.close()
             raise

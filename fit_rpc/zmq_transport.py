@@ -36,6 +36,7 @@ the same host opens by /proc path, so a rack on zmq is one host, one trust domai
   without the file cannot complete a handshake: it gets nothing.
 """
 
+import errno
 import json
 import mmap
 import os
@@ -76,7 +77,7 @@ def _load_keys(path: str | None) -> tuple[bytes, bytes] | None:
             keys = json.load(f)
         return keys["public"].encode(), keys["secret"].encode()
     except (OSError, ValueError, KeyError, AttributeError) as exc:
-        raise OSError(getattr(exc, "errno", None) or 13,
+        raise OSError(getattr(exc, "errno", None) or errno.EINVAL,
                       f"cannot read the rack's CURVE keys at {path}: {exc}") from None
 
 
@@ -93,8 +94,8 @@ class _RackKeyOnly:
 class ZmqTransport(Transport):
     def __init__(self, local_id: str, bind: str | None, keys: str | None = None):
         self._id = local_id.encode()
+        self._keys = _load_keys(keys or os.environ.get(CURVE_ENV))   # (before a context)
         self._ctx = zmq.Context(io_threads=1)
-        self._keys = _load_keys(keys or os.environ.get(CURVE_ENV))
         self._auth: ThreadAuthenticator | None = None
         self._dealers: dict[str, zmq.Socket] = {}
         self._inbox: zmq.Socket | None = None
@@ -132,7 +133,7 @@ class ZmqTransport(Transport):
             inbox.bind(address.replace(":0", ":*") if address.startswith("tcp://") else address)
         except zmq.ZMQError as exc:
             inbox.close()
-            self._ctx.term()
+            self.close()   # (the ZAP thread's sockets too, or term() waits for ever)
             raise OSError(exc.errno, f"cannot bind FIT inbox at {address}: {exc}") from None
         self._inbox = inbox
         self.address = inbox.getsockopt_string(zmq.LAST_ENDPOINT)

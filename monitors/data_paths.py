@@ -290,7 +290,6 @@ class RackMemory:
         self.m_ids = [c["id"] for c in spec["components"] if c["kind"] == "m"]
         self._extcaches: dict[str, ExtCache] = {}
         self._arenas: dict[str, memoryview] = {}
-        self._arena_maps: dict[str, Any] = {}
 
     def extcache(self, pcomponent: str) -> ExtCache:
         xc = self._extcaches.get(pcomponent)
@@ -302,8 +301,7 @@ class RackMemory:
     def arena(self, home: str) -> memoryview:
         view = self._arenas.get(home)
         if view is None:
-            mm = self._arena_maps[home] = self.ep.map_region(home, "arena")
-            view = self._arenas[home] = memoryview(mm)
+            view = self._arenas[home] = memoryview(self.ep.map_region(home, "arena"))
         return view
 
     def forget(self, component: str) -> None:
@@ -314,9 +312,10 @@ class RackMemory:
             xc.close()
         view = self._arenas.pop(component, None)
         if view is not None:
+            mm = view.obj
             view.release()
             with contextlib.suppress(BufferError):   # a slice still alive: unmapped at exit
-                self._arena_maps.pop(component).close()
+                mm.close()
 
 
 def _walk(pieces: list[tuple[int, int]], views: list[memoryview],

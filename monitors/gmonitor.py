@@ -30,7 +30,7 @@ from fit_rpc.identity import address_pid, is_component
 from gnm import NicAllocator, NicRegistry
 from monitors.core import Monitor
 from monitors.registry import Component, Registry
-from splitrack.rundir import RunDir, identify
+from splitrack.rundir import RunDir, identify, running
 
 _KINDS = ("p", "m", "n", "s")
 _RESOURCES = {"p": ("extcache", "ways"), "m": ("memory",), "n": ("nics",), "s": ("root",)}
@@ -90,7 +90,7 @@ class GlobalMonitor(Monitor):
         if pid is None or not is_component(peer):
             return super().vouch(peer, pid)
         known = self.registry.components.get(peer)
-        if known is None or (known.pid != pid and not _alive(known.pid)):
+        if known is None or (known.pid != pid and not running(known.pid)):
             return None   # not yet, or no more (a restart): REGISTER checks it
         return known.pid == pid
 
@@ -142,7 +142,7 @@ class GlobalMonitor(Monitor):
         elif kind != "client":
             if cid not in self.spec_ids:
                 why = f"{cid} is no component of this rack's spec"
-            elif cid in self.registry.components and _alive(self.registry.components[cid].pid):
+            elif cid in self.registry.components and running(self.registry.components[cid].pid):
                 why = f"{cid} is registered already"
             elif _parent(pid) not in (os.getppid(), os.getpid()):
                 why = f"pid {pid} was not started by this rack's launcher, nor by global"
@@ -171,7 +171,7 @@ class GlobalMonitor(Monitor):
             raise OSError(errno.EINVAL, f"{cid!r} is no monitor of this rack's spec "
                                         "that global can start")
         known = self.registry.components.get(cid)
-        if known is not None and _alive(known.pid):
+        if known is not None and running(known.pid):
             raise OSError(errno.EBUSY, f"{cid} is running (pid {known.pid})")
         run_dir = os.getcwd()   # monitors run in the run directory
         with open(os.path.join(run_dir, "logs", f"{cid}.log"), "ab") as log:
@@ -238,13 +238,6 @@ class GlobalMonitor(Monitor):
     def gnm_allocate(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         ip = self.allocator.allocate(need(args, "process", str))
         return {"ip": ip, "id": self.nics.owner(ip)}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _parent(pid: int) -> int | None:

@@ -33,6 +33,7 @@ the extCache (dDDIO); one whose region is gone is dropped and counted.
 import errno
 import functools
 import itertools
+import random
 import time
 from typing import Any
 
@@ -67,7 +68,9 @@ class MMonitor(Monitor):
         self.leases: dict[int, tuple[int, float | None, list[int]]] = {}   # lease -> (pid,
         #                                             expiry or None: held, frames)
         self.unpinned: set[int] = set()               # freed while pinned: freed at unpin
-        self._lease_ids = itertools.count(1)
+        # from a random start: a restarted mComponent must not take an old M_DMA_DONE
+        # (from an nComponent's mapping of its dead predecessor) for a lease of its own
+        self._lease_ids = itertools.count(random.randrange(1, 1 << 30))
         self.next_frame = 0
         self.free_frames: list[int] = []
         self.spaces: dict[int, AddressSpace] = {}

@@ -66,8 +66,8 @@ class NMonitor(Monitor):
         self.masks: dict[int, int] = {}
         self.epoll = select.epoll()
         self.memory = RackMemory(self.ep, os.getcwd())   # monitors run in the run directory
-        self.ep.on_peer_gone.append(self.memory.forget)   # a dead board's regions go
-        self.ep.on_peer_gone.append(self._board_gone)
+        # a dead board: its programs' connections first, then its regions go
+        self.ep.on_peer_gone.extend((self._board_gone, self.memory.forget))
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0

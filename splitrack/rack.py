@@ -38,7 +38,7 @@ from splitrack.params import (
     MONITOR_STOP_GRACE_S,
     STOP_POLL_S,
 )
-from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, RunRootError, identify
+from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, RunRootError, identify, running
 from splitrack.spec import NAME, RackSpec, load_spec
 
 log = logging.getLogger("splitrack")
@@ -137,10 +137,11 @@ class Rack:
             try:
                 pid = ep.call_args(GLOBAL_ID, Op.RESTART, {"id": cid})[0]["pid"]
                 new = self._registered(ep, cid, pid)
-            except OSError as exc:
-                raise RackError(f"cannot restart {cid}: {exc.strerror or exc}") from None
-            rec.update(pid=pid, create_time=psutil.Process(pid).create_time(),
-                       address=new["address"])
+                started = psutil.Process(pid).create_time()
+            except (OSError, psutil.Error) as exc:
+                raise RackError(f"cannot restart {cid}: {getattr(exc, 'strerror', None) or exc}"
+                                ) from None
+            rec.update(pid=pid, create_time=started, address=new["address"])
             self._save_state()
         return rec
 
@@ -157,7 +158,7 @@ class Rack:
             new = next((c for c in listed if c["id"] == cid and c["pid"] == pid), None)
             if new is not None:
                 return new
-            if not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie":
+            if not running(pid):
                 raise RackError(self._failure(cid, "exited during its restart"))
             time.sleep(STOP_POLL_S)
         raise RackError(f"{cid} did not register within {MONITOR_READY_TIMEOUT_S:g} s "

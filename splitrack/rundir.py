@@ -138,6 +138,14 @@ def check_private(path: str) -> None:
                            f"`chmod 700 {path}` if it is yours")
 
 
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def identify(pid: int, create_time: float) -> psutil.Process | None:
     """The process with this PID if it is still the one started at create_time."""
     try:

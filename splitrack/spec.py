@@ -254,14 +254,16 @@ def _positive_int(value: Any, where: str) -> int:
 def _nics(value: Any, where: str) -> list[str]:
     if not isinstance(value, list) or not value:
         raise _Bad(where, "must be a non-empty list of IPv4 addresses")
-    nics = []
+    nics, host = [], None
     for i, ip in enumerate(value):
         nics.append(_ip(ip, f"{where}[{i}]"))
         if nics[-1] == RACK_LOOPBACK:
             raise _Bad(f"{where}[{i}]", "127.0.0.1 is the rack's own loopback, not a NIC")
-        if not ipaddress.IPv4Address(nics[-1]).is_loopback and nics[-1] not in _host_ips():
-            raise _Bad(f"{where}[{i}]", f"{nics[-1]} is not an address of this host "
-                                        "(a NIC binds there: 127.0.0.0/8 or an interface's)")
+        if not ipaddress.IPv4Address(nics[-1]).is_loopback:
+            host = _host_ips() if host is None else host   # asked once, if needed at all
+            if nics[-1] not in host:
+                raise _Bad(f"{where}[{i}]", f"{nics[-1]} is not an address of this host "
+                                            "(a NIC binds there: 127.0.0.0/8 or an interface's)")
     return nics
 
 

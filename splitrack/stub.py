@@ -303,10 +303,12 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if answer.get("pending"):
             # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
             deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
-            if not self._rt.wait(lambda: self._connected is not None, deadline,
-                                 self._park_connect):
+            if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
                 self._failed_connect()
                 raise TimeoutError("timed out")
+            if self._connected is None:   # its nComponent died meanwhile
+                code, self._error = self._error, 0
+                self._connected = {"errno": code}
             answer = self._connected
         if "errno" in answer:
             self._failed_connect()
@@ -318,9 +320,12 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._local = self._to_program(answer["local"])
         self._peer = self._to_program((ip, port))
 
+    def _connect_ended(self) -> bool:
+        return self._connected is not None or bool(self._error)
+
     def _park_connect(self, timeout: float | None) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: self._connected is not None, timeout)
+            self._cond.wait_for(self._connect_ended, timeout)
 
     def _failed_connect(self) -> None:
         with self._lock:

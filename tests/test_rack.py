@@ -127,7 +127,7 @@ def test_tcp_endpoints(run_root, tmp_path):
                 assert not sock.poll(1000), f"s0 answered a stranger (curve={curve})"
                 sock.close()
         finally:
-            ctx.term()
+            ctx.destroy(linger=0)   # (term() would wait on a socket a failed assert left)
 
 
 def test_monitors_die_with_a_killed_launcher(run_root, tmp_path):
@@ -299,38 +299,43 @@ def test_up_of_a_monitor_that_cannot_start_says_why_and_keeps_its_log(run_root, 
                                                                       what, spec, says):
     (tmp_path / "afile").write_text("")
     spec_file = write_spec(tmp_path / "bad.toml", "cannot", spec.format(tmp=tmp_path))
-    proc = cli("up", "--spec", spec_file, "--detach", check=False)
-    cid = says.split()[0]
-    log = os.path.join(run_root, "cannot", "logs", f"{cid}.log")
-    assert proc.returncode == 1 and proc.stderr == (
-        f"splitrack: error: {says.format(tmp=tmp_path)} (its log: {log})\n")
-    assert "Traceback" in open(log).read()   # the detail stays in the log, kept
-    assert not os.path.exists(os.path.join(run_root, "cannot", "state.json"))
-    again = cli("up", "--spec", write_spec(tmp_path / "good.toml", "cannot"), "--detach")
-    assert "is up" in again.stdout   # the kept logs do not stand in the way
-    cli("down", "--name", "cannot")
+    try:
+        proc = cli("up", "--spec", spec_file, "--detach", check=False)
+        cid = says.split()[0]
+        log = os.path.join(run_root, "cannot", "logs", f"{cid}.log")
+        assert proc.returncode == 1 and proc.stderr == (
+            f"splitrack: error: {says.format(tmp=tmp_path)} (its log: {log})\n")
+        assert "Traceback" in open(log).read()   # the detail stays in the log, kept
+        assert not os.path.exists(os.path.join(run_root, "cannot", "state.json"))
+        again = cli("up", "--spec", write_spec(tmp_path / "good.toml", "cannot"), "--detach")
+        assert "is up" in again.stdout   # the kept logs do not stand in the way
+    finally:
+        cli("down", "--name", "cannot", check=False)   # detached: not our children
 
 
 def test_a_run_root_others_could_tamper_with_is_refused(run_root, tmp_path):
     spec_file = write_spec(tmp_path / "priv.toml", "priv")
-    os.chmod(run_root, 0o755)
-    proc = cli("up", "--spec", spec_file, "--detach", check=False)
-    assert (proc.returncode, proc.stderr) == (1, f"splitrack: error: {run_root} is open to "
-                                                 f"others (mode 0755); `chmod 700 {run_root}` "
-                                                 "if it is yours\n")
-    os.chmod(run_root, 0o700)
-    if os.getuid() == 0:   # only root can give a directory away
-        os.chown(run_root, 4242, -1)
-        proc = cli("up", "--spec", spec_file, "--detach", check=False)
-        assert proc.returncode == 1 and "belongs to uid 4242" in proc.stderr, proc.stderr
-        os.chown(run_root, 0, -1)
-    cli("up", "--spec", spec_file, "--detach")
+    run_dir = os.path.join(run_root, "priv")
     try:
-        run_dir = os.path.join(run_root, "priv")
+        os.chmod(run_root, 0o755)
+        proc = cli("up", "--spec", spec_file, "--detach", check=False)
+        assert (proc.returncode, proc.stderr) == (1, f"splitrack: error: {run_root} is open "
+                                                     f"to others (mode 0755); `chmod 700 "
+                                                     f"{run_root}` if it is yours\n")
+        os.chmod(run_root, 0o700)
+        if os.getuid() == 0:   # only root can give a directory away
+            os.chown(run_root, 4242, -1)
+            proc = cli("up", "--spec", spec_file, "--detach", check=False)
+            assert proc.returncode == 1 and "belongs to uid 4242" in proc.stderr, proc.stderr
+            os.chown(run_root, 0, -1)
+        cli("up", "--spec", spec_file, "--detach")
         assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
         os.chmod(run_dir, 0o750)   # a state file others could have written is not read
         status = cli("status", "--name", "priv", check=False)
         assert status.returncode == 1 and "is open to others" in status.stderr
-        os.chmod(run_dir, 0o700)
-    finally:
-        cli("down", "--name", "priv")
+    finally:   # whatever failed: ours again, and down (detached: not our children)
+        os.chown(run_root, os.getuid(), -1)
+        for path in (run_root, run_dir):
+            if os.path.isdir(path):
+                os.chmod(path, 0o700)
+        cli("down", "--name", "priv", check=False)

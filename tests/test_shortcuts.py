@@ -412,6 +412,8 @@ def test_a_16_mib_stream_both_ways_arrives_whole_on_every_path(net, path):
     rack, env = net
     size = str(16 << 20)
     mode = path if path in ("ddio", "dma") else None
+    counter = "accepted" if mode else f"shortcuts_{path}"   # which path the bytes took
+    before = n0_network(rack)[counter]
     with on_rack(env, ECHO_SERVER, NIC, name="sc", mode=mode) as (_, (port,)):
         if mode:   # the client outside the rack: the bytes cross n0 both ways
             proc = subprocess.run([sys.executable, "-c", STREAM_CLIENT, NIC, str(port), size],
@@ -420,3 +422,4 @@ def test_a_16_mib_stream_both_ways_arrives_whole_on_every_path(net, path):
             proc = run_on_rack(env, STREAM_CLIENT, NIC, str(port), size, name="sc",
                                on="p0" if path == "pipe" else "p1", timeout=300)
     assert proc.stdout == "ok\n", proc.stdout + proc.stderr
+    assert n0_network(rack)[counter] == before + 1
