@@ -23,6 +23,11 @@ with a CPU's cache. No mComponent traffic:
   evicted meanwhile was written back, so it comes from the home mComponent
   instead (a dDMA read). Three copies: buffer -> line, line -> tx, tx -> kernel.
 
+The hit path of both copies is one native call per event (native/ddio.c:
+every byte of the event, wrapping in both rings, under each set's lock); it
+stops at a line that is not cached, and the code here brings that line in
+and goes on.
+
 dDMA (`Dma`): between nComponent DRAM and the mComponent's arena (its region
 "arena"). Each of the stub's two rings is mapped once, the first time it is
 needed, as an RDMA NIC registers memory (`RingMap`: one M_DMA_MAP of the whole
@@ -69,6 +74,7 @@ from fit_rpc.netpath import (
     ring_pieces,
 )
 from fit_rpc.pages import MISS, pack_writeback
+from native.ddio import DdioRing
 from native.extcache import ExtCache
 
 
@@ -89,6 +95,8 @@ class Ddio:
         self.memory: RackMemory = net.memory
         self.home_index = self.memory.m_ids.index(home)
         self.xc = self.memory.extcache(pcomponent) if self.name == "ddio" else None
+        self.lines = None if self.xc is None else (   # dDDIO's hit path, in C
+            DdioRing(self.xc, pid, *rbuf), DdioRing(self.xc, pid, *tbuf))
         self._maps: dict[tuple[int, int], RingMap] = {}   # a ring -> its mapping at home
 
     # ---- receive --------------------------------------------------------------------
@@ -96,11 +104,16 @@ class Ddio:
         """n bytes arrived in rx: into the process's receive ring, then the stub hears."""
         self.first_lap = self.rpos + n <= self.rbuf[1]
         try:
-            _walk(ring_pieces(self.rbuf, self.rpos, n), skel.rx.used_views(n), self._store)
+            done = self.lines[0].store(skel.rx, self.rpos, n) if self.lines else 0
+            self.net.counts["ddio_extcache_bytes"] += done
+            if done < n:   # a line that is not cached, or dDMA
+                rest = n - done
+                _walk(ring_pieces(self.rbuf, self.rpos + done, rest), skel.rx.used_views(rest),
+                      self._store)
+                skel.rx.drop(rest)
         except OSError as exc:   # the process's memory is gone (it ended), or m is; the
             skel._fail(exc.errno or errno.EIO)   # skeleton reads no more, so never delivers
             return
-        skel.rx.drop(n)
         self.rpos += n
         self.net.push(skel, self.data_op, SK_N.pack(skel.stub, n))
 
@@ -163,9 +176,12 @@ class Ddio:
         k = 0 if self.parked else min(self.pending, skel.tx.space)
         rest = self.pending - k if everything else 0
         try:
-            if k:
-                _walk(ring_pieces(self.tbuf, self.tpos, k), skel.tx.free_views(k), self._fetch)
-                skel.tx.commit(k)
+            done = self.lines[1].fetch(skel.tx, self.tpos, k) if k and self.lines else 0
+            self.net.counts["ddio_extcache_bytes"] += done
+            if done < k:   # a line that is not cached (evicted: at home), or dDMA
+                _walk(ring_pieces(self.tbuf, self.tpos + done, k - done),
+                      skel.tx.free_views(k - done), self._fetch)
+                skel.tx.commit(k - done)
             if rest:
                 park = bytearray(rest)
                 _walk(ring_pieces(self.tbuf, self.tpos + k, rest), [memoryview(park)],

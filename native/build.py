@@ -1,7 +1,10 @@
 """cffi (API mode) build script for splitrack's C parts, one FFI per module:
 
     extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache)
-    nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring)
+    nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring,
+                   native/ddio.{h,c}                           and dDDIO's copies between it
+                                                               and extCache lines: ddio.c
+                                                               calls extcache.c, built in too)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings)
 
 The declarations come from each header itself (its preprocessor guard lines
@@ -16,16 +19,22 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _ffi(name: str, libraries: list[str]) -> FFI:
-    with open(os.path.join(HERE, f"{name}.h")) as f:
-        lines = f.read().splitlines()
+def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
+         sources: tuple[str, ...] = ()) -> FFI:
+    """Module native._<name> from <name>.h/.c; `also`: more headers and their
+    sources (declared after it), `sources`: C files they call."""
+    headers = (name, *also)
+    lines: list[str] = []
+    for header in headers:
+        with open(os.path.join(HERE, f"{header}.h")) as f:
+            lines += f.read().splitlines()
     ffi = FFI()
     ffi.cdef("\n".join(line for line in lines
                        if not line.startswith(("#if", "#endif", "#include", "#define SPLITRACK_"))))
     ffi.set_source(
         f"native._{name}",
-        f'#include "{name}.h"',
-        sources=[os.path.relpath(os.path.join(HERE, f"{name}.c"))],
+        "".join(f'#include "{header}.h"\n' for header in headers),
+        sources=[os.path.relpath(os.path.join(HERE, f"{c}.c")) for c in (*headers, *sources)],
         include_dirs=[os.path.relpath(HERE)],
         extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
         libraries=libraries,
@@ -34,7 +43,7 @@ def _ffi(name: str, libraries: list[str]) -> FFI:
 
 
 extcache_ffi = _ffi("extcache", ["pthread"])
-nring_ffi = _ffi("nring", [])
+nring_ffi = _ffi("nring", ["pthread"], also=("ddio",), sources=("extcache",))
 fitring_ffi = _ffi("fitring", [])
 
 if __name__ == "__main__":
