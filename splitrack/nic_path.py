@@ -22,9 +22,11 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   flight (announced, not yet confirmed) and within PACK_GAP_S of the last
   announcement is written into the send ring and *held*; held sends go to the
   skeleton together, one flush and one N_SEND_DMA (or one N_SEND), once
-  PACK_MAX_BYTES are held, the stub waits on the socket, STUB_SENT arrives,
-  it shuts down or closes, or the runtime's flusher runs (PACK_DELAY_S
-  later, or when the interpreter next switches threads). TCP is a byte
+  PACK_MAX_BYTES are held, the first of them has been held PACK_DELAY_S (the
+  next send sends them), the stub waits on the socket, STUB_SENT arrives, it
+  shuts down or closes, or the runtime's flusher finds them PACK_DELAY_S old
+  (the program stopped sending). A program that keeps sending thus sends its
+  batches itself, and the flusher's thread seldom needs the interpreter. TCP is a byte
   stream, so nothing a peer can rely on changes. A socket with TCP_NODELAY
   never holds, nor does one of a program that selects (the runtime is
   threaded): such a program waits in select(), not on the socket, and a reply
@@ -43,6 +45,7 @@ from typing import Any
 from fit_rpc import Op
 from fit_rpc.netpath import SK_N, ring_pieces
 from splitrack.params import (
+    PACK_DELAY_S,
     PACK_GAP_S,
     PACK_MAX_BYTES,
     SOCKET_CREDIT_BYTES,
@@ -70,6 +73,7 @@ class NicPath:
         self.tpos = 0                                # send ring: written
         self.credit = SOCKET_SEND_BUFFER_BYTES       # send window left
         self.held = 0                                # ... written, not yet announced (packing)
+        self.held_since = 0.0                        # ... when the first of them was written
         self.announced = 0.0                         # ... when bytes last went to the skeleton
         self.packing = self.rt.packing
 
@@ -125,11 +129,15 @@ class NicPath:
         self.credit = credit - n
         self.held = held
         if self.packing and held < PACK_MAX_BYTES and not self.rt.threaded \
-                and (held > n or (in_flight and _clock() - self.announced < PACK_GAP_S)) \
                 and not self.stub._opts.get(_NODELAY):
-            if held == n:
+            now = _clock()
+            if held > n:   # a batch is held: it goes on unless it is due
+                if now - self.held_since < PACK_DELAY_S:
+                    return n
+            elif in_flight and now - self.announced < PACK_GAP_S:   # a new batch
+                self.held_since = now
                 self.rt.hold(self)
-            return n
+                return n
         try:
             self._announce()
         except BaseException:   # not sent: as if this send() had not happened

@@ -25,8 +25,11 @@ SPLITRACK_PACKING):
 - buffers: each stub's receive and send rings live in rack memory, in vRegions
   of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
 - the flusher: a thread, started the first time a stub holds sends back
-  (message packing, nic_path.py), that sends what is still held PACK_DELAY_S
-  later, so that held bytes leave even while the program computes.
+  (message packing, nic_path.py), that sends a batch still held PACK_DELAY_S
+  after its first byte, so that held bytes leave even while the program
+  computes. A program that keeps sending sends its batches itself; the
+  flusher then only looks (a batch it finds younger is looked at again when
+  it is due) and takes no stub's lock.
 - routing: `nic()` (GNM_ALLOCATE, once: the NIC of this process's unbound
   sockets) and `owner(ip)` (GNM_OWNER, cached: the nComponent of a NIC).
 At exit every open stub closes, so data sent just before exit still leaves.
@@ -201,7 +204,8 @@ class Runtime:
     # ---- message packing: held sends leave at most PACK_DELAY_S later ----------------------
     def hold(self, path: Any) -> None:
         """`path` (a NicPath, its stub's lock held) started holding sends back."""
-        self._held.append(path)
+        if path not in self._held:
+            self._held.append(path)
         if self._flusher is None:
             with _runtime_lock:   # one flusher, whichever thread holds first
                 if self._flusher is None:
@@ -211,14 +215,23 @@ class Runtime:
         self._flush.set()
 
     def _flush_held(self) -> None:
+        clock = time.monotonic
         while True:
             self._flush.wait()
             self._flush.clear()
-            time.sleep(PACK_DELAY_S)
+            wait = PACK_DELAY_S
             while self._held:
-                path = self._held.pop()
-                with path.stub._lock:
-                    path.announce_held()
+                time.sleep(wait)
+                wait = PACK_DELAY_S
+                for path in list(self._held):
+                    age = clock() - path.held_since   # a plain read: no lock to look
+                    if path.held and age < PACK_DELAY_S:   # a younger batch: when it is due
+                        wait = min(wait, PACK_DELAY_S - age)
+                        continue
+                    self._held.remove(path)
+                    if path.held:
+                        with path.stub._lock:
+                            path.announce_held()
 
     # ---- who reads the inbox -----------------------------------------------------------------
     def wait(self, ready: Callable[[], bool], deadline: float | None,
