@@ -20,17 +20,20 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
 - message packing (the paper's suggested improvement; on unless the process
   runs with SPLITRACK_PACKING=0): a send that comes while earlier bytes are in
   flight (announced, not yet confirmed) and within PACK_GAP_S of the last
-  announcement is written into the send ring and *held*; held sends go to the
-  skeleton together, one flush and one N_SEND_DMA (or one N_SEND), once
-  PACK_MAX_BYTES are held, the first of them has been held PACK_DELAY_S (the
-  next send sends them), the stub waits on the socket, STUB_SENT arrives, it
-  shuts down or closes, or the runtime's flusher finds them PACK_DELAY_S old
-  (the program stopped sending). A program that keeps sending thus sends its
-  batches itself, and the flusher's thread seldom needs the interpreter. TCP is a byte
-  stream, so nothing a peer can rely on changes. A socket with TCP_NODELAY
-  never holds, nor does one of a program that selects (the runtime is
-  threaded): such a program waits in select(), not on the socket, and a reply
-  it wrote in two sends would wait for the flusher.
+  announcement is *held*; held sends go to the skeleton together, one flush
+  and one N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the first
+  of them has been held PACK_DELAY_S (the next send sends them), the stub
+  waits on the socket, STUB_SENT arrives, it shuts down or closes, or the
+  runtime's flusher finds them PACK_DELAY_S old (the program stopped
+  sending). A program that keeps sending thus sends its batches itself, and
+  the flusher's thread seldom needs the interpreter. A held send smaller than
+  a line waits in the stub's own buffer (`stage`) until a line's worth is
+  there, and goes into the send ring with it in one copy: a small send costs
+  an append, not a copy into the extCache. TCP is a byte stream, so nothing a
+  peer can rely on changes. A socket with TCP_NODELAY never holds, nor does
+  one of a program that selects (the runtime is threaded): such a program
+  waits in select(), not on the socket, and a reply it wrote in two sends
+  would wait for the flusher.
 
 Every method runs with the stub's lock held (stub.py), except the waits,
 which take it themselves; the VirtualMemory lock is taken inside, always
@@ -71,6 +74,8 @@ class NicPath:
         self.sk = 0                   # the skeleton's id there
         self.rhead = self.rtail = self.unacked = 0   # receive ring: read, arrived, to credit
         self.tpos = 0                                # send ring: written
+        self.stage = bytearray()                     # ... small held sends, not in it yet
+        self._line = self.vm.line
         self.credit = SOCKET_SEND_BUFFER_BYTES       # send window left
         self.held = 0                                # ... written, not yet announced (packing)
         self.held_since = 0.0                        # ... when the first of them was written
@@ -119,25 +124,25 @@ class NicPath:
             if not credit:
                 return 0
             n, chunk = credit, chunk[:credit]
-        start, size = self._tbuf
-        at = self.tpos % size
-        if at + n > size or self._hit_write(self._slot, self._pid, start + at, chunk) < n:
-            self._ring_io(self._tbuf, self.tpos, chunk, self._hit_write, self.vm.write)
         held = self.held + n
-        in_flight = SOCKET_SEND_BUFFER_BYTES - credit - self.held   # announced, unconfirmed
-        self.tpos += n
-        self.credit = credit - n
-        self.held = held
         if self.packing and held < PACK_MAX_BYTES and not self.rt.threaded \
                 and not self.stub._opts.get(_NODELAY):
             now = _clock()
             if held > n:   # a batch is held: it goes on unless it is due
-                if now - self.held_since < PACK_DELAY_S:
-                    return n
-            elif in_flight and now - self.announced < PACK_GAP_S:   # a new batch
-                self.held_since = now
-                self.rt.hold(self)
+                hold = now - self.held_since < PACK_DELAY_S
+            else:          # a new batch, if bytes are in flight and the last went just now
+                hold = bool(SOCKET_SEND_BUFFER_BYTES - credit - self.held) \
+                    and now - self.announced < PACK_GAP_S
+                if hold:
+                    self.held_since = now
+                    self.rt.hold(self)
+            if hold:
+                self._keep(chunk)
+                self.credit, self.held = credit - n, held
                 return n
+        self._unstage()
+        self._write(chunk)
+        self.credit, self.held = credit - n, held
         try:
             self._announce()
         except BaseException:   # not sent: as if this send() had not happened
@@ -146,6 +151,40 @@ class NicPath:
             self.held -= n
             raise
         return n
+
+    def _keep(self, chunk: memoryview) -> None:
+        """A held send: a small one waits in the stub's own buffer (`stage`) until a
+        line's worth is there, then goes into the send ring in one copy; a large
+        one goes in at once, after what is staged."""
+        stage = self.stage
+        if len(chunk) >= self._line:
+            self._unstage()
+            self._write(chunk)
+            return
+        stage += chunk
+        if len(stage) >= self._line:
+            try:
+                self._unstage()
+            except BaseException:   # not taken: as if this send() had not happened
+                del stage[-len(chunk):]
+                raise
+
+    def _unstage(self) -> None:
+        """The staged bytes into the send ring."""
+        if self.stage:
+            with memoryview(self.stage) as view:
+                self._write(view)
+            self.stage.clear()
+
+    def _write(self, chunk: memoryview) -> None:
+        """chunk into the send ring's lines at tpos (through the extCache: C while the
+        lines are cached; vm, which faults them in, from the first that is not)."""
+        n = len(chunk)
+        start, size = self._tbuf
+        at = self.tpos % size
+        if at + n > size or self._hit_write(self._slot, self._pid, start + at, chunk) < n:
+            self._ring_io(self._tbuf, self.tpos, chunk, self._hit_write, self.vm.write)
+        self.tpos += n
 
     def announce_held(self) -> None:
         """The held bytes (packing) to the skeleton now, if any. Called where nobody
@@ -163,6 +202,7 @@ class NicPath:
         """The held bytes to the skeleton, in one message: DDIO, N_SEND (the skeleton
         reads them from the send ring's extCache lines); DMA, the lines are flushed
         to the mComponent first, then N_SEND_DMA (the skeleton loads them from there)."""
+        self._unstage()
         total, dma = self.held, self.buffers["mode"] == "dma"
         if dma:
             for addr, k in ring_pieces(self._tbuf, self.tpos - total, total):

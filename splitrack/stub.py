@@ -416,7 +416,22 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        return self._send(_bytes_view(data), flags)
+        view, sent = _bytes_view(data), 0
+        if view and not flags:   # the hot case first: a socket that sends, a window that takes it
+            with self._lock:
+                path = self._path
+                if path is not None and self._peer is not None and not (
+                        self._error or self._shut_wr or self._broken or self._dead
+                        or self._peer_gone):
+                    sent = path.put(view)
+                    if sent == len(view) or (sent and self._timeout == 0.0):
+                        return sent
+        if not sent:
+            return self._send(view, flags)
+        try:   # the window took part of it: a blocking send waits for room for the rest
+            return sent + self._send(view[sent:], flags)
+        except TimeoutError:
+            return sent
 
     def _send(self, view: memoryview, flags: int) -> int:
         if flags & ~(_DONTWAIT | _NOSIGNAL):
@@ -455,7 +470,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = _bytes_view(data)
-        done = self._send(view, flags)   # a blocking send sends it all; else the rest
+        done = self.send(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
             done += self._send(view[done:], flags)
 
