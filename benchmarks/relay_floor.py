@@ -12,6 +12,14 @@ its ring in turn) and then sleep, near in one epoll on the socket and its
 eventfd. One shared-memory hop each way between two processes -- and nothing
 else. A rack echo can only come close to this, which is why `splitrack bench
 tcp` reports it.
+
+A connection that starts with b"T" + <I> size (tcp_client.tx) measures the
+floor of the rack's send path instead: a third plain process (shm_peer's
+stream role) writes size-byte messages into a ring as fast as it takes them;
+near copies what waits in the ring into its own buffer (up to BATCH_BYTES)
+and writes that to the socket in one call. The same three copies as a rack
+DDIO send (into shared memory, into the nComponent's DRAM, into the kernel)
+and the same extra process, with no splitrack code.
 """
 
 import select
@@ -20,20 +28,55 @@ import socket
 import sys
 import time
 
-from benchmarks.shm_peer import ShmPeer
+from benchmarks.shm_peer import STREAM, ShmPeer
 from native.fitring import spin_yield
+
+BATCH_BYTES = 256 * 1024   # what near writes to the socket at most at once (stream)
 
 
 def near(ip: str, spin_s: float) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # so that `far` is stopped too
-    with ShmPeer("echo", spin_s) as far:
+    with ShmPeer("echo", spin_s) as far, ShmPeer("stream", spin_s) as source:
         listener = socket.create_server((ip, 0))
         print(ip, listener.getsockname()[1], flush=True)
         while True:
             conn, _ = listener.accept()
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with conn:
-                _relay(conn, far, spin_s)
+                if conn.recv(1, socket.MSG_PEEK) == b"T":
+                    _stream(conn, source, spin_s)
+                else:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    _relay(conn, far, spin_s)
+
+
+def _stream(conn: socket.socket, source: ShmPeer, spin_s: float) -> None:
+    """The source's messages to the socket until the client goes away."""
+    request = conn.recv(1 + STREAM.size, socket.MSG_WAITALL)[1:]
+    source.tx.send(request)
+    peek, consume = source.rx.peek, source.rx.consume
+    buf = memoryview(bytearray(BATCH_BYTES))
+    try:
+        while True:
+            n = 0
+            while (msg := peek()) is not None and n + len(msg) <= BATCH_BYTES:
+                buf[n:n + len(msg)] = msg
+                n += len(msg)
+                consume()
+            if n:
+                conn.sendall(buf[:n])
+            else:
+                source.wait(spin_s)
+    except OSError:   # the client closed: it has measured
+        pass
+    source.tx.send(b"stop")
+    while True:   # what the source sent before it saw the stop, up to its empty answer
+        msg = peek()
+        if msg is None:
+            source.wait(spin_s)
+            continue
+        consume()
+        if not len(msg):
+            return
 
 
 def _relay(conn: socket.socket, far: ShmPeer, spin_s: float) -> None:

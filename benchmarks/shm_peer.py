@@ -14,6 +14,9 @@ for the benchmarks' floors: the rack's shared-memory hops with no FIT code.
                                 as an nComponent's Proxy does); the answer is the
                                 errno, as text ("0": connected); the socket is
                                 closed once the answer is out
+        stream                  a message <I> size: sends size-byte messages, as
+                                fast as the ring takes them, until the next
+                                message, which it answers with an empty one
 
 A waiter spins up to `spin_s` (yielding the CPU, and no longer once another
 task wanted it), then sleeps on its eventfd, as every FIT waiter does (FIT's
@@ -27,12 +30,14 @@ import errno
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 
-from native.fitring import TIMEOUT, WOKEN, Segment, WaitSet
+from native.fitring import TIMEOUT, WOKEN, Ring, Segment, WaitSet
 
 RING_BYTES = 1 << 20     # each ring of a floor's segment
+STREAM = struct.Struct("<I")   # the stream role's request: the size of each message
 WAIT_S = 10.0            # a wait longer than this: the other side is stuck
 _PR_SET_PDEATHSIG = 1
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
@@ -132,6 +137,9 @@ def _serve(role: str, spin_s: float, seg_fd: int, my_efd: int, peer_efd: int, hu
     tx = seg.ring(1, seg.bell_word(0), peer_efd)
     waitset = WaitSet(seg.bell_word(1), my_efd)
     waitset.rings = [rx]
+    if role == "stream":
+        _stream(rx, tx, waitset, my_efd, hup_fd)
+        return
     role_object = _Echo() if role == "echo" else _Connector(args[0])
     answer, after = role_object.answer, role_object.after
     send, peek, consume, wait = tx.send, rx.peek, rx.consume, waitset.wait
@@ -155,6 +163,28 @@ def _serve(role: str, spin_s: float, seg_fd: int, my_efd: int, peer_efd: int, hu
             tx.wait_space(len(out), my_efd, 0.0, WAIT_S)
         consume()
         after()
+
+
+def _stream(rx: Ring, tx: Ring, waitset: WaitSet, my_efd: int, hup_fd: int) -> None:
+    """The stream role: each request streams until the next message (the stop)."""
+    while True:
+        got = waitset.wait(0.0, None, [hup_fd])
+        if got != 0:
+            if got == WOKEN:
+                continue
+            return   # the measuring side hung up
+        msg = rx.peek()
+        if msg is None:
+            continue
+        chunk = bytes(STREAM.unpack(msg)[0])
+        rx.consume()
+        while not rx.pending():   # until the stop
+            if not tx.send(chunk):
+                tx.wait_space(len(chunk), my_efd, 0.0, 0.01)   # look for the stop anon
+        rx.peek()
+        rx.consume()
+        while not tx.send(b""):   # the stop's answer: nothing more follows
+            tx.wait_space(0, my_efd, 0.0, WAIT_S)
 
 
 class _Echo:

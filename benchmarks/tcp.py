@@ -26,7 +26,9 @@ raw pyzmq DEALER/ROUTER between two plain processes, raw os.pipe between two
 plain processes (raw_pipe.py), the relay floor (relay_floor.py: the rack's
 process layout -- a TCP socket in one process, one shared-memory hop each way
 through FIT's rings to a second, waiting as FIT waits -- with no splitrack
-code), and the connect floor (shm_peer.py's connect role: one such round trip
+code; its echo RTT, and its send throughput, where a third process streams
+through a ring and the relay copies into its own buffer and to the socket, as
+a DDIO send does), and the connect floor (shm_peer.py's connect role: one such round trip
 to a process that makes the kernel connect from the NIC).
 The targets (docs/benchmarks.md):
     DDIO RTT p50 <= 3 x Linux at 128 B-2 KiB, Linux < DDIO < DMA
@@ -40,7 +42,8 @@ a VM whose idle cores halt; docs/evaluation.md).
 JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "rtt_p99_us", "throughput_MBps", "msgs_per_s", "rx_throughput_MBps"}],
 "baselines": {"raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us",
-"raw_zmq_p50_us_by_size", "raw_pipe_p50_us_by_size", "relay_floor_p50_us_by_size"},
+"raw_zmq_p50_us_by_size", "raw_pipe_p50_us_by_size", "relay_floor_p50_us_by_size",
+"relay_floor_tx_MBps_by_size"},
 "ddio_over_relay_floor": {size: ratio}, "connect": {"linux_p50_us", "rack_p50_us",
 "floor_p50_us", "ratio", "floor_ratio", "rack_over_floor", ...},
 "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size", "tx_bytes",
@@ -129,6 +132,8 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
                     base["raw", size] += measure_in_process(raw_address, size, s["rounds"], warm)
                     base["floor", size] += tcp_client.echo_rtts(*addr["floor"], size,
                                                                 s["rounds"], warm)
+                    tput.setdefault(("tx", "floor", size), []).append(
+                        tcp_client.tx(*addr["floor"], size, s["seconds"])["MBps"])
                     base["pipe", size] += raw_pipe.measure(size, s["rounds"], warm)
                     for m in modes:
                         plan = [{"kind": "echo", "size": size, "rounds": s["rounds"],
@@ -231,7 +236,10 @@ def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
                       "raw_zmq_p50_us_by_size": {str(z): v for z, v in p50["raw"].items()},
                       "raw_pipe_p50_us_by_size": {str(z): v for z, v in p50["pipe"].items()},
                       "relay_floor_p50_us_by_size": {str(z): v
-                                                     for z, v in p50["floor"].items()}},
+                                                     for z, v in p50["floor"].items()},
+                      "relay_floor_tx_MBps_by_size": {
+                          str(z): round(float(np.median(tput["tx", "floor", z])), 2)
+                          for z in sizes}},
         "ddio_over_relay_floor": {str(z): round(r["rtt_p50_us"] / p50["floor"][z], 3)
                                   for r in results if r["mode"] == "ddio"
                                   for z in [r["size"]]},
@@ -315,6 +323,11 @@ def print_table(report: dict[str, Any]) -> None:
     if report["ddio_over_relay_floor"]:
         print("DDIO RTT / relay floor (what the emulator's code adds): " + ", ".join(
             f"{v:.2f} ({z} B)" for z, v in report["ddio_over_relay_floor"].items()))
+    floor_tx = b["relay_floor_tx_MBps_by_size"]
+    linux_tx = {str(r["size"]): r["throughput_MBps"] for r in report["results"]
+                if r["mode"] == "linux"}
+    print("relay floor tx MB/s (no splitrack code): " + ", ".join(
+        f"{v:.1f} = {v / linux_tx[z]:.2f} x Linux ({z} B)" for z, v in floor_tx.items()))
     c = report["connect"]
     print(f"connect() p50: rack {c['rack_p50_us']:.1f}us, Linux {c['linux_p50_us']:.1f}us, "
           f"connect floor (no splitrack code) {c['floor_p50_us']:.1f}us "

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 from collections import Counter
@@ -156,6 +157,9 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     for key in ("raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us"):
         assert baselines[key] > 0
     assert set(baselines["relay_floor_p50_us_by_size"]) == {"128", "4096"}
+    assert set(baselines["relay_floor_tx_MBps_by_size"]) == {"128", "4096"}
+    assert all(v > 0 for v in baselines["relay_floor_tx_MBps_by_size"].values())
+    assert "relay floor tx MB/s" in stdout
     connect = report["connect"]
     assert connect["linux_p50_us"] > 0 and connect["rack_p50_us"] > 0
     assert connect["rack_over_floor"] == pytest.approx(
@@ -193,10 +197,19 @@ def test_the_connect_floor_makes_each_connection_from_the_nic():
     assert not wait_gone([pid])
 
 
-def test_the_relay_floor_echoes_through_fits_rings():
+def test_the_relay_floor_echoes_and_streams_through_fits_rings():
     with server([sys.executable, "-m", "benchmarks.relay_floor", "127.0.0.5", "50"],
                 dict(os.environ)) as addr:
         assert len(tcp_client.echo_rtts(*addr, 300, 20, 2)) == 20
+        for size in (128, 4096):   # a stream, then another: each ends cleanly
+            with socket.create_connection(addr, timeout=10) as sock:
+                sock.sendall(b"T" + struct.pack("<I", size))
+                got = b""
+                while len(got) < 3 * size:
+                    got += sock.recv(1 << 16)
+                assert got[:3 * size] == bytes(3 * size)   # the stream role sends zeros
+            assert tcp_client.tx(*addr, size, 0.1)["MBps"] > 0
+        assert len(tcp_client.echo_rtts(*addr, 300, 20, 2)) == 20   # echo after streams
 
 
 def test_bench_wordcount_counts_right_in_every_mode(run_root, tmp_path):
