@@ -1,15 +1,22 @@
-"""NIC scaling for `splitrack bench tcp`: throughput with 1, 2 and 4 NICs.
+"""Scaling for `splitrack bench tcp`: aggregate send throughput as NICs, and as
+programs, are added.
 
-For each NIC count k a rack like the benchmark's is started with its
-nComponents replaced by k, one NIC each (127.0.0.11, .12, ...; the NIC's
-processing is its nComponent's process, so more NICs are more of it), and
-GNM's round-robin policy. CLIENTS tcp_server.py programs run on the rack's
-pComponents in turn (DDIO), each bound on the NIC that GNM gives its process; as
-many plain client processes outside the rack start together (tcp_client.at)
-and each takes what its server send()s, SIZE bytes at a time, for `seconds`.
-The aggregate is all bytes over the time from the first start to the last
-end. On a machine with few cores every process competes for them, so
-the curve shows where the host, not the rack, stops it.
+`measure` (NIC scaling): for each NIC count k a rack like the benchmark's is
+started with its nComponents replaced by k, one NIC each (127.0.0.11, .12,
+...; the NIC's processing is its nComponent's process, so more NICs are more
+of it), and GNM's round-robin policy, and CLIENTS programs stream at once.
+
+`load` (programs at once): on the benchmark's own rack, one program alone,
+then PROGRAMS at once: does the rack share two cores among them without
+collapse? Its figure is the aggregate against one alone.
+
+Either way the programs are tcp_server.py on the rack's pComponents in turn
+(DDIO), each bound on the NIC that GNM gives its process; as many plain client
+processes outside the rack start together (tcp_client.at) and each takes what
+its server send()s, SIZE bytes at a time, for `seconds`. The aggregate is all
+bytes over the time from the first start to the last end. On a machine with
+few cores every process competes for them, so the curves show where the
+host, not the rack, stops it.
 """
 
 import contextlib
@@ -27,6 +34,7 @@ from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
 CLIENTS = 4
+PROGRAMS = 8
 SIZE = 4096
 CLIENT_TIMEOUT_S = 900
 
@@ -36,29 +44,47 @@ def measure(spec: Any, nic_counts: tuple[int, ...], seconds: float,
     out = []
     for k in nic_counts:
         rack_spec = _with_nics(load_spec(spec, name=f"bench-nics{k}-{os.getpid()}"), k)
-        ps = [c["id"] for c in rack_spec.components if c["kind"] == "p"]
-        with Rack(rack_spec) as rack, contextlib.ExitStack() as servers:
-            env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
-            addrs = [servers.enter_context(server(
-                [sys.executable, "-m", "splitrack.cli", "run", "--name", rack_spec.name,
-                 "--on", ps[i % len(ps)], "--mode", "ddio", "--", sys.executable, "-m",
-                 "benchmarks.tcp_server", "nic"], env)) for i in range(CLIENTS)]
-            start = time.monotonic() + 1.0   # every client has started by then
-            clients = [servers.enter_context(_client(
-                [{"kind": "at", "t": start},
-                 {"kind": "tx", "ip": ip, "port": port, "size": SIZE, "seconds": seconds}]))
-                for ip, port in addrs]
-            results = []
-            for c in clients:
-                stdout, _ = c.communicate(timeout=CLIENT_TIMEOUT_S)
-                if c.returncode != 0:
-                    raise RuntimeError("a NIC-scaling client failed")
-                results.append(json.loads(stdout)[1])
-        span = max(r["end"] for r in results) - min(r["start"] for r in results)
-        out.append({"nics": k, "clients": CLIENTS, "nics_used": len({ip for ip, _ in addrs}),
-                    "throughput_MBps": round(sum(r["bytes"] for r in results) / 1e6 / span, 2)})
+        with Rack(rack_spec) as rack:
+            mbps, ips = _aggregate(rack, CLIENTS, seconds)
+        out.append({"nics": k, "clients": CLIENTS, "nics_used": len(ips),
+                    "throughput_MBps": mbps})
         advance()
     return out
+
+
+def load(rack: Rack, seconds: float, advance: Callable[[], None]) -> dict[str, Any]:
+    """One program alone, then PROGRAMS at once, on `rack`."""
+    one, _ = _aggregate(rack, 1, seconds)
+    many, _ = _aggregate(rack, PROGRAMS, seconds)
+    advance()
+    return {"programs": PROGRAMS, "one_MBps": one, "all_MBps": many,
+            "ratio": round(many / one, 3)}
+
+
+def _aggregate(rack: Rack, programs: int, seconds: float) -> tuple[float, set[str]]:
+    """`programs` servers on `rack` streaming to as many clients at once: the
+    aggregate MB/s, and the NICs the servers were given."""
+    ps = [c["id"] for c in rack.spec.components if c["kind"] == "p"]
+    with contextlib.ExitStack() as servers:
+        env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+        addrs = [servers.enter_context(server(
+            [sys.executable, "-m", "splitrack.cli", "run", "--name", rack.spec.name,
+             "--on", ps[i % len(ps)], "--mode", "ddio", "--", sys.executable, "-m",
+             "benchmarks.tcp_server", "nic"], env)) for i in range(programs)]
+        start = time.monotonic() + 1.0   # every client has started by then
+        clients = [servers.enter_context(_client(
+            [{"kind": "at", "t": start},
+             {"kind": "tx", "ip": ip, "port": port, "size": SIZE, "seconds": seconds}]))
+            for ip, port in addrs]
+        results = []
+        for c in clients:
+            stdout, _ = c.communicate(timeout=CLIENT_TIMEOUT_S)
+            if c.returncode != 0:
+                raise RuntimeError("a scaling client failed")
+            results.append(json.loads(stdout)[1])
+    span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    mbps = round(sum(r["bytes"] for r in results) / 1e6 / span, 2)
+    return mbps, {ip for ip, _ in addrs}
 
 
 @contextlib.contextmanager

@@ -19,7 +19,9 @@ And once: connect() time, a client on the rack (p0) vs the same client as a
 plain process, both to the plain Linux server; the nComponent's CPU time
 (psutil, the nMonitor process's own accounting) while the DDIO server streams
 out and in for `cpu_seconds` each, per GB moved; and NIC scaling
-(nic_scaling.py). `linux` is always measured: it is the baseline.
+(nic_scaling.py), and load: one DDIO program streaming alone, then eight at
+once, their aggregate against the one (nic_scaling.load). `linux` is always
+measured: it is the baseline.
 
 Baselines measured in the same run: Linux TCP loopback (the `linux` mode),
 raw pyzmq DEALER/ROUTER between two plain processes, raw os.pipe between two
@@ -47,7 +49,8 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "ddio_over_relay_floor": {size: ratio}, "connect": {"linux_p50_us", "rack_p50_us",
 "floor_p50_us", "ratio", "floor_ratio", "rack_over_floor", ...},
 "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size", "tx_bytes",
-"rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}],
+"rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}], "load": {"programs",
+"one_MBps", "all_MBps", "ratio"},
 "packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets": [{"name", "value",
 "target", "met"}], "settings": {...}}
 --plot F.png draws the figures (plots.py) and writes F.md, a summary table.
@@ -100,7 +103,7 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
     base: dict[tuple[str, int], list[float]] = {(b, z): [] for b in ("raw", "floor", "pipe")
                                                 for z in sizes}
     connect: dict[str, list[float]] = {"linux": [], "rack": [], "floor": []}
-    steps = reps * len(sizes) + reps + 1 + len(s["nics"])
+    steps = reps * len(sizes) + reps + 2 + len(s["nics"])
     with progress("bench tcp", steps) as advance:
         with Rack(rack_spec) as rack, contextlib.ExitStack() as servers:
             env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root,
@@ -164,8 +167,9 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
             cpu = _ncomponent_cpu(rack, ncomp["id"], addr.get("ddio"), sizes,
                                   s["cpu_seconds"])
             advance()
+            load = nic_scaling.load(rack, s["nic_seconds"], advance)
         scaling = nic_scaling.measure(spec, s["nics"], s["nic_seconds"], advance)
-    return _report(rtt, tput, base, connect, cpu, scaling, modes, s)
+    return _report(rtt, tput, base, connect, cpu, scaling, load, modes, s)
 
 
 def _connect_floor(peer: ShmPeer, addr: tuple[str, int], n: int, spin_s: float) -> list[float]:
@@ -218,8 +222,8 @@ def _p(samples: list[float], q: float) -> float:
 
 
 def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
-            scaling: list[dict[str, Any]], modes: tuple[str, ...], s: dict[str, Any]
-            ) -> dict[str, Any]:
+            scaling: list[dict[str, Any]], load: dict[str, Any], modes: tuple[str, ...],
+            s: dict[str, Any]) -> dict[str, Any]:
     sizes = s["sizes"]
     results = []
     for (mode, size), samples in rtt.items():
@@ -248,7 +252,7 @@ def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
                     "floor_p50_us": _p(connect["floor"], 50),
                     "linux_p99_us": _p(connect["linux"], 99),
                     "rack_p99_us": _p(connect["rack"], 99)},
-        "ncomponent_cpu": cpu, "nic_scaling": scaling,
+        "ncomponent_cpu": cpu, "nic_scaling": scaling, "load": load,
         "packing": [{"mode": m, "size": z,
                      "on_MBps": round(float(np.median(tput["tx", m, z])), 2),
                      "off_MBps": round(float(np.median(tput["tx", m + "-unpacked", z])), 2)}
@@ -341,6 +345,9 @@ def print_table(report: dict[str, Any]) -> None:
               f"core-s/GB tx, {cpu['rx_core_s_per_GB']:.2f} rx")
     for row in report["nic_scaling"]:
         print(f"{row['nics']} NIC(s), {row['clients']} clients: {row['throughput_MBps']:.1f} MB/s")
+    load = report["load"]
+    print(f"{load['programs']} DDIO programs streaming at once: {load['all_MBps']:.1f} MB/s in "
+          f"all, one alone {load['one_MBps']:.1f} MB/s ({load['ratio']:.2f} x)")
     print("targets:")
     for t in report["targets"]:
         sign = ">=" if "throughput" in t["name"] or "order" in t["name"] else "<="

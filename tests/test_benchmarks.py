@@ -160,6 +160,9 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     assert set(baselines["relay_floor_tx_MBps_by_size"]) == {"128", "4096"}
     assert all(v > 0 for v in baselines["relay_floor_tx_MBps_by_size"].values())
     assert "relay floor tx MB/s" in stdout
+    load = report["load"]   # eight programs at once finish, and move bytes
+    assert load["programs"] == 8 and load["one_MBps"] > 0 and load["all_MBps"] > 0
+    assert load["ratio"] == pytest.approx(load["all_MBps"] / load["one_MBps"], rel=0.01)
     connect = report["connect"]
     assert connect["linux_p50_us"] > 0 and connect["rack_p50_us"] > 0
     assert connect["rack_over_floor"] == pytest.approx(
