@@ -416,7 +416,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        view, sent = _bytes_view(data), 0
+        view, sent = _bytes_view(data), 0   # (bytes as they are: the usual case)
         if view and not flags:   # the hot case first: a socket that sends, a window that takes it
             with self._lock:
                 path = self._path
@@ -472,7 +472,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         view = _bytes_view(data)
         done = self.send(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
-            done += self._send(view[done:], flags)
+            done += self._send(memoryview(view)[done:], flags)
 
     def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
         return self._sendfile_use_send(file, offset, count)
@@ -614,8 +614,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 self._cond.notify_all()
 
 
-def _bytes_view(data: Any) -> memoryview:
-    """A flat byte view of any bytes-like object (a cast only where one is needed)."""
+def _bytes_view(data: Any) -> bytes | memoryview:
+    """A flat byte view of any bytes-like object (a cast only where one is needed);
+    bytes stay bytes (they are flat already, and every data path takes them)."""
+    if type(data) is bytes:
+        return data
     view = memoryview(data)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
