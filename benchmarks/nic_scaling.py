@@ -8,7 +8,8 @@ of it), and GNM's round-robin policy, and CLIENTS programs stream at once.
 
 `load` (programs at once): on the benchmark's own rack, one program alone,
 then PROGRAMS at once: does the rack share two cores among them without
-collapse? Its figure is the aggregate against one alone.
+collapse? Its figure is the aggregate against one alone, beside the same for
+the same server as plain Linux processes (LINUX_IP) in the same run.
 
 Either way the programs are tcp_server.py on the rack's pComponents in turn
 (DDIO), each bound on the NIC that GNM gives its process; as many plain client
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks.servers import server
+from benchmarks.servers import LINUX_IP, server
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
@@ -53,24 +54,33 @@ def measure(spec: Any, nic_counts: tuple[int, ...], seconds: float,
 
 
 def load(rack: Rack, seconds: float, advance: Callable[[], None]) -> dict[str, Any]:
-    """One program alone, then PROGRAMS at once, on `rack`."""
-    one, _ = _aggregate(rack, 1, seconds)
-    many, _ = _aggregate(rack, PROGRAMS, seconds)
+    """One program alone, then PROGRAMS at once: on `rack`, then as plain processes."""
+    out: dict[str, Any] = {"programs": PROGRAMS}
+    for prefix, on in (("", rack), ("linux_", None)):
+        one, _ = _aggregate(on, 1, seconds)
+        many, _ = _aggregate(on, PROGRAMS, seconds)
+        out.update({f"{prefix}one_MBps": one, f"{prefix}all_MBps": many,
+                    f"{prefix}ratio": round(many / one, 3)})
     advance()
-    return {"programs": PROGRAMS, "one_MBps": one, "all_MBps": many,
-            "ratio": round(many / one, 3)}
+    return out
 
 
-def _aggregate(rack: Rack, programs: int, seconds: float) -> tuple[float, set[str]]:
-    """`programs` servers on `rack` streaming to as many clients at once: the
-    aggregate MB/s, and the NICs the servers were given."""
-    ps = [c["id"] for c in rack.spec.components if c["kind"] == "p"]
+def _aggregate(rack: Rack | None, programs: int, seconds: float
+               ) -> tuple[float, set[str]]:
+    """`programs` servers on `rack` (None: plain processes on LINUX_IP) streaming
+    to as many clients at once: the aggregate MB/s, and the NICs of the servers."""
+    program = [sys.executable, "-m", "benchmarks.tcp_server"]
     with contextlib.ExitStack() as servers:
-        env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
-        addrs = [servers.enter_context(server(
-            [sys.executable, "-m", "splitrack.cli", "run", "--name", rack.spec.name,
-             "--on", ps[i % len(ps)], "--mode", "ddio", "--", sys.executable, "-m",
-             "benchmarks.tcp_server", "nic"], env)) for i in range(programs)]
+        if rack is None:
+            addrs = [servers.enter_context(server([*program, LINUX_IP], None))
+                     for _ in range(programs)]
+        else:
+            ps = [c["id"] for c in rack.spec.components if c["kind"] == "p"]
+            env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+            addrs = [servers.enter_context(server(
+                [sys.executable, "-m", "splitrack.cli", "run", "--name", rack.spec.name,
+                 "--on", ps[i % len(ps)], "--mode", "ddio", "--", *program, "nic"], env))
+                for i in range(programs)]
         start = time.monotonic() + 1.0   # every client has started by then
         clients = [servers.enter_context(_client(
             [{"kind": "at", "t": start},

@@ -12,10 +12,11 @@ import subprocess
 from collections.abc import Iterator
 
 START_TIMEOUT_S = 30
+LINUX_IP = "127.0.0.5"   # the "remote Linux" servers' address, outside the rack
 
 
 @contextlib.contextmanager
-def server(cmd: list[str], env: dict[str, str]) -> Iterator[tuple[str, int]]:
+def server(cmd: list[str], env: dict[str, str] | None) -> Iterator[tuple[str, int]]:
     proc = subprocess.Popen(cmd, env=env, cwd="/", stdout=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)

@@ -50,7 +50,7 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "floor_p50_us", "ratio", "floor_ratio", "rack_over_floor", ...},
 "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size", "tx_bytes",
 "rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}], "load": {"programs",
-"one_MBps", "all_MBps", "ratio"},
+"one_MBps", "all_MBps", "ratio", "linux_one_MBps", "linux_all_MBps", "linux_ratio"},
 "packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets": [{"name", "value",
 "target", "met"}], "settings": {...}}
 --plot F.png draws the figures (plots.py) and writes F.md, a summary table.
@@ -72,7 +72,7 @@ from benchmarks import nic_scaling, plots, raw_pipe, tcp_client
 from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawServer, measure_in_process
 from benchmarks.report import finish
-from benchmarks.servers import server
+from benchmarks.servers import LINUX_IP, server
 from benchmarks.shm_peer import ShmPeer
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
@@ -80,7 +80,6 @@ from splitrack.spec import load_spec
 
 MODES = ("linux", "ddio", "dma", "pipe", "fit")
 SIZES = (128, 256, 512, 1024, 2048, 4096)
-LINUX_IP = "127.0.0.5"   # the "remote Linux" server's address, outside the rack
 # The full sweep, and --quick's (well under a minute, the README's main job).
 FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "seconds": 0.25, "connects": 500,
         "cpu_seconds": 1.0, "nics": (1, 2, 4), "nic_seconds": 1.0}
@@ -347,7 +346,9 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"{row['nics']} NIC(s), {row['clients']} clients: {row['throughput_MBps']:.1f} MB/s")
     load = report["load"]
     print(f"{load['programs']} DDIO programs streaming at once: {load['all_MBps']:.1f} MB/s in "
-          f"all, one alone {load['one_MBps']:.1f} MB/s ({load['ratio']:.2f} x)")
+          f"all, one alone {load['one_MBps']:.1f} MB/s ({load['ratio']:.2f} x); as plain "
+          f"Linux processes {load['linux_all_MBps']:.1f} and {load['linux_one_MBps']:.1f} MB/s "
+          f"({load['linux_ratio']:.2f} x)")
     print("targets:")
     for t in report["targets"]:
         sign = ">=" if "throughput" in t["name"] or "order" in t["name"] else "<="

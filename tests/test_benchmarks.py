@@ -163,6 +163,8 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     load = report["load"]   # eight programs at once finish, and move bytes
     assert load["programs"] == 8 and load["one_MBps"] > 0 and load["all_MBps"] > 0
     assert load["ratio"] == pytest.approx(load["all_MBps"] / load["one_MBps"], rel=0.01)
+    assert load["linux_ratio"] == pytest.approx(load["linux_all_MBps"] / load["linux_one_MBps"],
+                                                rel=0.01)
     connect = report["connect"]
     assert connect["linux_p50_us"] > 0 and connect["rack_p50_us"] > 0
     assert connect["rack_over_floor"] == pytest.approx(
