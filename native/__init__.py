@@ -4,6 +4,10 @@
     extcache.py                 its Python binding: maps a segment, raises on C errors
     nring.h / nring.c           the nComponent's DRAM ring (kernel socket <-> ring)
     nring.py                    its Python binding
+    ddio.h / ddio.c             dDDIO's copies: DRAM ring <-> a process's extCache lines
+    ddio.py                     its Python binding
+    fitring.h / fitring.c       FIT's message rings and doorbells in shared memory
+    fitring.py                  its Python binding
     build.py                    the cffi build script (setup.py: cffi_modules)
 """
 

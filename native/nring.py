@@ -12,7 +12,7 @@ Interface:
                                    out of or into them, ring.drop(n) / ring.commit(n)
     ring.recv(fd, max) -> int      one non-blocking read from a socket into the ring; 0: EOF
     ring.send(fd) -> int           one non-blocking write of the ring to a socket; 0: none taken
-C return codes become exceptions here and nowhere else (`_check`): a negative
+C return codes become exceptions here (`_check`, which ddio.py shares): a negative
 errno raises OSError with that errno, so EAGAIN arrives as BlockingIOError,
 EPIPE as BrokenPipeError, ECONNRESET as ConnectionResetError -- as Python's own
 socket methods would raise them.
