@@ -13,13 +13,15 @@ eventfd. One shared-memory hop each way between two processes -- and nothing
 else. A rack echo can only come close to this, which is why `splitrack bench
 tcp` reports it.
 
-A connection that starts with b"T" + <I> size (tcp_client.tx) measures the
-floor of the rack's send path instead: a third plain process (shm_peer's
-stream role) writes size-byte messages into a ring as fast as it takes them;
-near copies what waits in the ring into its own buffer (up to BATCH_BYTES)
-and writes that to the socket in one call. The same three copies as a rack
-DDIO send (into shared memory, into the nComponent's DRAM, into the kernel)
-and the same extra process, with no splitrack code.
+A connection that starts with b"T" + <I> size (tcp_client.tx; size 1 to
+shm_peer.STREAM_MAX) measures the floor of the rack's send path instead: a
+third plain process (shm_peer's stream role) copies size bytes at a time
+into a ring, packed into messages as the stub packs its held sends; near
+copies what waits in the ring into its own buffer (up to BATCH_BYTES, an
+nComponent's DRAM ring) and writes that to the socket in one call. The same
+three copies as a rack DDIO send (into shared memory, into the nComponent's
+DRAM, into the kernel) and the same extra process, with no splitrack code.
+A request that is not one ends its connection.
 """
 
 import select
@@ -28,10 +30,12 @@ import socket
 import sys
 import time
 
-from benchmarks.shm_peer import STREAM, ShmPeer
+from benchmarks.shm_peer import STREAM, STREAM_MAX, ShmPeer
 from native.fitring import spin_yield
+from splitrack.params import NCOMPONENT_RING_BYTES
 
-BATCH_BYTES = 256 * 1024   # what near writes to the socket at most at once (stream)
+BATCH_BYTES = NCOMPONENT_RING_BYTES   # what near writes to the socket at most at once
+REQUEST_TIMEOUT_S = 5.0               # a stream request that has not come by then: dropped
 
 
 def near(ip: str, spin_s: float) -> None:
@@ -42,16 +46,23 @@ def near(ip: str, spin_s: float) -> None:
         while True:
             conn, _ = listener.accept()
             with conn:
-                if conn.recv(1, socket.MSG_PEEK) == b"T":
-                    _stream(conn, source, spin_s)
-                else:
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    _relay(conn, far, spin_s)
+                try:
+                    if conn.recv(1, socket.MSG_PEEK) == b"T":
+                        _stream(conn, source, spin_s)
+                    else:
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        _relay(conn, far, spin_s)
+                except OSError:   # that client's trouble (a reset, a stalled request)
+                    pass
 
 
 def _stream(conn: socket.socket, source: ShmPeer, spin_s: float) -> None:
     """The source's messages to the socket until the client goes away."""
+    conn.settimeout(REQUEST_TIMEOUT_S)
     request = conn.recv(1 + STREAM.size, socket.MSG_WAITALL)[1:]
+    conn.settimeout(None)
+    if len(request) != STREAM.size or not 0 < STREAM.unpack(request)[0] <= STREAM_MAX:
+        return
     source.tx.send(request)
     peek, consume = source.rx.peek, source.rx.consume
     buf = memoryview(bytearray(BATCH_BYTES))

@@ -14,9 +14,12 @@ for the benchmarks' floors: the rack's shared-memory hops with no FIT code.
                                 as an nComponent's Proxy does); the answer is the
                                 errno, as text ("0": connected); the socket is
                                 closed once the answer is out
-        stream                  a message <I> size: sends size-byte messages, as
-                                fast as the ring takes them, until the next
-                                message, which it answers with an empty one
+        stream                  a message <I> size (1..STREAM_MAX): sends zeros
+                                size bytes at a time, as fast as the ring takes
+                                them, until the next message, which it answers
+                                with an empty one; the sends are packed, as the
+                                stub packs held sends: one copy each into a
+                                message of up to STREAM_PACK_BYTES
 
 A waiter spins up to `spin_s` (yielding the CPU, and no longer once another
 task wanted it), then sleeps on its eventfd, as every FIT waiter does (FIT's
@@ -37,7 +40,9 @@ import sys
 from native.fitring import TIMEOUT, WOKEN, Ring, Segment, WaitSet
 
 RING_BYTES = 1 << 20     # each ring of a floor's segment
-STREAM = struct.Struct("<I")   # the stream role's request: the size of each message
+STREAM = struct.Struct("<I")   # the stream role's request: the size of each send
+STREAM_MAX = 64 * 1024         # ... at most (bench tcp's sizes go this far)
+STREAM_PACK_BYTES = 64 * 1024  # the sends one message of the stream role packs
 WAIT_S = 10.0            # a wait longer than this: the other side is stuck
 _PR_SET_PDEATHSIG = 1
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
@@ -176,11 +181,19 @@ def _stream(rx: Ring, tx: Ring, waitset: WaitSet, my_efd: int, hup_fd: int) -> N
         msg = rx.peek()
         if msg is None:
             continue
-        chunk = bytes(STREAM.unpack(msg)[0])
+        size = STREAM.unpack(msg)[0] if len(msg) == STREAM.size else 0
         rx.consume()
+        if not 0 < size <= STREAM_MAX:
+            continue   # not a request: nothing is streamed, nothing answered
+        chunk, n = bytes(size), max(1, STREAM_PACK_BYTES // size) * size
         while not rx.pending():   # until the stop
-            if not tx.send(chunk):
-                tx.wait_space(len(chunk), my_efd, 0.0, 0.01)   # look for the stop anon
+            room = tx.reserve(n)
+            if room is None:
+                tx.wait_space(n, my_efd, 0.0, 0.01)   # and look for the stop anon
+                continue
+            for at in range(0, n, size):   # one copy a send, as into a stub's ring
+                room[at:at + size] = chunk
+            tx.commit(n)
         rx.peek()
         rx.consume()
         while not tx.send(b""):   # the stop's answer: nothing more follows

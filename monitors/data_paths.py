@@ -189,6 +189,7 @@ class Ddio:
                 self.parked += park
         except OSError as exc:   # the process's memory is gone: the stream cannot go on
             self.pending = 0
+            skel.tx.reset()   # what this pull put there goes nowhere now
             skel._fail(exc.errno or errno.EIO)
             return 0
         self.tpos += k + rest

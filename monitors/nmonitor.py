@@ -423,9 +423,13 @@ class NMonitor(Monitor):
         home = need(buffers, "home", str)
         if home not in self.memory.m_ids:
             raise OSError(errno.EINVAL, f"{home!r} is no mComponent")
+        rbuf, tbuf = (tuple(need(buffers, k, list)) for k in ("rbuf", "tbuf"))
+        for ring in (rbuf, tbuf):
+            if len(ring) != 2 or not all(type(v) is int for v in ring) or ring[0] < 0 \
+                    or ring[1] <= 0:
+                raise OSError(errno.EINVAL, f"a ring is [start, size], not {list(ring)!r}")
         pcomponent, _, pid = skel.owner.partition(".")
-        path = kinds[mode](self, int(pid), pcomponent, home, tuple(need(buffers, "rbuf", list)),
-                           tuple(need(buffers, "tbuf", list)))
+        path = kinds[mode](self, int(pid), pcomponent, home, rbuf, tbuf)
         rx, tx = self.proxy.rings()
         skel.start(rx, tx, path, need(buffers, "window", int))
 

@@ -6,14 +6,19 @@
  * what is asked. xc_read / xc_write take each set's lock for the lines they
  * touch and stop at the first line that is not cached.
  */
-#include "nring.h"
 #include "ddio.h"
+
+#include <errno.h>
+
 #include "extcache.h"
+#include "nring.h"
 
 /* n bytes between DRAM ring r from its position rpos and `ring` from stream
  * offset pos, in runs; the bytes copied (or -errno if the first run failed). */
 static int64_t walk(const nring *r, uint64_t rpos, const dd_ring *ring, uint64_t pos,
                     uint32_t n, int store) {
+    if (!ring->size || !r->cap)
+        return -EINVAL;
     uint64_t done = 0;
     while (done < n) {
         uint64_t off = (rpos + done) % r->cap, at = (pos + done) % ring->size;

@@ -9,20 +9,22 @@
  * lock (xc_read / xc_write), as Intel DDIO writes into a CPU's cache. These
  * two functions are the hit path of that copy: one native call moves all the
  * bytes of one event, wrapping in both rings, and stops at the first line
- * that is not cached. The caller handles that line (its miss brings it from
- * the process's home mComponent, data_paths.py) and calls again for the rest.
+ * that is not cached. The caller goes on from that line (its miss brings it
+ * from the process's home mComponent: data_paths.py, in Python).
  *
  * Stream offsets: the bytes of a socket's stream go round the process's ring,
  * byte `pos` of the stream at ring->start + pos % ring->size -- the same walk
  * the bsdSocketStub makes (splitrack/nic_path.py).
  *
  * Both return the bytes copied (>= 0; fewer than asked: a line was not
- * cached), or -errno if the extCache segment refused the first copy.
+ * cached), or -EINVAL for a ring of no bytes.
  */
 #ifndef SPLITRACK_DDIO_H
 #define SPLITRACK_DDIO_H
 
 #include <stdint.h>
+
+#include "nring.h"
 
 /* One of a process's socket rings, as dDDIO sees it. */
 typedef struct {

@@ -10,12 +10,14 @@ Interface:
                                      cached lines, into tx (at most tx.space); they join tx
 Both are one native call for all the bytes of an event. They stop at the first
 line that is not cached and return how many bytes they copied: the caller
-brings that line in (monitors/data_paths.py) and goes on. A C error (the
-segment refused the first copy) raises OSError here, as nring.py does.
+brings that line in (monitors/data_paths.py) and goes on. A ring that is not
+one (a negative start, no bytes, past 2**64) is OSError(EINVAL) when made; a
+copy after its extCache was closed (its pComponent ended) is OSError(EBADF).
 """
 
+import errno
+
 from native.extcache import ExtCache
-from native.extcache import ffi as _xc_ffi
 from native.nring import NRing, _check, ffi, lib
 
 __all__ = ["DdioRing"]
@@ -23,15 +25,22 @@ __all__ = ["DdioRing"]
 
 class DdioRing:
     def __init__(self, xc: ExtCache, pid: int, start: int, size: int):
-        if size <= 0:
-            raise ValueError(f"no ring of {size} B")
-        self._xc = xc   # the segment stays mapped while the ring is in use
-        self._ring = ffi.new("dd_ring *", {
-            "xc": ffi.cast("void *", int(_xc_ffi.cast("uintptr_t", xc.base))),
-            "pid": pid, "start": start, "size": size})
+        if not (type(start) is int and type(size) is int and start >= 0 and size > 0
+                and start + size <= 1 << 64):
+            raise OSError(errno.EINVAL, f"no ring of {size!r} B at {start!r}")
+        self._xc = xc
+        # The segment's own buffer export: it stays mapped while this ring lives,
+        # even if the extCache is closed meanwhile (then copies say EBADF).
+        self._segment = ffi.from_buffer(xc.mapping, require_writable=True)
+        self._ring = ffi.new("dd_ring *", {"xc": ffi.cast("void *", self._segment),
+                                           "pid": pid, "start": start, "size": size})
 
     def store(self, rx: NRing, pos: int, n: int) -> int:
+        if self._xc.base is None:
+            raise OSError(errno.EBADF, "dDDIO store: the extCache is closed")
         return _check(lib.dd_store(rx._r, self._ring, pos, n), "dDDIO store")
 
     def fetch(self, tx: NRing, pos: int, n: int) -> int:
+        if self._xc.base is None:
+            raise OSError(errno.EBADF, "dDDIO fetch: the extCache is closed")
         return _check(lib.dd_fetch(tx._r, self._ring, pos, n), "dDDIO fetch")

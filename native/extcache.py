@@ -12,6 +12,7 @@ Interface:
     xc.miss_begin / miss_end / miss_abort, xc.clean, xc.clean_run, xc.invalidate, xc.drop_pid
     xc.slot_acquire(pid) / slot_release(pid), xc.counters(pid=0)
     xc.close()
+    xc.mapping                                              the segment's mapping
 C return codes become exceptions here and nowhere else: a negative errno is a
 broken invariant in the caller and raises OSError.
 """
@@ -37,7 +38,7 @@ def _check(rc: int, what: str) -> int:
 
 class ExtCache:
     def __init__(self, mm: Any):
-        self._mm = mm
+        self.mapping = mm   # the segment's mapping (dDDIO's copies take it too: ddio.py)
         self._keep = ffi.from_buffer(mm)
         self.base = ffi.cast("void *", self._keep)
         self.line_size = lib.xc_line_size(self.base)
@@ -142,6 +143,6 @@ class ExtCache:
     def close(self) -> None:
         self._keep = self.base = None
         try:
-            self._mm.close()
+            self.mapping.close()
         except BufferError:  # a view is still alive somewhere; the mapping goes at exit
             pass

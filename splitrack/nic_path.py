@@ -166,15 +166,19 @@ class NicPath:
             try:
                 self._unstage()
             except BaseException:   # not taken: as if this send() had not happened
-                del stage[-len(chunk):]
+                self.stage = self.stage[:-len(chunk)]   # a new one (see _unstage)
                 raise
 
     def _unstage(self) -> None:
-        """The staged bytes into the send ring."""
+        """The staged bytes into the send ring. The stage is replaced, never resized
+        after a copy: a failed copy's traceback may still hold views of it."""
         if self.stage:
-            with memoryview(self.stage) as view:
-                self._write(view)
-            self.stage.clear()
+            data, self.stage = self.stage, bytearray()
+            try:
+                self._write(data)
+            except BaseException:
+                self.stage = bytearray(data)
+                raise
 
     def _write(self, chunk: memoryview) -> None:
         """chunk into the send ring's lines at tpos (through the extCache: C while the

@@ -29,8 +29,8 @@ SPLITRACK_PACKING):
   after its first byte, so that held bytes leave even while the program
   computes. A program that keeps sending sends its batches itself; the
   flusher then only looks (a batch it finds younger is looked at again when
-  it is due; one whose stub is in a call, PACK_DELAY_S later) and takes no
-  stub's lock.
+  it is due; one whose stub is in a call, PACK_DELAY_S later, waiting for the
+  lock once the batch is twice that old) and takes no stub's lock.
 - routing: `nic()` (GNM_ALLOCATE, once: the NIC of this process's unbound
   sockets) and `owner(ip)` (GNM_OWNER, cached: the nComponent of a NIC).
 At exit every open stub closes, so data sent just before exit still leaves.
@@ -229,9 +229,9 @@ class Runtime:
                     if path.held and age < PACK_DELAY_S:   # a younger batch: when it is due
                         wait = min(wait, PACK_DELAY_S - age)
                         continue
-                    lock = path.stub._lock
-                    if not lock.acquire(blocking=False):
-                        continue   # the program is in a call on that socket: look again
+                    lock = path.stub._lock   # the program may be in a call on that
+                    if not lock.acquire(blocking=age >= 2 * PACK_DELAY_S):   # socket: look
+                        continue                             # again, and wait if overdue
                     try:
                         self._held.remove(path)
                         path.announce_held()

@@ -416,8 +416,13 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        view, sent = _bytes_view(data), 0   # (bytes as they are: the usual case)
-        if view and not flags:   # the hot case first: a socket that sends, a window that takes it
+        return self._send_now(_bytes_view(data), flags)
+
+    def _send_now(self, view: bytes | memoryview, flags: int) -> int:
+        """send(): one put if the socket can send and the window takes it all (the hot
+        case); the general loop (`_send`) for the rest."""
+        sent = 0
+        if view and not flags:
             with self._lock:
                 path = self._path
                 if path is not None and self._peer is not None and not (
@@ -429,13 +434,16 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if not sent:
             return self._send(view, flags)
         try:   # the window took part of it: a blocking send waits for room for the rest
-            return sent + self._send(view[sent:], flags)
-        except TimeoutError:
+            return sent + self._send(memoryview(view)[sent:], flags)
+        except TimeoutError as exc:
+            if type(exc) is not TimeoutError:   # FitTimeout: the rack failed, not the wait
+                raise
             return sent
 
-    def _send(self, view: memoryview, flags: int) -> int:
+    def _send(self, view: bytes | memoryview, flags: int) -> int:
         if flags & ~(_DONTWAIT | _NOSIGNAL):
             raise _err(errno.EOPNOTSUPP)
+        view = memoryview(view)   # slices of what is left: no copies
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
         deadline = None   # computed if it must wait (this is the hot path)
         sent, total = 0, len(view)
@@ -470,7 +478,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = _bytes_view(data)
-        done = self.send(view, flags)   # a blocking send sends it all; else the rest
+        done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
             done += self._send(memoryview(view)[done:], flags)
 

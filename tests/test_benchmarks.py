@@ -22,7 +22,7 @@ import pytest
 from benchmarks import floors, tcp_client
 from benchmarks.corpus import Corpus
 from benchmarks.servers import server
-from benchmarks.shm_peer import ShmPeer
+from benchmarks.shm_peer import STREAM_MAX, ShmPeer
 from helpers import SPLITRACK, alive, wait_gone
 
 TAG = "SPLITRACK_BENCH_TEST_TAG"
@@ -214,7 +214,13 @@ def test_the_relay_floor_echoes_and_streams_through_fits_rings():
                     got += sock.recv(1 << 16)
                 assert got[:3 * size] == bytes(3 * size)   # the stream role sends zeros
             assert tcp_client.tx(*addr, size, 0.1)["MBps"] > 0
-        assert len(tcp_client.echo_rtts(*addr, 300, 20, 2)) == 20   # echo after streams
+        for bad in (b"T", b"T\x01\x00", struct.pack("<cI", b"T", 0),
+                    struct.pack("<cI", b"T", STREAM_MAX + 1)):   # each ends its connection
+            with socket.create_connection(addr, timeout=10) as sock:
+                sock.sendall(bad)
+                sock.shutdown(socket.SHUT_WR)
+                assert sock.recv(1) == b""
+        assert len(tcp_client.echo_rtts(*addr, 300, 20, 2)) == 20   # echo after all that
 
 
 def test_bench_wordcount_counts_right_in_every_mode(run_root, tmp_path):

@@ -1,8 +1,11 @@
 """dDDIO's native copies (native/ddio.c) through their binding, on a private
 extCache segment and DRAM ring (no rack needed): bytes that wrap in both rings
 arrive in order, a copy stops at the first line that is not cached and goes on
-once it is, and what was copied leaves (store) or joins (fetch) the DRAM ring."""
+once it is, and what was copied leaves (store) or joins (fetch) the DRAM ring;
+against a model of both rings, on random geometries; bad rings and a closed
+extCache are errors."""
 
+import errno
 import mmap
 import os
 import random
@@ -87,5 +90,89 @@ def test_full_and_empty_rings_copy_nothing(xc):
     assert ring.store(rx, 0, 50) == 0            # rx empty
     tx.put(b"x" * 100)
     assert ring.fetch(tx, 0, 50) == 0            # tx full
-    with pytest.raises(ValueError):
-        DdioRing(xc, PID, START, 0)
+    for start, size in ((START, 0), (-1, SIZE), (START, 1 << 64), (START, 1.5)):
+        with pytest.raises(OSError) as bad:
+            DdioRing(xc, PID, start, size)
+        assert bad.value.errno == errno.EINVAL
+
+
+def test_a_closed_extcache_says_ebadf_and_stays_mapped(xc):
+    cache_lines(xc, START // LINE, 1)
+    ring = DdioRing(xc, PID, START, SIZE)
+    dram = mmap.mmap(-1, 200)
+    rx = NRing(dram, 0, 100)
+    rx.put(b"x" * 10)
+    xc.close()   # its pComponent ended: the ring's copies fail, and touch nothing
+    for copy in (ring.store, ring.fetch):
+        with pytest.raises(OSError) as closed:
+            copy(rx, 0, 10)
+        assert closed.value.errno == errno.EBADF
+    assert rx.used == 10
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_copies_match_a_model_of_the_two_rings(seed):
+    """Random geometry (a ring that starts inside a line and is no multiple of
+    one), random lines cached and dropped, DRAM rings wrapped anywhere: each copy
+    takes the bytes in stream order up to the first line that is not cached."""
+    rng = random.Random(seed)
+    line, ways = rng.choice([64, 128, 256]), rng.choice([1, 2, 4])
+    fd = os.memfd_create("xc", os.MFD_CLOEXEC)
+    size = ExtCache.segment_size(32 * line, line, ways)
+    os.ftruncate(fd, size)
+    cache = ExtCache.create(mmap.mmap(fd, size), 32 * line, line, ways)
+    os.close(fd)
+    start, size = rng.randrange(50 * line), rng.randrange(1, 6 * line)
+    ring = DdioRing(cache, PID, start, size)
+    pages = range(start // line, (start + size - 1) // line + 1)
+    cap = rng.randrange(1, 4 * size + 2)
+    dram = bytearray(2 * cap + 7)
+    rx, tx = NRing(dram, 0, cap), NRing(dram, cap + 7, cap)
+    skew = rng.randrange(cap)   # the DRAM rings' positions start anywhere
+    rx.put(bytes(skew))
+    rx.drop(skew)
+    tx.put(bytes(skew))
+    tx.drop(skew)
+
+    def cached(addr):
+        return cache.read_into(-1, PID, addr, bytearray(1)) == 1
+
+    def addr(i):
+        return start + (pos + i) % size
+
+    pos = rng.randrange(10 * size)
+    for _ in range(10):
+        for page in pages:
+            r = rng.random()
+            if r < 0.1:
+                cache.invalidate(PID, page, 1)
+            elif r < 0.4 and cache.miss_begin(-1, PID, page) is not None:
+                cache.miss_end(-1, PID, page, 0, None)
+        rx.reset()
+        data = rng.randbytes(rx.put(rng.randbytes(rng.randrange(cap + 1))))
+        rx.reset()
+        rx.put(data)
+        n = rng.randrange(cap + 3)
+        want = 0
+        while want < min(n, len(data)) and cached(addr(want)):
+            want += 1
+        assert ring.store(rx, pos, n) == want
+        assert rx.peek(rx.used) == data[want:]
+        last = {addr(i): data[i] for i in range(want)}   # a ring shorter than n: the
+        for a, byte in last.items():                       # last lap's bytes are there
+            out = bytearray(1)
+            assert cache.read_into(-1, PID, a, out) == 1 and out[0] == byte
+        tx.reset()
+        fill = rng.randrange(cap + 1)
+        tx.put(b"\xee" * fill)
+        n = rng.randrange(cap + 3)
+        want = 0
+        while want < min(n, cap - fill) and cached(addr(want)):
+            want += 1
+        expect = bytearray(want)
+        for i in range(want):
+            cache.read_into(-1, PID, addr(i), memoryview(expect)[i:i + 1])
+        assert ring.fetch(tx, pos, n) == want
+        assert tx.get(tx.used) == b"\xee" * fill + bytes(expect)
+        pos += rng.randrange(2 * size)
+    cache.close()
