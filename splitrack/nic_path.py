@@ -117,7 +117,7 @@ class NicPath:
             self.stub._cond.notify_all()
 
     # ---- sending ------------------------------------------------------------------------------
-    def put(self, chunk: memoryview) -> int:
+    def put(self, chunk: bytes | memoryview) -> int:
         """Send what the window allows now; returns how many bytes (0: the window is full)."""
         n, credit = len(chunk), self.credit
         if n > credit:
@@ -152,7 +152,7 @@ class NicPath:
             raise
         return n
 
-    def _keep(self, chunk: memoryview) -> None:
+    def _keep(self, chunk: bytes | memoryview) -> None:
         """A held send: a small one waits in the stub's own buffer (`stage`) until a
         line's worth is there, then goes into the send ring in one copy; a large
         one goes in at once, after what is staged."""
@@ -180,7 +180,7 @@ class NicPath:
                 self.stage = bytearray(data)
                 raise
 
-    def _write(self, chunk: memoryview) -> None:
+    def _write(self, chunk: bytes | bytearray | memoryview) -> None:
         """chunk into the send ring's lines at tpos (through the extCache: C while the
         lines are cached; vm, which faults them in, from the first that is not)."""
         n = len(chunk)
