@@ -378,8 +378,7 @@ class Runtime:
         if stub is not None:
             stub._pushed(msg.op, msg.payload)
         elif msg.op == Op.STUB_SC_CONNECT:   # a listener closed meanwhile: say so
-            args = codec.decode(msg.payload[4:])[0]
-            shortcuts.refuse(self, args["process"], args["stub"])
+            shortcuts.refuse(self, codec.decode(msg.payload[4:])[0])
         # any other push for a stub closed meanwhile is dropped
 
     def check_components(self) -> None:

@@ -20,6 +20,9 @@ kernel's backlog holds a handshaken connection) and answers STUB_CONNECTED.
 No answer before the connector's deadline (the listener's process is not
 reading its inbox), nobody listening, or `shortcuts = false` (`splitrack run
 --no-shortcuts`): the ordinary path, which gives ECONNREFUSED as Linux would.
+The listener takes a request only in the first half of the connector's wait,
+and its answer names the request (`until`), so an answer that still comes
+late is dropped, never taken for the ordinary connect's.
 Neither program can tell, but by speed: addresses are those a real connection
 would show (the connector's port is an ephemeral one of its own).
 
@@ -81,9 +84,13 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
     local = (src, rt.ephemeral_port())
     wait = SHORTCUT_CONNECT_WAIT_S if stub._timeout is None else \
         min(stub._timeout, SHORTCUT_CONNECT_WAIT_S)
+    # The listener drops a request older than `until`, and the connector waits twice
+    # as long: an answer to a request the listener took has time to come, so no
+    # listener keeps a connection its connector gave up on (its program would accept
+    # one whose peer is already gone).
     args = {"kind": "pipe" if same else "fit", "peer": list(local), "local": [ip, port],
             "process": rt.id, "stub": stub._id, "inbox": rt.inbox.address,
-            "until": time.time() + wait}   # the listener drops a request older than this
+            "until": time.time() + wait / 2}
     rendezvous = _rendezvous(rt, stub._id) if same else None
     if rendezvous:
         args["path"] = rendezvous.getsockname()
@@ -95,6 +102,7 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
         args["channel"] = stub._path.channel.address
     rt.add_peer(listener["process"], listener["inbox"])
     stub._connected = None
+    stub._attempt = args["until"]   # the answer names it; a late one is dropped
     try:
         rt.send(listener["process"], Op.STUB_SC_CONNECT,
                 SK.pack(listener["stub"]) + codec.encode(args))
@@ -114,6 +122,7 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
         else:
             stub._path.connected(answer["sk"], answer["channel"])
     finally:
+        stub._attempt = None
         if rendezvous:
             os.unlink(rendezvous.getsockname())
             rendezvous.close()
@@ -173,14 +182,17 @@ def accept(listener: Any, args: dict[str, Any]) -> None:
         if conn is not None:
             conn.close()
         answer = {"errno": exc.errno or errno.ECONNREFUSED}
-    refuse(rt, args["process"], args["stub"], answer)
+    refuse(rt, args, answer)
 
 
-def refuse(rt: Any, process: str, stub: int, answer: dict[str, Any] | None = None) -> None:
-    """Answer a connector (ECONNREFUSED unless `answer` says otherwise)."""
-    answer = answer or {"errno": errno.ECONNREFUSED}
+def refuse(rt: Any, request: dict[str, Any], answer: dict[str, Any] | None = None) -> None:
+    """Answer a connector's STUB_SC_CONNECT `request` (ECONNREFUSED unless `answer`
+    says otherwise), naming its attempt (`until`): an answer that comes after the
+    connector gave up is not taken for the answer to its next connect."""
+    answer = {**(answer or {"errno": errno.ECONNREFUSED}), "until": request.get("until")}
     try:
-        rt.send(process, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer), timeout=0.5)
+        rt.send(request["process"], Op.STUB_CONNECTED,
+                SK.pack(request["stub"]) + codec.encode(answer), timeout=0.5)
     except OSError:
         pass   # the connector is gone
 

@@ -104,6 +104,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._peer_gone = False    # a FIT-shortcut peer closed: sends raise EPIPE
         self._dead = False         # closed: every call is EBADF
         self._connected: dict[str, Any] | None = None   # the answer to N_CONNECT
+        self._attempt: float | None = None   # a shortcut connect under way: its `until`
         self._rung = False
 
     # ---- names ---------------------------------------------------------------------------
@@ -607,8 +608,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 self._accepts.append(codec.decode(payload[SK.size:])[0])
                 self._ring()
             elif op == Op.STUB_CONNECTED:
-                self._connected = codec.decode(payload[SK.size:])[0]
-                self._cond.notify_all()
+                answer = codec.decode(payload[SK.size:])[0]
+                if answer.get("until") == self._attempt:   # else a shortcut's answer
+                    self._connected = answer                # that came too late
+                    self._cond.notify_all()
             elif op == Op.STUB_SC_CONNECT:
                 shortcuts.accept(self, codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CLOSED:

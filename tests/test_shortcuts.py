@@ -423,3 +423,25 @@ def test_a_16_mib_stream_both_ways_arrives_whole_on_every_path(net, path):
                                on="p0" if path == "pipe" else "p1", timeout=300)
     assert proc.stdout == "ok\n", proc.stdout + proc.stderr
     assert n0_network(rack)[counter] == before + 1
+
+
+def test_a_late_shortcut_answer_is_not_taken_for_the_next_connects(net):
+    """A listener's answer that comes after its connector gave up (and went the
+    ordinary way) names the attempt it answers: the stub drops it, so it cannot
+    pass for the answer to the ordinary connect under way."""
+    rack, env = net
+    program = textwrap.dedent("""
+        import socket
+        from fit_rpc import Op, codec
+        from fit_rpc.netpath import SK
+        s = socket.socket()
+        late = memoryview(SK.pack(s._id) + codec.encode({"errno": 111, "until": 12.5}))
+        s._pushed(Op.STUB_CONNECTED, late)   # no shortcut connect under way: dropped
+        print(s._connected)
+        s._attempt = 12.5                    # the attempt it answers: taken
+        s._pushed(Op.STUB_CONNECTED, late)
+        print(s._connected["errno"])
+    """)
+    done = run_on_rack(env, program, name="sc")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "111"]
