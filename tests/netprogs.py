@@ -4,9 +4,11 @@ helper that runs one in the background. Each server prints its port first."""
 import contextlib
 import os
 import select
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -218,3 +220,28 @@ ECHO_CLIENT = textwrap.dedent("""
         assert c.recv(10) == b"", "no EOF after half-close"
         print("ok", total, c.getsockname()[0], c.getpeername()[0], flush=True)
 """)
+
+
+@contextlib.contextmanager
+def echo_server() -> Iterator[socket.socket]:
+    """A plain echo server outside the rack (127.0.0.5), one connection at a time,
+    in a thread of this process; the listener it yields is closed at the end, which
+    ends the thread."""
+    listener = socket.create_server(("127.0.0.5", 0))
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(65536):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)   # wakes the serving thread's accept()
+        listener.close()

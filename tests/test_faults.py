@@ -18,7 +18,7 @@ import pytest
 
 from fit_rpc import Op
 from helpers import SPLITRACK, alive, running_rack, small_spec, wait_until
-from netprogs import SCRATCH, environ, on_rack
+from netprogs import SCRATCH, echo_server, environ, on_rack
 
 # A rack program: one thread blocked in accept() on n0's NIC, one in recv() on a
 # connection to a plain server outside; each prints its errno and when it came.
@@ -208,28 +208,14 @@ def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):
         print(hashlib.sha256(got).digest() == hashlib.sha256(data).digest())
     """)
     with running_rack(lambda s: small_spec(s, name="faultm")) as rack, \
-            socket.create_server(("127.0.0.5", 0)) as server:
+            echo_server() as server:
         env = environ(rack)
 
-        server.settimeout(30)   # a program that never connects ends the serving thread
-
         def run(mode):
-            def serve():
-                try:
-                    conn, _ = server.accept()
-                except OSError:
-                    return
-                with conn:
-                    while chunk := conn.recv(65536):
-                        conn.sendall(chunk)
-            t = threading.Thread(target=serve, daemon=True)
-            t.start()
-            proc = subprocess.run([SPLITRACK, "run", "--name", "faultm", "--on", "p1",
+            return subprocess.run([SPLITRACK, "run", "--name", "faultm", "--on", "p1",
                                    "--mode", mode, "--", sys.executable, "-c", echo,
                                    str(server.getsockname()[1])], env=env, cwd=SCRATCH,
                                   capture_output=True, text=True, timeout=60)
-            t.join(30)
-            return proc
 
         for mode in ("ddio", "dma"):   # n0 maps p1's extCache and m0's arena now
             assert run(mode).stdout == "True\n"

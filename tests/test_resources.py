@@ -12,7 +12,7 @@ import pytest
 
 from fit_rpc import Op
 from helpers import wait_until
-from netprogs import network_rack, run_on_rack
+from netprogs import echo_server, network_rack, run_on_rack
 
 # 100 in the suite; SPLITRACK_CHURN_PROGRAMS=1000 for the full churn (~0.5 s a program)
 PROGRAMS = int(os.environ.get("SPLITRACK_CHURN_PROGRAMS", "100"))
@@ -37,24 +37,6 @@ SHORT = textwrap.dedent("""
 def res():
     with network_rack("res") as (rack, env):
         yield rack, env
-
-
-def _echo_server():
-    """A plain echo server outside the rack (127.0.0.5), one connection at a time."""
-    listener = socket.create_server(("127.0.0.5", 0))
-
-    def serve():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                while data := conn.recv(4096):
-                    conn.sendall(data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener
 
 
 def _state(rack, ep):
@@ -82,9 +64,8 @@ def _processes(state) -> list[str]:
 @pytest.mark.timeout(max(120, PROGRAMS))   # ~0.5 s a program
 def test_many_short_programs_leave_nothing_behind(res):
     rack, env = res
-    listener = _echo_server()
-    port = str(listener.getsockname()[1])
-    try:
+    with echo_server() as listener:
+        port = str(listener.getsockname()[1])
         with rack.endpoint() as ep:
             first = run_on_rack(env, SHORT, port, name="res")   # what every program makes
             assert first.stdout.strip() == "ok", first.stderr
@@ -98,9 +79,6 @@ def test_many_short_programs_leave_nothing_behind(res):
         assert set(os.listdir("/dev/shm")) <= shm
         grown = {cid: after - rss[cid] for cid, after in _rss(rack).items()}
         assert all(g < (16 << 20) for g in grown.values()), grown   # nothing per program
-    finally:
-        listener.shutdown(socket.SHUT_RDWR)   # wakes the serving thread's accept()
-        listener.close()
 
 
 CYCLES = 10_000
