@@ -7,8 +7,9 @@
     splitrack restart [--name N] ID                  start a dead monitor again
     splitrack selftest [--fuzz N] [--faults]         check a throwaway rack, a line a check
     splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
-    splitrack bench fit|extcache|tcp|wordcount [--quick] [--json F] [--plot F.png]
+    splitrack bench fit|extcache|tcp|wordcount|hot|compare ...
                                                      benchmarks, baselines in the same run
+                                                     (benchmarks/verbs.py)
 
 Results go to stdout, diagnostics to stderr. Errors are one line and exit 1;
 a command line that does not parse is one line too, and exits 2.
@@ -23,12 +24,14 @@ import sys
 import time
 from typing import Any
 
+from benchmarks import verbs
 from fit_rpc import Op
+from splitrack import argtypes
 from splitrack.launch import LaunchError, run_program
-from splitrack.params import BENCH_SIZE_MAX_BYTES, UP_POLL_INTERVAL_S
+from splitrack.params import UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackError
 from splitrack.rundir import RunDir, RunRootError
-from splitrack.spec import SpecError, check_name, load_spec
+from splitrack.spec import SpecError, load_spec
 
 EXIT_OK, EXIT_ERROR, EXIT_DEGRADED, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_USAGE, EXIT_BROKEN_PIPE = 2, 128 + signal.SIGPIPE
@@ -179,24 +182,6 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return EXIT_ERROR if failed else EXIT_OK
 
 
-_BENCH_OPTIONS = {"plot": ("tcp", "wordcount"), "quick": ("tcp", "wordcount"),
-                  "modes": ("tcp", "wordcount"), "sizes": ("tcp",), "size": ("wordcount",),
-                  "seed": ("wordcount",)}
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    import importlib
-
-    for option, kinds in _BENCH_OPTIONS.items():
-        if getattr(args, option) not in (None, False) and args.kind not in kinds:
-            raise RackError(f"--{option} is for bench {' and '.join(kinds)}, not {args.kind}")
-    signal.signal(signal.SIGTERM, _interrupt)   # stopped: its racks, servers, files go too
-    from benchmarks.machine import busy_core
-
-    with busy_core(args.busy):
-        return importlib.import_module(f"benchmarks.{args.kind}").main(args)
-
-
 def _print_status(rows: list[dict[str, Any]]) -> None:
     print(f"{'ID':<8}{'KIND':<8}{'PID':>8}  {'STATE':<12}{'UPTIME':>9}  ENDPOINT")
     for r in rows:
@@ -255,43 +240,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _name(text: str) -> str:
-    try:
-        return check_name(text)
-    except SpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _count(text: str) -> int:
-    """A whole number >= 1 (--rounds, --reps)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return value
-
-
-def _sizes(text: str) -> str:
-    """Comma-separated message sizes, 1 B to BENCH_SIZE_MAX_BYTES."""
-    for z in text.split(","):
-        if not z.strip().isdigit() or not 1 <= int(z) <= BENCH_SIZE_MAX_BYTES:
-            raise argparse.ArgumentTypeError(
-                f"{z!r} is not a size in bytes from 1 to {BENCH_SIZE_MAX_BYTES}")
-    return text
-
-
-def _out_file(text: str) -> str:
-    """A file the run may write at its end: its directory must exist now."""
-    where = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(where):
-        raise argparse.ArgumentTypeError(f"{where}: no such directory")
-    if not os.access(where, os.W_OK | os.X_OK) or os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text}: cannot write there")
-    return text
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="splitrack",
@@ -303,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def rack_args(p: argparse.ArgumentParser, spec_help: str) -> None:
         p.add_argument("--spec", metavar="FILE", help=spec_help)
-        p.add_argument("--name", type=_name,
+        p.add_argument("--name", type=argtypes.rack_name,
                        help="rack name (default: the spec's, else 'default')")
 
     p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
@@ -372,59 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "each pComponent, a program on each, TCP through n0 in "
                                    "DDIO and DMA, the sComponent), print one line a check, "
                                    "stop it. Exit status 1 if any check failed.")
-    p.add_argument("--fuzz", type=_count, default=0, metavar="N",
+    p.add_argument("--fuzz", type=argtypes.count, default=0, metavar="N",
                    help="also send N malformed frames (seeded) to every monitor over the "
                         "rack's transport; each must still answer")
     p.add_argument("--faults", action="store_true",
                    help="also kill -9 each monitor in turn: its calls must fail within 2 s, "
                         "the others serve on, and restart brings it back")
     p.add_argument("--seed", type=int, default=1, help="the fuzzer's seed (default: 1)")
-    p.add_argument("--json", metavar="FILE", type=_out_file,
+    p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
                    help="also write {\"checks\": [{name, ok, detail}]} here")
     p.set_defaults(func=cmd_selftest)
 
-    p = sub.add_parser(
-        "bench", help="benchmarks with their baselines measured in the same run",
-        description="Benchmarks. Each measures its baselines in the same run, prints a table "
-                    "with p50/p99 and the ratios to its targets, and writes JSON (--json); tcp "
-                    "and wordcount also PNG plots (--plot). docs/benchmarks.md says what each "
-                    "measures, docs/evaluation.md how to read them against the paper.")
-    p.add_argument("kind", choices=["fit", "extcache", "tcp", "wordcount"],
-                   help="fit: FIT RTT over shm and zmq vs the interconnect floors (Linux TCP "
-                        "loopback, AF_UNIX, shared memory + eventfd, shared memory spinning, "
-                        "raw pyzmq); extcache: hits, misses, zero-fills and evictions vs the "
-                        "same floors; tcp: the paper's TCP micro-benchmarks (echo RTT, "
-                        "throughput, connect, nComponent CPU, NIC scaling; DDIO, DMA, pipe and "
-                        "FIT shortcuts) vs Linux TCP loopback, raw pyzmq, raw os.pipe and the "
-                        "relay and connect floors; wordcount: the paper's macro benchmark vs "
-                        "Linux")
-    p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
-    p.add_argument("--json", metavar="FILE", type=_out_file,
-                   help="also write the results as JSON here")
-    p.add_argument("--plot", metavar="F.png", type=_out_file,
-                   help="tcp, wordcount: draw the figures into this PNG and write the "
-                        "summary table next to it (F.md)")
-    p.add_argument("--quick", action="store_true",
-                   help="tcp, wordcount: a reduced sweep, well under a minute")
-    p.add_argument("--rounds", type=_count, default=None,
-                   help="round trips (fit, tcp) or misses (extcache) per repetition")
-    p.add_argument("--reps", type=_count, default=None,
-                   help="repetitions (what is compared is interleaved)")
-    p.add_argument("--modes", help="tcp: comma-separated modes (default: "
-                                   "linux,ddio,dma,pipe,fit); wordcount: the mapper's "
-                                   "(default: linux,ddio,dma)")
-    p.add_argument("--sizes", type=_sizes, help="tcp: comma-separated message sizes in bytes "
-                                   "(default: 128,256,512,1024,2048,4096; --quick: 128,4096)")
-    p.add_argument("--size", metavar="BYTES",
-                   help="wordcount: input size, e.g. 64MB or 1.5GB (default: 64MB; "
-                        "--quick: 8MB)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="wordcount: the input generator's seed (default: 1)")
-    p.add_argument("--busy", action="store_true",
-                   help="keep one core busy (a spinning process) for the whole run: on a VM "
-                        "whose idle cores halt, wake-ups then cost a context switch, not an "
-                        "IPI; run once with and once without to see both conditions")
-    p.set_defaults(func=cmd_bench)
+    verbs.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,120 @@
+"""`splitrack bench VERB`: each benchmark's command line, and the dispatch to it.
+
+    fit, extcache, tcp, wordcount   measure (benchmarks/<verb>.py: main(args))
+    hot                             the hot paths that need no rack (hot.py)
+    compare OLD.json NEW.json       what changed between two runs (compare.py)
+
+Every verb takes only the options it uses, so a bad one is refused by argparse
+in one line (exit 2) before any work starts. The options every measuring verb
+shares (--json, --csv, --samples, --reps or --duration, --busy) mean the same
+everywhere; report.finish writes them.
+"""
+
+import argparse
+import importlib
+import signal
+from typing import Any
+
+from splitrack import argtypes
+
+TCP_MODES = ("linux", "ddio", "dma", "pipe", "fit")
+WORDCOUNT_MODES = ("linux", "ddio", "dma")
+
+
+def add_parser(sub: Any) -> None:
+    bench = sub.add_parser(
+        "bench", help="benchmarks with their baselines measured in the same run",
+        description="Benchmarks. Each measures its baselines in the same run and prints p50, "
+                    "p90, p99, p99.9, min and max with the spread over repetitions, then a "
+                    "verdict per target (met, NOT met, or unresolved when the spread "
+                    "straddles it). docs/benchmarks.md says what each measures, "
+                    "docs/evaluation.md how to read them against the paper.")
+    verbs = bench.add_subparsers(dest="kind", required=True, metavar="VERB")
+
+    def measuring(name: str, help_: str, rounds: str | None) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=help_, description=help_)
+        p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
+        p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
+                       help="also write the report as JSON here (with the machine and the "
+                            "settings)")
+        p.add_argument("--csv", metavar="FILE", type=argtypes.out_file,
+                       help="also write every statistic as CSV here (one row a series)")
+        p.add_argument("--samples", metavar="FILE", type=argtypes.out_file,
+                       help="also write the raw samples here: CSV (series, size, rep, value), "
+                            "or numpy .npz if FILE ends in .npz")
+        if rounds:
+            p.add_argument("--rounds", type=argtypes.count, default=None, help=rounds)
+        reps = p.add_mutually_exclusive_group()
+        reps.add_argument("--reps", type=argtypes.count, default=None,
+                          help="repetitions (what is compared is interleaved)")
+        reps.add_argument("--duration", type=argtypes.seconds, default=None, metavar="S",
+                          help="instead of a fixed --reps: repeat until S seconds have passed "
+                               "(at least 3 repetitions)")
+        p.add_argument("--busy", action="store_true",
+                       help="keep one core busy (a spinning process) for the whole run: on a "
+                            "VM whose idle cores halt, wake-ups then cost a context switch, "
+                            "not an IPI; run once with and once without to see both")
+        p.set_defaults(func=cmd_bench)
+        return p
+
+    def figures(p: argparse.ArgumentParser, quick: str, modes: tuple[str, ...],
+                default: str) -> None:
+        p.add_argument("--plot", metavar="F.png", type=argtypes.out_file,
+                       help="draw the figures into this PNG and write the summary table next "
+                            "to it (F.md)")
+        p.add_argument("--quick", action="store_true", help=quick)
+        p.add_argument("--modes", type=argtypes.choices(modes), default=None,
+                       help=f"comma-separated modes (default: {default})")
+
+    measuring("fit", "FIT RTT over shm and zmq vs the interconnect floors (Linux TCP "
+                     "loopback, AF_UNIX, shared memory + eventfd, shared memory spinning, "
+                     "raw pyzmq)", "round trips per repetition")
+    measuring("extcache", "extCache hits, misses, zero-fills and evictions vs the same floors",
+              "misses per repetition")
+    p = measuring("tcp", "the paper's TCP micro-benchmarks (echo RTT, throughput, connect, "
+                         "nComponent CPU, NIC scaling; DDIO, DMA, pipe and FIT shortcuts) vs "
+                         "Linux TCP loopback, raw pyzmq, raw os.pipe and the relay and connect "
+                         "floors", "round trips per repetition")
+    figures(p, "a reduced sweep, under a minute", TCP_MODES, ",".join(TCP_MODES))
+    p.add_argument("--sizes", type=argtypes.sizes,
+                   help="comma-separated message sizes in bytes "
+                        "(default: 128,256,512,1024,2048,4096; --quick: 128,4096)")
+    p = measuring("wordcount", "the paper's macro benchmark: word count on the rack vs Linux",
+                  None)
+    figures(p, "8 MB of input, one repetition", WORDCOUNT_MODES, ",".join(WORDCOUNT_MODES))
+    p.add_argument("--size", type=argtypes.size, default=None, metavar="BYTES",
+                   help="input size, e.g. 64MB or 1.5GB (default: 64MB; --quick: 8MB)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the input generator's seed (default: 1)")
+
+    p = verbs.add_parser("hot", help="the hot paths that need no rack: FIT header, args "
+                                     "codec, extCache hits", description="The hot paths that "
+                         "need no rack, each timed alone in this process.")
+    p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
+                   help="also write the report as JSON here")
+    p.add_argument("--rounds", type=argtypes.count, default=None,
+                   help="calls per repetition")
+    p.add_argument("--reps", type=argtypes.count, default=None, help="repetitions")
+    p.set_defaults(func=cmd_bench, csv=None, samples=None, busy=False, duration=None)
+
+    p = verbs.add_parser("compare", help="compare two --json reports of the same benchmark",
+                         description="A table of what changed between two runs of one "
+                                     "benchmark (their --json files), with a verdict per row "
+                                     "that the spreads justify.")
+    p.add_argument("old", type=argtypes.in_file, metavar="OLD.json")
+    p.add_argument("new", type=argtypes.in_file, metavar="NEW.json")
+    p.add_argument("--fail-above", type=argtypes.percent, default=None, metavar="PCT",
+                   help="exit 1 if any row got worse by more than PCT percent (for CI)")
+    p.set_defaults(func=cmd_bench)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)   # stopped: its racks, servers, files go too
+    from benchmarks.machine import busy_core
+
+    with busy_core(args.busy if args.kind != "compare" else False):
+        return importlib.import_module(f"benchmarks.{args.kind}").main(args)

@@ -1,0 +1,100 @@
+"""The command line's value checks: argparse `type=` functions.
+
+Each takes the text as typed and returns the value, or raises
+argparse.ArgumentTypeError with a message that names what is wrong, so a bad
+command line is refused in one line (exit 2) before anything starts.
+
+    rack_name("default")        a rack name (spec.check_name)
+    count("5") -> 5             a whole number >= 1 (--rounds, --reps)
+    seconds("2.5") -> 2.5       a positive number of seconds (--duration)
+    percent("5") -> 5.0         a number >= 0 (--fail-above)
+    sizes("128,4096")           comma-separated message sizes in bytes
+    size("64MB") -> 64000000    one size with a unit (spec.parse_size)
+    out_file("r.json")          a file the run may write at its end
+    in_file("old.json")         a file that exists and can be read now
+    choices(("a", "b"))         a checker of comma-separated names from a list
+"""
+
+import argparse
+import os
+from collections.abc import Callable
+
+from splitrack.params import BENCH_SIZE_MAX_BYTES
+from splitrack.spec import SpecError, check_name, parse_size
+
+
+def rack_name(text: str) -> str:
+    try:
+        return check_name(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def _number(text: str, what: str, ok: Callable[[float], bool]) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not ok(value):   # nan fails every test
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value
+
+
+def seconds(text: str) -> float:
+    return _number(text, "a number of seconds > 0", lambda v: 0 < v < float("inf"))
+
+
+def percent(text: str) -> float:
+    return _number(text, "a percentage >= 0", lambda v: 0 <= v < float("inf"))
+
+
+def sizes(text: str) -> str:
+    for z in text.split(","):
+        if not z.strip().isdigit() or not 1 <= int(z) <= BENCH_SIZE_MAX_BYTES:
+            raise argparse.ArgumentTypeError(
+                f"{z!r} is not a size in bytes from 1 to {BENCH_SIZE_MAX_BYTES}")
+    return text
+
+
+def size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except SpecError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size (bytes, or e.g. '64MB', '1.5GB')") from None
+
+
+def out_file(text: str) -> str:
+    where = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(where):
+        raise argparse.ArgumentTypeError(f"{where}: no such directory")
+    if not os.access(where, os.W_OK | os.X_OK) or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text}: cannot write there")
+    return text
+
+
+def in_file(text: str) -> str:
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text}: no such file, or not readable")
+    return text
+
+
+def choices(allowed: tuple[str, ...], what: str = "mode") -> Callable[[str], tuple[str, ...]]:
+    def check(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(","))
+        bad = [n for n in names if n not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what}(s) {', '.join(bad)} (have {', '.join(allowed)})")
+        return names
+    return check
