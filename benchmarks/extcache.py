@@ -23,20 +23,24 @@ line copied into the extCache.
 JSON (--json FILE): {"bench": "extcache", "config": {...}, "results": [{"op", "size",
 "p50_us", "p99_us"}], "raw_zmq_p50_us", "raw_zmq_p99_us", "miss_ratio_p50",
 "floors": [{"size", "name", "p50_us", "p99_us"}], "copy_4k_us", "miss_over_floor",
-"targets": [{"name", "value", "target", "met"}]}
+"targets": [{"name", "value", "low", "high", "limit", "sense", "verdict", "met"}],
+"stats", "machine", "settings"} (report.py; the target's range: repetition by
+repetition, that repetition's read_miss median over its floor plus its copy)
 """
 
 import argparse
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from benchmarks import floors
+from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawClient, RawServer
-from benchmarks.report import finish
+from benchmarks.report import finish, print_stats
+from benchmarks.stats import Series, ratio_of, repetitions, target
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
@@ -51,48 +55,54 @@ COPY_SAMPLES = 40         # batches a repetition
 MISS_TARGET = 1.5         # read_miss p50 <= this x (shm_eventfd p50 at the line + copy_4k_us)
 
 
-def run(spec: Any = None, rounds: int = MISS_ROUNDS, reps: int = REPS) -> dict[str, Any]:
+def run(spec: Any = None, rounds: int = MISS_ROUNDS, reps: int = REPS,
+        duration: float | None = None) -> tuple[dict[str, Any], dict[str, Series]]:
     rack_spec = load_spec(spec, name=f"bench-xc-{os.getpid()}")
     p0 = next(c for c in rack_spec.components if c["kind"] == "p")
     line = rack_spec.line
-    floor_samples: dict[tuple[str, int], list[float]] = {
-        (n, z): [] for n in floors.NAMES for z in sorted({128, line})}
-    copies: list[float] = []
+    ops, floor, base = Series(), Series(), Series()
     with Rack(rack_spec) as rack, VirtualMemory.attach(rack, p0["id"]) as vm:
         raw_address = f"ipc://{rack.run.path}/raw-line.sock"
-        with RawServer(raw_address, reply_bytes=line), floors.Echoes(floors.NAMES) as echoes:
+        with RawServer(raw_address, reply_bytes=line), floors.Echoes(floors.NAMES) as echoes, \
+                progress("bench extcache", None if duration else reps) as advance:
             raw = RawClient(raw_address)
             try:
-                results, raw_samples = _measure(
-                    vm, raw, line, rounds, reps,
-                    lambda: _baselines(echoes, floor_samples, copies, rounds))
+                _measure(vm, raw, line, rounds, repetitions(reps, duration), ops, base,
+                         lambda: _baselines(echoes, floor, base, rounds, line, advance))
             finally:
                 raw.close()
-    copy_4k_us = float(np.median(copies))
-    raw_p50, raw_p99 = np.percentile(raw_samples, [50, 99])
-    miss = next(r for r in results if r["op"] == "read_miss")
-    floor_rows = floors.summarize(floor_samples)
-    bound = floors.p50(floor_rows, "shm_eventfd", line) + copy_4k_us
-    over = round(miss["p50_us"] / bound, 3)
-    return {"bench": "extcache",
-            "config": {"pcomponent": p0["id"], "extcache_bytes": p0["extcache"],
-                       "ways": p0["ways"], "eviction": p0["eviction"], "line": line},
-            "results": results, "raw_zmq_p50_us": round(float(raw_p50), 2),
-            "raw_zmq_p99_us": round(float(raw_p99), 2),
-            "miss_ratio_p50": round(miss["p50_us"] / float(raw_p50), 3),
-            "floors": floor_rows, "copy_4k_us": round(copy_4k_us, 4), "miss_over_floor": over,
-            "targets": [{"name": f"extCache read miss p50 / (shm_eventfd p50 at {line} B + "
-                                 "4 KiB copy)",
-                         "value": over, "target": MISS_TARGET, "met": over <= MISS_TARGET}]}
+    results = [{"op": op, "size": size, "p50_us": (got := ops.summary(op, size))["p50"],
+                "p99_us": got["p99"]} for op, size in ops.reps]
+    raw_stats = base.summary("raw_zmq_line", line)
+    miss = ops.summary("read_miss", line)
+    floor_rows = floors.summarize(floor)
+    # the bound, repetition by repetition: the floor at the line, plus one 4 KiB copy
+    bound = [[float(np.median(f)) + float(np.median(c))] for f, c in
+             zip(floor.reps["shm_eventfd", line], base.reps["copy_4k", COPY_BYTES], strict=True)]
+    over = ratio_of(ops.reps["read_miss", line], bound)
+    report = {"bench": "extcache",
+              "config": {"pcomponent": p0["id"], "extcache_bytes": p0["extcache"],
+                         "ways": p0["ways"], "eviction": p0["eviction"], "line": line},
+              "results": results, "raw_zmq_p50_us": round(raw_stats["p50"], 2),
+              "raw_zmq_p99_us": round(raw_stats["p99"], 2),
+              "miss_ratio_p50": round(miss["p50"] / raw_stats["p50"], 3),
+              "floors": floor_rows,
+              "copy_4k_us": round(base.summary("copy_4k", COPY_BYTES)["p50"], 4),
+              "miss_over_floor": over["value"],
+              "targets": [target(f"extCache read miss p50 / (shm_eventfd p50 at {line} B + "
+                                 "4 KiB copy)", over, MISS_TARGET)]}
+    return report, {"op/": ops, "floor/": floor, "base/": base}
 
 
-def _baselines(echoes: floors.Echoes, samples: dict[tuple[str, int], list[float]],
-               copies: list[float], rounds: int) -> None:
+def _baselines(echoes: floors.Echoes, floor: Series, base: Series, rounds: int, line: int,
+               advance: Callable[..., None]) -> None:
     """One repetition of every floor at every size (128 B and the line), and of
     the copy."""
-    for name, size in samples:
-        samples[name, size] += echoes.round_trips(name, size, rounds, BENCH_WARMUP_ROUNDS)
-    copies += _copies(COPY_BYTES, COPY_SAMPLES)
+    for size in sorted({128, line}):
+        for name in floors.NAMES:
+            floor.add(name, size, echoes.round_trips(name, size, rounds, BENCH_WARMUP_ROUNDS))
+    base.add("copy_4k", COPY_BYTES, _copies(COPY_BYTES, COPY_SAMPLES))
+    advance(f"repetition {len(base.reps['copy_4k', COPY_BYTES])}")
 
 
 def _copies(size: int, n: int) -> list[float]:
@@ -109,35 +119,29 @@ def _copies(size: int, n: int) -> list[float]:
     return out
 
 
-def _measure(vm: VirtualMemory, raw: RawClient, line: int, rounds: int, reps: int,
-             baselines: Callable[[], None]) -> tuple[list[dict], list[float]]:
-    results = []
+def _measure(vm: VirtualMemory, raw: RawClient, line: int, rounds: int, reps: Iterator[int],
+             ops: Series, base: Series, baselines: Callable[[], None]) -> None:
     addr = vm.alloc(line)
     vm.write(addr, b"\1" * line)
     for size in (64, line):
         buf, data = bytearray(size), b"\2" * size
-        read_hit = _timed(HIT_ROUNDS, lambda b=buf: vm.read_into(addr, b))
-        write_hit = _timed(HIT_ROUNDS, lambda d=data: vm.write(addr, d))
-        results += [_row("read_hit", size, read_hit), _row("write_hit", size, write_hit)]
+        ops.add("read_hit", size, _timed(HIT_ROUNDS, lambda b=buf: vm.read_into(addr, b)))
+        ops.add("write_hit", size, _timed(HIT_ROUNDS, lambda d=data: vm.write(addr, d)))
     vm.flush(addr, line)
     buf = bytearray(line)
-    misses: list[float] = []
-    raw_samples: list[float] = []
     raw.measure(28, BENCH_WARMUP_ROUNDS)  # the same warm-up for both sides
     _timed(BENCH_WARMUP_ROUNDS, lambda: vm.read_into(addr, buf),
            before=lambda: vm.invalidate(addr, line))
-    for _ in range(reps):  # interleaved with the raw baseline: the same noise for both
-        raw_samples += raw.measure(28, rounds)
-        misses += _timed(rounds, lambda: vm.read_into(addr, buf),
-                         before=lambda: vm.invalidate(addr, line))
+    for _ in reps:  # interleaved with the baselines: the same noise for all
+        base.add("raw_zmq_line", line, raw.measure(28, rounds))
+        ops.add("read_miss", line, _timed(rounds, lambda: vm.read_into(addr, buf),
+                                          before=lambda: vm.invalidate(addr, line)))
         baselines()
-    results.append(_row("read_miss", line, misses))
     fresh = vm.alloc(rounds * line)
     pages = iter(range(rounds))
-    results.append(_row("write_miss_zerofill", line, _timed(
-        rounds, lambda: vm.write(fresh + next(pages) * line, buf))))
-    results.append(_row("evict_writeback", line, _evictions(vm, line, rounds)))
-    return results, raw_samples
+    ops.add("write_miss_zerofill", line, _timed(
+        rounds, lambda: vm.write(fresh + next(pages) * line, buf)))
+    ops.add("evict_writeback", line, _evictions(vm, line, rounds))
 
 
 def _evictions(vm: VirtualMemory, line: int, rounds: int) -> list[float]:
@@ -170,31 +174,18 @@ def _timed(n: int, op: Any, before: Any = None) -> list[float]:
     return out
 
 
-def _row(op: str, size: int, samples: list[float]) -> dict[str, Any]:
-    p50, p99 = np.percentile(samples, [50, 99])
-    return {"op": op, "size": size, "p50_us": round(float(p50), 3),
-            "p99_us": round(float(p99), 3)}
-
-
 def print_table(report: dict[str, Any]) -> None:
     c = report["config"]
     print(f"extCache of {c['pcomponent']}: {c['extcache_bytes'] >> 20} MiB, {c['ways']}-way, "
-          f"{c['eviction'].upper()}, {c['line']} B lines")
-    print(f"{'op':<22}{'size':>6}  {'p50':>10} {'p99':>10}")
-    for r in report["results"]:
-        print(f"{r['op']:<22}{r['size']:>6}  {r['p50_us']:>8.2f}us {r['p99_us']:>8.2f}us")
-    print(f"raw pyzmq RTT (small request, one-line reply): p50 {report['raw_zmq_p50_us']:.1f}us"
-          f" p99 {report['raw_zmq_p99_us']:.1f}us; read_miss / raw p50 = "
-          f"{report['miss_ratio_p50']:.3f}")
-    print("interconnect floors (plain processes, no FIT code; interleaved with read_miss):")
-    floors.print_rows(report["floors"])
-    print(f"one 4 KiB copy: {report['copy_4k_us']:.3f}us")
-    print("targets:")
-    for t in report["targets"]:
-        print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
-              f"(target <= {t['target']})")
+          f"{c['eviction'].upper()}, {c['line']} B lines; single operations in µs (op/), "
+          "the interconnect floors (floor/: plain processes, no FIT code, interleaved with "
+          "read_miss), raw pyzmq with a one-line reply and one 4 KiB copy (base/)")
+    print_stats(report["stats"], "what")
+    print(f"read_miss / raw pyzmq p50 = {report['miss_ratio_p50']:.3f}; one 4 KiB copy: "
+          f"{report['copy_4k_us']:.3f}us")
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run(args.spec, rounds=args.rounds or MISS_ROUNDS, reps=args.reps or REPS)
-    return finish(report, args, print_table)
+    report, series = run(args.spec, rounds=args.rounds or MISS_ROUNDS, reps=args.reps or REPS,
+                         duration=args.duration)
+    return finish(report, args, print_table, series)

@@ -14,7 +14,9 @@ What is measured, per payload size (128 B and 4 KiB):
   spinning), raw_zmq (pyzmq DEALER/ROUTER over ipc).
 All seven are interleaved in `reps` repetitions (their order rotating), each
 warmed up alike in every repetition, so that the machine's noise hits all
-alike. Reported: p50 and p99 of the pooled samples, and ratios of p50s.
+alike (`--duration S`: repetitions until S seconds have passed). Reported:
+the statistics of benchmarks/stats.py for every series ("stats"), and ratios
+of p50s, each target's with its range over paired repetitions.
 Also reported: how long `Rack.start()` took (`rack_up_s`: the shm rack, the
 default transport; `rack_up_s_by_transport`: both).
 
@@ -26,7 +28,8 @@ JSON (--json FILE): {"bench": "fit", "caller", "target", "rounds", "reps",
 "results": [{"size", "transport": "shm"|"zmq", "fit_p50_us", "fit_p99_us",
              "over_linux_tcp", "over_shm_eventfd", "over_raw_zmq"}],
 "floors": [{"size", "name", "p50_us", "p99_us"}],
-"targets": [{"name", "value", "target", "met"}]}
+"targets": [{"name", "value", "low", "high", "limit", "sense", "verdict", "met",
+              "floor"}], "stats", "machine", "settings"} (report.py)
 """
 
 import argparse
@@ -38,10 +41,10 @@ import os
 import time
 from typing import Any
 
-import numpy as np
-
 from benchmarks import floors
-from benchmarks.report import finish
+from benchmarks.progress import progress
+from benchmarks.report import finish, print_stats
+from benchmarks.stats import Series, ratio_of, repetitions, target
 from fit_rpc import Op
 from splitrack.params import (
     BENCH_FIT_REPS,
@@ -58,14 +61,14 @@ _SIZE_LABELS = {128: "128 B", 4096: "4 KiB"}
 
 
 def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
-        rounds: int = BENCH_FIT_ROUNDS, reps: int = BENCH_FIT_REPS) -> dict[str, Any]:
+        rounds: int = BENCH_FIT_ROUNDS, reps: int = BENCH_FIT_REPS,
+        duration: float | None = None) -> tuple[dict[str, Any], dict[str, Series]]:
     base = load_spec(spec, name=f"bench-fit-{os.getpid()}")
     caller = next(c["id"] for c in base.components if c["kind"] == "p")
     target = next(c["id"] for c in base.components if c["kind"] == "m")
-    fit: dict[tuple[str, int], list[float]] = {(t, z): [] for t in TRANSPORTS for z in sizes}
-    floor: dict[tuple[str, int], list[float]] = {(n, z): [] for n in floors.NAMES
-                                                 for z in sizes}
+    fit, floor = Series(), Series()
     rack_up_s: dict[str, float] = {}
+    done = 0
     with contextlib.ExitStack() as stack:
         endpoints = {}
         for transport in TRANSPORTS:
@@ -75,23 +78,25 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
             endpoints[transport] = rack.endpoint()
         echoes = stack.enter_context(floors.Echoes(floors.NAMES))
         kinds = [("fit", t) for t in TRANSPORTS] + [("floor", n) for n in floors.NAMES]
-        for rep in range(reps):
+        advance = stack.enter_context(progress("bench fit", None if duration else reps))
+        for rep in repetitions(reps, duration):
             order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
             for size in sizes:
                 for what, name in order:
                     if what == "fit":
-                        fit[name, size] += _ping(endpoints[name], caller, target, size, rounds)
+                        fit.add(name, size, _ping(endpoints[name], caller, target, size, rounds))
                     else:
-                        floor[name, size] += echoes.round_trips(name, size, rounds,
-                                                                BENCH_WARMUP_ROUNDS)
+                        floor.add(name, size, echoes.round_trips(name, size, rounds,
+                                                                 BENCH_WARMUP_ROUNDS))
+            done += 1
+            advance(f"repetition {done}")
     floor_rows = floors.summarize(floor)
-    results = [_result(transport, size, samples, floor_rows)
-               for (transport, size), samples in sorted(fit.items(), key=lambda kv: kv[0][1])]
+    results = [_result(transport, size, fit, floor) for size in sizes for transport in TRANSPORTS]
     report = {"bench": "fit", "caller": caller, "target": target, "rounds": rounds,
-              "reps": reps, "rack_up_s": rack_up_s["shm"], "rack_up_s_by_transport": rack_up_s,
+              "reps": done, "rack_up_s": rack_up_s["shm"], "rack_up_s_by_transport": rack_up_s,
               "results": results, "floors": floor_rows}
-    report["targets"] = _targets(results)
-    return report
+    report["targets"] = _targets(sizes, fit, floor)
+    return report, {"fit/": fit, "floor/": floor}
 
 
 def _with_transport(base: RackSpec, transport: str) -> RackSpec:
@@ -111,50 +116,47 @@ def _ping(ep: Any, caller: str, target: str, size: int, rounds: int) -> list[flo
     return list(array.array("d", bytes(data)))
 
 
-def _result(transport: str, size: int, samples: list[float],
-            floor_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    p50, p99 = (float(v) for v in np.percentile(samples, [50, 99]))
+def _result(transport: str, size: int, fit: Series, floor: Series) -> dict[str, Any]:
+    got = fit.summary(transport, size)
     row: dict[str, Any] = {"size": size, "transport": transport,
-                           "fit_p50_us": round(p50, 2), "fit_p99_us": round(p99, 2)}
+                           "fit_p50_us": round(got["p50"], 2), "fit_p99_us": round(got["p99"], 2)}
     for name in ("linux_tcp", "shm_eventfd", "raw_zmq"):
-        row[f"over_{name}"] = round(p50 / floors.p50(floor_rows, name, size), 3)
+        row[f"over_{name}"] = round(got["p50"] / floor.summary(name, size)["p50"], 3)
     return row
 
 
-def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each target of docs/benchmarks.md with the value this run measured."""
+def _targets(sizes: tuple[int, ...], fit: Series, floor: Series) -> list[dict[str, Any]]:
+    """Each target of docs/benchmarks.md with what this run measured; its floor:
+    the shared-memory rings asleep between messages, with no FIT code."""
     out = []
-    for r in results:
-        limit = TARGETS.get(r["size"])
-        if r["transport"] == "shm" and limit is not None:
-            value = r["over_linux_tcp"]
-            out.append({"name": f"FIT shm RTT p50 / Linux TCP p50 at {_SIZE_LABELS[r['size']]}",
-                        "value": value, "target": limit, "met": value <= limit})
+    for size in (z for z in sizes if z in TARGETS):
+        linux = floor.reps["linux_tcp", size]
+        out.append(target(f"FIT shm RTT p50 / Linux TCP p50 at {_SIZE_LABELS[size]}",
+                          ratio_of(fit.reps["shm", size], linux), TARGETS[size],
+                          floor={"name": "shm_eventfd / Linux TCP",
+                                 "value": ratio_of(floor.reps["shm_eventfd", size],
+                                                   linux)["value"]}))
     return out
 
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"FIT {report['caller']} -> {report['target']} ECHO over shm and zmq, and the "
           f"interconnect floors ({report['reps']} x {report['rounds']} round trips each, "
-          "interleaved)")
-    print(f"{'size':>6}  {'what':<12} {'p50':>9} {'p99':>9}  {'p50 / linux_tcp':>15}")
+          "interleaved); round trips in µs")
+    print_stats(sorted(report["stats"], key=lambda r: r["size"]), "what")
+    print(f"{'size':>6}  {'what':<12} {'p50 / linux_tcp':>15}")
     for size in sorted({r["size"] for r in report["results"]}):
         linux = floors.p50(report["floors"], "linux_tcp", size)
-        lines = [(f"FIT {r['transport']}", r["fit_p50_us"], r["fit_p99_us"])
+        lines = [(f"FIT {r['transport']}", r["fit_p50_us"])
                  for r in report["results"] if r["size"] == size]
-        lines += [(f["name"], f["p50_us"], f["p99_us"])
-                  for f in report["floors"] if f["size"] == size]
-        for what, p50, p99 in lines:
-            print(f"{size:>6}  {what:<12} {p50:>7.1f}us {p99:>7.1f}us  {p50 / linux:>15.3f}")
+        lines += [(f["name"], f["p50_us"]) for f in report["floors"] if f["size"] == size]
+        for what, p50 in lines:
+            print(f"{size:>6}  {what:<12} {p50 / linux:>15.3f}")
     up = report["rack_up_s_by_transport"]
     print("rack up in " + ", ".join(f"{s:.2f} s ({t})" for t, s in up.items()))
-    print("targets:")
-    for t in report["targets"]:
-        print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
-              f"(target <= {t['target']})")
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run(args.spec, rounds=args.rounds or BENCH_FIT_ROUNDS,
-                 reps=args.reps or BENCH_FIT_REPS)
-    return finish(report, args, print_table)
+    report, series = run(args.spec, rounds=args.rounds or BENCH_FIT_ROUNDS,
+                         reps=args.reps or BENCH_FIT_REPS, duration=args.duration)
+    return finish(report, args, print_table, series)

@@ -53,10 +53,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from benchmarks import raw_zmq
 from benchmarks.shm_peer import ShmPeer
+from benchmarks.stats import Series
 from splitrack.params import BENCH_WARMUP_ROUNDS
 
 NAMES = ("linux_tcp", "unix", "shm_eventfd", "shm_spin", "raw_zmq")
@@ -242,13 +241,13 @@ def measure(sizes: tuple[int, ...] | list[int], rounds: int, reps: int,
             warmup: int = BENCH_WARMUP_ROUNDS) -> list[dict[str, Any]]:
     """The floors `names` at every size, `rounds` round trips a repetition each,
     interleaved over `reps` repetitions; p50/p99 of the pooled samples."""
-    samples: dict[tuple[str, int], list[float]] = {(n, z): [] for n in names for z in sizes}
+    samples = Series()
     with Echoes(names) as echoes:
         for rep in range(reps):
             order = list(names[rep % len(names):]) + list(names[:rep % len(names)])
             for size in sizes:
                 for name in order:
-                    samples[name, size] += echoes.round_trips(name, size, rounds, warmup)
+                    samples.add(name, size, echoes.round_trips(name, size, rounds, warmup))
     return summarize(samples)
 
 
@@ -258,14 +257,14 @@ def measure_one(name: str, size: int, rounds: int, reps: int = 1,
     return measure((size,), rounds, reps, (name,), warmup)[0]
 
 
-def summarize(samples: dict[tuple[str, int], list[float]]) -> list[dict[str, Any]]:
-    """Rows {"size", "name", "p50_us", "p99_us"}, by size, then in NAMES order."""
+def summarize(samples: Series) -> list[dict[str, Any]]:
+    """Rows {"size", "name", "p50_us", "p99_us"}, by size, then in NAMES order
+    (the other statistics are in the report's "stats")."""
     rows = []
-    for (name, size), got in sorted(samples.items(),
-                                    key=lambda kv: (kv[0][1], NAMES.index(kv[0][0]))):
-        p50, p99 = np.percentile(got, [50, 99])
-        rows.append({"size": size, "name": name, "p50_us": round(float(p50), 2),
-                     "p99_us": round(float(p99), 2)})
+    for name, size in sorted(samples.reps, key=lambda k: (k[1], NAMES.index(k[0]))):
+        got = samples.summary(name, size)
+        rows.append({"size": size, "name": name, "p50_us": round(got["p50"], 2),
+                     "p99_us": round(got["p99"], 2)})
     return rows
 
 

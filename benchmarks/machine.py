@@ -8,11 +8,15 @@ benchmark can be run in either:
 
     with busy_core(True):      a plain process spins for the duration (a Python
         ...                    `while True: pass`), stopped by PID on every way out
-    describe(busy) -> {"busy_core", "cpus"}   what the JSON records
+    describe(busy) -> {"busy_core", "cpus", "cpu_model", "kernel", "python",
+                       "splitrack", "git_commit", "git_dirty"}   what the JSON records
+                       (git_*: None unless splitrack runs from a git checkout)
 """
 
 import contextlib
+import importlib.metadata
 import os
+import platform
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,4 +38,40 @@ def busy_core(on: bool) -> Iterator[None]:
 
 
 def describe(busy: bool) -> dict[str, Any]:
-    return {"busy_core": busy, "cpus": os.cpu_count()}
+    commit, dirty = _git()
+    return {"busy_core": busy, "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "splitrack": _version(), "git_commit": commit, "git_dirty": dirty}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("splitrack")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _git() -> tuple[str | None, bool | None]:
+    """The commit of the checkout this code runs from, if it is one."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(here, ".git")):
+        return None, None
+    try:
+        commit = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, bool(dirty.strip())

@@ -124,10 +124,11 @@ def wordcount(report: dict[str, Any], path: str) -> None:
 
 
 def _targets(report: dict[str, Any]) -> list[str]:
-    lines = ["| target | measured | limit | met |", "|---|---:|---:|---|"]
+    lines = ["| target | measured [range] | limit | verdict |", "|---|---:|---:|---|"]
     for t in report.get("targets", []):
-        lines.append(f"| {t['name']} | {t['value']:.3f} | {t['target']} | "
-                     f"{'yes' if t['met'] else '**no**'} |")
+        verdict = t["verdict"] if t["met"] else f"**{t['verdict']}**"
+        lines.append(f"| {t['name']} | {t['value']:.3f} [{t['low']:.3f}..{t['high']:.3f}] | "
+                     f"{t['sense']} {t['limit']} | {verdict} |")
     return lines
 
 

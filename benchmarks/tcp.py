@@ -65,15 +65,15 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 import psutil
 
 from benchmarks import nic_scaling, plots, raw_pipe, tcp_client
 from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawServer, measure_in_process
-from benchmarks.report import finish
+from benchmarks.report import finish, print_stats
 from benchmarks.servers import LINUX_IP, server
 from benchmarks.shm_peer import ShmPeer
+from benchmarks.stats import Series, point, ratio_of, repetitions, target
 from benchmarks.verbs import TCP_MODES
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
@@ -84,13 +84,14 @@ SIZES = (128, 256, 512, 1024, 2048, 4096)
 # The full sweep, and --quick's (well under a minute, the README's main job).
 FULL = {"sizes": SIZES, "rounds": 1000, "reps": 5, "seconds": 0.25, "connects": 500,
         "cpu_seconds": 1.0, "nics": (1, 2, 4), "nic_seconds": 1.0}
-QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 2, "seconds": 0.1, "connects": 100,
+QUICK = {"sizes": (128, 4096), "rounds": 300, "reps": 5, "seconds": 0.1, "connects": 100,
          "cpu_seconds": 0.5, "nics": (1, 2), "nic_seconds": 0.5}
 
 
-def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> dict[str, Any]:
+def run(spec: Any = None, modes: tuple[str, ...] = MODES,
+        **settings: Any) -> tuple[dict[str, Any], dict[str, Series]]:
     s = {**FULL, **{k: v for k, v in settings.items() if v is not None}}
-    sizes, reps = s["sizes"], s["reps"]
+    sizes, reps, duration = s["sizes"], s["reps"], s.get("duration")
     rack_spec = load_spec(spec, name=f"bench-tcp-{os.getpid()}")
     ps = [c["id"] for c in rack_spec.components if c["kind"] == "p"]
     ncomp = next(c for c in rack_spec.components if c["kind"] == "n")
@@ -98,12 +99,10 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
     if "fit" in modes and len(ps) < 2:
         raise SystemExit("splitrack: error: mode fit needs a rack with two pComponents")
     packable = [m for m in ("ddio", "dma") if m in modes]
-    rtt: dict[tuple[str, int], list[float]] = {(m, z): [] for m in modes for z in sizes}
-    tput: dict[tuple[str, str, int], list[float]] = {}   # (direction, mode, size) -> MB/s
-    base: dict[tuple[str, int], list[float]] = {(b, z): [] for b in ("raw", "floor", "pipe")
-                                                for z in sizes}
-    connect: dict[str, list[float]] = {"linux": [], "rack": [], "floor": []}
-    steps = reps * len(sizes) + reps + 2 + len(s["nics"])
+    on_rack = {m: ps[0] if m == "pipe" else ps[1] for m in modes if m in ("pipe", "fit")}
+    rtt, base, connect = Series(), Series(), Series()
+    tx, rx = Series("MB/s"), Series("MB/s")
+    steps = None if duration else reps + 2 + len(s["nics"])
     with progress("bench tcp", steps) as advance:
         with Rack(rack_spec) as rack, contextlib.ExitStack() as servers:
             env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root,
@@ -129,47 +128,56 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, **settings: Any) -> di
             servers.enter_context(RawServer(raw_address))
             spin = rack_spec.poll_us / 1e6
             connect_floor = servers.enter_context(ShmPeer("connect", spin, nic))
-            for _ in range(reps):
+            warm = BENCH_WARMUP_ROUNDS
+
+            def plan(size: int) -> list[dict[str, Any]]:
+                return [{"kind": "echo", "size": size, "rounds": s["rounds"], "warmup": warm},
+                        {"kind": "tx", "size": size, "seconds": s["seconds"]},
+                        {"kind": "rx", "size": size, "seconds": s["seconds"]}]
+
+            def record(m: str, size: int, got: list[Any]) -> None:
+                rtt.add(m, size, got[0])
+                tx.add(m, size, got[1]["MBps"])
+                rx.add(m, size, got[2]["MBps"])
+
+            for rep in repetitions(reps, duration):
                 for size in sizes:
-                    warm = BENCH_WARMUP_ROUNDS
-                    base["raw", size] += measure_in_process(raw_address, size, s["rounds"], warm)
-                    base["floor", size] += tcp_client.echo_rtts(*addr["floor"], size,
-                                                                s["rounds"], warm)
-                    tput.setdefault(("tx", "floor", size), []).append(
-                        tcp_client.tx(*addr["floor"], size, s["seconds"])["MBps"])
-                    base["pipe", size] += raw_pipe.measure(size, s["rounds"], warm)
+                    base.add("raw_zmq", size, measure_in_process(raw_address, size,
+                                                                 s["rounds"], warm))
+                    base.add("relay_floor", size, tcp_client.echo_rtts(
+                        *addr["floor"], size, s["rounds"], warm))
+                    tx.add("relay_floor", size, tcp_client.tx(*addr["floor"], size,
+                                                              s["seconds"])["MBps"])
+                    base.add("raw_pipe", size, raw_pipe.measure(size, s["rounds"], warm))
                     for m in modes:
-                        plan = [{"kind": "echo", "size": size, "rounds": s["rounds"],
-                                 "warmup": warm},
-                                {"kind": "tx", "size": size, "seconds": s["seconds"]},
-                                {"kind": "rx", "size": size, "seconds": s["seconds"]}]
-                        if m in ("pipe", "fit"):   # the client is on the rack too
-                            on = ps[0] if m == "pipe" else ps[1]
-                            got = _rack_client(rack_run, env, on, addr[m], plan)
-                        else:
-                            got = tcp_client.run_plan([{**p, "ip": addr[m][0],
-                                                        "port": addr[m][1]} for p in plan])
-                        rtt[m, size] += got[0]
-                        tput.setdefault(("tx", m, size), []).append(got[1]["MBps"])
-                        tput.setdefault(("rx", m, size), []).append(got[2]["MBps"])
+                        if m not in on_rack:
+                            record(m, size, tcp_client.run_plan(
+                                [{**p, "ip": addr[m][0], "port": addr[m][1]}
+                                 for p in plan(size)]))
                     for m in packable:
-                        got = tcp_client.tx(*addr[m + "-unpacked"], size, s["seconds"])
-                        tput.setdefault(("tx", m + "-unpacked", size), []).append(got["MBps"])
-                    advance()
+                        tx.add(m + "-unpacked", size,
+                               tcp_client.tx(*addr[m + "-unpacked"], size, s["seconds"])["MBps"])
+                for m, on in on_rack.items():   # the client on the rack too: one launch a rep
+                    got = _rack_client(rack_run, env, on, addr[m],
+                                       [p for z in sizes for p in plan(z)])
+                    for i, size in enumerate(sizes):
+                        record(m, size, got[3 * i:3 * i + 3])
                 n = max(1, s["connects"] // reps)
-                connect["linux"] += tcp_client.connect_times(*addr["linux"], n)
+                connect.add("linux", 0, tcp_client.connect_times(*addr["linux"], n))
                 _connect_floor(connect_floor, addr["linux"], BENCH_WARMUP_ROUNDS, spin)
-                connect["floor"] += _connect_floor(connect_floor, addr["linux"], n, spin)
-                connect["rack"] += _rack_client(
+                connect.add("floor", 0, _connect_floor(connect_floor, addr["linux"], n, spin))
+                connect.add("rack", 0, _rack_client(
                     rack_run, env, ps[0], addr["linux"],
-                    [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1]
-                advance()
+                    [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1])
+                advance(f"repetition {rep + 1}")
             cpu = _ncomponent_cpu(rack, ncomp["id"], addr.get("ddio"), sizes,
                                   s["cpu_seconds"])
-            advance()
+            advance("nComponent CPU")
             load = nic_scaling.load(rack, s["nic_seconds"], advance)
         scaling = nic_scaling.measure(spec, s["nics"], s["nic_seconds"], advance)
-    return _report(rtt, tput, base, connect, cpu, scaling, load, modes, s)
+    series = {"rtt/": rtt, "base/": base, "connect/": connect, "tx/": tx, "rx/": rx}
+    s["reps"] = len(connect.reps["linux", 0])
+    return _report(series, cpu, scaling, load, modes, s), series
 
 
 def _connect_floor(peer: ShmPeer, addr: tuple[str, int], n: int, spin_s: float) -> list[float]:
@@ -217,144 +225,149 @@ def _ncomponent_cpu(rack: Rack, n_id: str, addr: tuple[str, int] | None,
     return out
 
 
-def _p(samples: list[float], q: float) -> float:
-    return round(float(np.percentile(samples, q)), 2)
-
-
-def _report(rtt: dict, tput: dict, base: dict, connect: dict, cpu: dict | None,
-            scaling: list[dict[str, Any]], load: dict[str, Any], modes: tuple[str, ...],
-            s: dict[str, Any]) -> dict[str, Any]:
+def _report(series: dict[str, Series], cpu: dict | None, scaling: list[dict[str, Any]],
+            load: dict[str, Any], modes: tuple[str, ...], s: dict[str, Any]) -> dict[str, Any]:
+    rtt, base, connect, tx, rx = (series[k] for k in ("rtt/", "base/", "connect/", "tx/", "rx/"))
     sizes = s["sizes"]
     results = []
-    for (mode, size), samples in rtt.items():
-        mbps = float(np.median(tput["tx", mode, size]))
-        results.append({"mode": mode, "size": size, "rtt_p50_us": _p(samples, 50),
-                        "rtt_p99_us": _p(samples, 99), "throughput_MBps": round(mbps, 2),
+    for mode, size in rtt.reps:
+        got, mbps = rtt.summary(mode, size), tx.summary(mode, size)["p50"]
+        results.append({"mode": mode, "size": size, "rtt_p50_us": round(got["p50"], 2),
+                        "rtt_p99_us": round(got["p99"], 2), "throughput_MBps": round(mbps, 2),
                         "msgs_per_s": round(mbps * 1e6 / size),
-                        "rx_throughput_MBps": round(float(np.median(tput["rx", mode, size])), 2)})
-    p50 = {name: {z: _p(base[name, z], 50) for z in sizes} for name in ("raw", "floor", "pipe")}
+                        "rx_throughput_MBps": round(rx.summary(mode, size)["p50"], 2)})
+
+    def p50(what: Series, name: str, z: int) -> float:
+        return round(what.summary(name, z)["p50"], 2)
+
+    c = {who: connect.summary(who, 0) for who in ("linux", "rack", "floor")}
     report: dict[str, Any] = {
         "bench": "tcp", "results": results,
-        "baselines": {"raw_zmq_p50_us": p50["raw"][sizes[0]],
-                      "raw_pipe_p50_us": p50["pipe"][sizes[0]],
-                      "raw_zmq_p50_us_by_size": {str(z): v for z, v in p50["raw"].items()},
-                      "raw_pipe_p50_us_by_size": {str(z): v for z, v in p50["pipe"].items()},
-                      "relay_floor_p50_us_by_size": {str(z): v
-                                                     for z, v in p50["floor"].items()},
-                      "relay_floor_tx_MBps_by_size": {
-                          str(z): round(float(np.median(tput["tx", "floor", z])), 2)
-                          for z in sizes}},
-        "ddio_over_relay_floor": {str(z): round(r["rtt_p50_us"] / p50["floor"][z], 3)
-                                  for r in results if r["mode"] == "ddio"
-                                  for z in [r["size"]]},
-        "connect": {"linux_p50_us": _p(connect["linux"], 50),
-                    "rack_p50_us": _p(connect["rack"], 50),
-                    "floor_p50_us": _p(connect["floor"], 50),
-                    "linux_p99_us": _p(connect["linux"], 99),
-                    "rack_p99_us": _p(connect["rack"], 99)},
+        "baselines": {"raw_zmq_p50_us": p50(base, "raw_zmq", sizes[0]),
+                      "raw_pipe_p50_us": p50(base, "raw_pipe", sizes[0]),
+                      "linux_tcp_p50_us": p50(rtt, "linux", sizes[0]),
+                      **{f"{name}_p50_us_by_size": {str(z): p50(base, name, z) for z in sizes}
+                         for name in ("raw_zmq", "raw_pipe", "relay_floor")},
+                      "relay_floor_tx_MBps_by_size": {str(z): p50(tx, "relay_floor", z)
+                                                      for z in sizes}},
+        "ddio_over_relay_floor": {str(z): round(rtt.summary("ddio", z)["p50"]
+                                                / base.summary("relay_floor", z)["p50"], 3)
+                                  for z in sizes if "ddio" in modes},
+        "connect": {"linux_p50_us": round(c["linux"]["p50"], 2),
+                    "rack_p50_us": round(c["rack"]["p50"], 2),
+                    "floor_p50_us": round(c["floor"]["p50"], 2),
+                    "linux_p99_us": round(c["linux"]["p99"], 2),
+                    "rack_p99_us": round(c["rack"]["p99"], 2)},
         "ncomponent_cpu": cpu, "nic_scaling": scaling, "load": load,
-        "packing": [{"mode": m, "size": z,
-                     "on_MBps": round(float(np.median(tput["tx", m, z])), 2),
-                     "off_MBps": round(float(np.median(tput["tx", m + "-unpacked", z])), 2)}
+        "packing": [{"mode": m, "size": z, "on_MBps": p50(tx, m, z),
+                     "off_MBps": p50(tx, m + "-unpacked", z)}
                     for m in ("ddio", "dma") if m in modes for z in sizes],
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.items()},
     }
-    report["baselines"]["linux_tcp_p50_us"] = next(
-        r["rtt_p50_us"] for r in results if r["mode"] == "linux" and r["size"] == sizes[0])
-    report["targets"] = _targets(report, modes, p50)
+    report["targets"] = _targets(report, series, modes)
     return report
 
 
-def _targets(report: dict[str, Any], modes: tuple[str, ...], p50: dict) -> list[dict]:
-    """Each target of docs/benchmarks.md with the value this run measured."""
-    by = {(r["mode"], r["size"]): r for r in report["results"]}
+def _targets(report: dict[str, Any], series: dict[str, Series],
+             modes: tuple[str, ...]) -> list[dict]:
+    """Each target of docs/benchmarks.md with what this run measured, its range
+    over paired repetitions, and the floor it meets on this machine if any."""
+    rtt, base, connect, tx = (series[k] for k in ("rtt/", "base/", "connect/", "tx/"))
     sizes = report["settings"]["sizes"]
     out = []
-
-    def target(name: str, value: float, limit: float, at_most: bool = True) -> None:
-        out.append({"name": name, "value": round(value, 3), "target": limit,
-                    "met": value <= limit if at_most else value >= limit})
-
     if "ddio" in modes:
         for z in (z for z in sizes if z <= 2048):
-            target(f"DDIO RTT / Linux at {z} B",
-                   by["ddio", z]["rtt_p50_us"] / by["linux", z]["rtt_p50_us"], 3.0)
+            out.append(target(f"DDIO RTT / Linux at {z} B", rtt.ratio(("ddio", z), ("linux", z)),
+                              3.0, floor={"name": "relay floor / Linux", "value": ratio_of(
+                                  base.reps["relay_floor", z], rtt.reps["linux", z])["value"]}))
         if "dma" in modes:
-            rtt = {(m, z): by[m, z]["rtt_p50_us"] for m in ("linux", "ddio", "dma") for z in sizes}
-            target("sizes with RTT p50 in the paper's order, Linux < DDIO < DMA",
-                   sum(rtt["linux", z] < rtt["ddio", z] < rtt["dma", z] for z in sizes),
-                   len(sizes), at_most=False)
+            p50 = {(m, z): rtt.summary(m, z)["p50"] for m in ("linux", "ddio", "dma")
+                   for z in sizes}
+            out.append(target("sizes with RTT p50 in the paper's order, Linux < DDIO < DMA",
+                              point(sum(p50["linux", z] < p50["ddio", z] < p50["dma", z]
+                                        for z in sizes)), len(sizes), at_most=False))
     for z in sizes:
         if "fit" in modes:
-            target(f"fit shortcut RTT / Linux at {z} B",
-                   by["fit", z]["rtt_p50_us"] / by["linux", z]["rtt_p50_us"], 1.5)
+            out.append(target(f"fit shortcut RTT / Linux at {z} B",
+                              rtt.ratio(("fit", z), ("linux", z)), 1.5))
         if "pipe" in modes:
-            target(f"pipe shortcut RTT / raw os.pipe at {z} B",
-                   by["pipe", z]["rtt_p50_us"] / p50["pipe"][z], 1.5)
+            out.append(target(f"pipe shortcut RTT / raw os.pipe at {z} B",
+                              ratio_of(rtt.reps["pipe", z], base.reps["raw_pipe", z]), 1.5))
     c = report["connect"]
-    c["ratio"] = round(c["rack_p50_us"] / c["linux_p50_us"], 3)
-    c["floor_ratio"] = round(c["floor_p50_us"] / c["linux_p50_us"], 3)
-    c["rack_over_floor"] = round(c["rack_p50_us"] / c["floor_p50_us"], 3)
-    target("rack connect / Linux connect", c["ratio"], 4.0)
+    ratio = connect.ratio(("rack", 0), ("linux", 0))
+    floor = connect.ratio(("floor", 0), ("linux", 0))
+    c.update(ratio=ratio["value"], floor_ratio=floor["value"],
+             rack_over_floor=connect.ratio(("rack", 0), ("floor", 0))["value"])
+    out.append(target("rack connect / Linux connect", ratio, 4.0,
+                      floor={"name": "connect floor / Linux", "value": floor["value"]}))
     if 4096 in sizes:
-        linux = by["linux", 4096]["throughput_MBps"]
+        floor_tx = tx.ratio(("relay_floor", 4096), ("linux", 4096))["value"]
         for m, limit in (("ddio", 0.8), ("dma", 0.35)):
             if m in modes:
-                target(f"{m.upper()} throughput / Linux at 4096 B",
-                       by[m, 4096]["throughput_MBps"] / linux, limit, at_most=False)
+                out.append(target(f"{m.upper()} throughput / Linux at 4096 B",
+                                  tx.ratio((m, 4096), ("linux", 4096)), limit, at_most=False,
+                                  floor={"name": "relay floor tx / Linux", "value": floor_tx}))
     if report["ncomponent_cpu"]:
         for d in ("tx", "rx"):
-            target(f"nComponent CPU {d}, core-s per GB", report["ncomponent_cpu"][
-                f"{d}_core_s_per_GB"], 4.0)
+            out.append(target(f"nComponent CPU {d}, core-s per GB",
+                              point(report["ncomponent_cpu"][f"{d}_core_s_per_GB"]), 4.0))
     return out
 
 
 def print_table(report: dict[str, Any]) -> None:
     st = report["settings"]
+    stats = report["stats"]
     print(f"TCP through the rack vs Linux ({st['reps']} repetitions, interleaved; "
           f"{st['rounds']} round trips each)")
-    print(f"{'mode':<7}{'size':>6}  {'RTT p50':>9} {'p99':>9}  {'tx MB/s':>9} {'msgs/s':>9} "
-          f"{'rx MB/s':>9}")
+    print("echo round trip, µs (rtt/: per mode; base/: raw pyzmq, raw os.pipe and the relay "
+          "floor, no splitrack code):")
+    order = [*(f"rtt/{m}" for m in MODES), "base/raw_zmq", "base/relay_floor", "base/raw_pipe"]
+    print_stats(sorted((r for r in stats if r["series"] in order),
+                       key=lambda r: (r["size"], order.index(r["series"]))), "series", 18)
+    print("one-way throughput, the median [lowest..highest repetition] of each "
+          f"{st['seconds']} s run. tx MB/s: the program under test sends (the rack's server "
+          "on the rack); msgs/s: its send() calls of `size` bytes a second; rx MB/s: it "
+          "receives")
+    tput = {(r["series"], r["size"]): r for r in stats if r["unit"] == "MB/s"}
+
+    def mbps(key: tuple[str, int]) -> str:
+        r = tput[key]
+        return f"{r['p50']:.1f} [{r['p50_low']:.1f}..{r['p50_high']:.1f}]"
+    print(f"{'mode':<7}{'size':>6}  {'tx MB/s':>24} {'msgs/s':>9}  {'rx MB/s':>24}")
     for r in sorted(report["results"], key=lambda r: (r["size"], MODES.index(r["mode"]))):
-        print(f"{r['mode']:<7}{r['size']:>6}  {r['rtt_p50_us']:>7.1f}us {r['rtt_p99_us']:>7.1f}us"
-              f"  {r['throughput_MBps']:>9.1f} {r['msgs_per_s']:>9.0f} "
-              f"{r['rx_throughput_MBps']:>9.1f}")
-    b = report["baselines"]
-    for label, key in (("raw pyzmq DEALER/ROUTER", "raw_zmq_p50_us_by_size"),
-                       ("relay floor (no splitrack code)", "relay_floor_p50_us_by_size"),
-                       ("raw os.pipe", "raw_pipe_p50_us_by_size")):
-        print(f"{label} p50: " + ", ".join(f"{v:.1f}us ({z} B)" for z, v in b[key].items()))
+        m, z = r["mode"], r["size"]
+        print(f"{m:<7}{z:>6}  {mbps(('tx/' + m, z)):>24} {r['msgs_per_s']:>9.0f}  "
+              f"{mbps(('rx/' + m, z)):>24}")
     if report["ddio_over_relay_floor"]:
         print("DDIO RTT / relay floor (what the emulator's code adds): " + ", ".join(
             f"{v:.2f} ({z} B)" for z, v in report["ddio_over_relay_floor"].items()))
-    floor_tx = b["relay_floor_tx_MBps_by_size"]
+    floor_tx = report["baselines"]["relay_floor_tx_MBps_by_size"]
     linux_tx = {str(r["size"]): r["throughput_MBps"] for r in report["results"]
                 if r["mode"] == "linux"}
     print("relay floor tx MB/s (no splitrack code): " + ", ".join(
         f"{v:.1f} = {v / linux_tx[z]:.2f} x Linux ({z} B)" for z, v in floor_tx.items()))
+    print("connect(), µs (rack: a program on p0; linux: a plain process; floor: the connect "
+          "floor, no splitrack code):")
+    print_stats([r for r in stats if r["series"].startswith("connect/")], "series", 18)
     c = report["connect"]
     print(f"connect() p50: rack {c['rack_p50_us']:.1f}us, Linux {c['linux_p50_us']:.1f}us, "
-          f"connect floor (no splitrack code) {c['floor_p50_us']:.1f}us "
-          f"= {c['floor_ratio']:.2f} x Linux; rack / floor {c['rack_over_floor']:.2f}")
+          f"connect floor {c['floor_p50_us']:.1f}us = {c['floor_ratio']:.2f} x Linux; "
+          f"rack / floor {c['rack_over_floor']:.2f}")
     for p in report["packing"]:
         print(f"packing, {p['mode']} at {p['size']} B: {p['on_MBps']:.1f} MB/s on, "
               f"{p['off_MBps']:.1f} MB/s off")
     if report["ncomponent_cpu"]:
         cpu = report["ncomponent_cpu"]
         print(f"nComponent CPU (DDIO, {cpu['size']} B sends): {cpu['tx_core_s_per_GB']:.2f} "
-              f"core-s/GB tx, {cpu['rx_core_s_per_GB']:.2f} rx")
+              f"core-s/GB tx, {cpu['rx_core_s_per_GB']:.2f} rx (measured once)")
     for row in report["nic_scaling"]:
-        print(f"{row['nics']} NIC(s), {row['clients']} clients: {row['throughput_MBps']:.1f} MB/s")
+        print(f"{row['nics']} NIC(s), {row['clients']} clients: {row['throughput_MBps']:.1f} MB/s"
+              " (measured once)")
     load = report["load"]
     print(f"{load['programs']} DDIO programs streaming at once: {load['all_MBps']:.1f} MB/s in "
           f"all, one alone {load['one_MBps']:.1f} MB/s ({load['ratio']:.2f} x); as plain "
           f"Linux processes {load['linux_all_MBps']:.1f} and {load['linux_one_MBps']:.1f} MB/s "
-          f"({load['linux_ratio']:.2f} x)")
-    print("targets:")
-    for t in report["targets"]:
-        sign = ">=" if "throughput" in t["name"] or "order" in t["name"] else "<="
-        print(f"  {'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
-              f"(target {sign} {t['target']})")
+          f"({load['linux_ratio']:.2f} x) (measured once)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -364,8 +377,9 @@ def main(args: argparse.Namespace) -> int:
     base = QUICK if args.quick else FULL
     sizes = tuple(int(z) for z in args.sizes.split(",")) if args.sizes else base["sizes"]
     given = {"rounds": args.rounds, "reps": args.reps}
-    report = run(args.spec, modes, **{**base, "sizes": sizes,
-                                      **{k: v for k, v in given.items() if v is not None}})
+    report, series = run(args.spec, modes, **{**base, "sizes": sizes, "duration": args.duration,
+                                              **{k: v for k, v in given.items()
+                                                 if v is not None}})
     if args.plot:
         plots.tcp(report, args.plot)
-    return finish(report, args, print_table)
+    return finish(report, args, print_table, series)

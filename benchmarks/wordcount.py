@@ -22,7 +22,9 @@ Target: DDIO time <= 1.2 x Linux time (at 64 MB).
 
 JSON (--json FILE): {"bench": "wordcount", "results": [{"mode", "seconds",
 "ops_per_s", "correct", "words_per_s", "runs"}], "input_bytes", "words",
-"distinct", "pairs", "seed", "targets"}. --plot F.png: plots.wordcount.
+"distinct", "pairs", "seed", "targets", "stats", "machine", "settings"}
+(report.py; the target's range: repetition by repetition, DDIO's time over
+Linux's). --plot F.png: plots.wordcount.
 The input file is removed from the sComponent at the end.
 """
 
@@ -35,13 +37,12 @@ import sys
 import tempfile
 from typing import Any
 
-import numpy as np
-
 from benchmarks import plots
 from benchmarks.corpus import Corpus
 from benchmarks.progress import progress
-from benchmarks.report import finish
+from benchmarks.report import finish, print_stats
 from benchmarks.servers import START_TIMEOUT_S
+from benchmarks.stats import Series, repetitions, target
 from benchmarks.verbs import WORDCOUNT_MODES
 from fit_rpc import GLOBAL_ID, Op
 from splitrack.rack import Rack
@@ -50,7 +51,8 @@ from splitrack.spec import load_spec
 MODES = WORDCOUNT_MODES   # the order of tables and plots
 SIZE = 64_000_000
 QUICK_SIZE = 8_000_000
-REPS, QUICK_REPS = 3, 1
+REPS, QUICK_REPS = 3, 3
+TARGET = 1.2   # DDIO time / Linux time, at most
 SEED = 1
 REDUCER_IP = "127.0.0.5"   # outside the rack
 INPUT_DIR = "wordcount"
@@ -58,12 +60,14 @@ MAPPER_TIMEOUT_S = 3600
 
 
 def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed: int = SEED,
-        reps: int = REPS) -> dict[str, Any]:
+        reps: int = REPS, duration: float | None = None
+        ) -> tuple[dict[str, Any], dict[str, Series]]:
     rack_spec = load_spec(spec, name=f"bench-wc-{os.getpid()}")
     p0 = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
     path = f"{INPUT_DIR}/input-{os.getpid()}-{seed}-{size}.txt"   # this run's alone
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    with progress("bench wordcount", 1 + reps * len(modes)) as advance, \
+    steps = None if duration else 1 + reps * len(modes)
+    with progress("bench wordcount", steps) as advance, \
             Rack(rack_spec) as rack, tempfile.TemporaryDirectory() as tmp, \
             rack.endpoint() as ep:
         home = ep.call_args(GLOBAL_ID, Op.GSM_LOOKUP, {"path": path})[0]["id"]
@@ -73,12 +77,12 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed
         try:
             input_bytes = _store(ep, home, path, corpus.blocks(size))
             reference = corpus.reference()
-            advance()
-            for _ in range(reps):
+            advance("input stored")
+            for rep in repetitions(reps, duration):
                 for mode in modes:
                     runs[mode].append(_one(mode, env, rack_spec.name, p0, path,
                                            os.path.join(root, path), tmp, reference))
-                    advance()
+                    advance(f"repetition {rep + 1}, {mode}")
         finally:
             _remove(ep, home, path)
     return _report(runs, input_bytes, reference, seed)
@@ -146,13 +150,17 @@ def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_pat
 
 
 def _report(runs: dict[str, list[dict[str, Any]]], input_bytes: int,
-            reference: dict[str, int], seed: int) -> dict[str, Any]:
+            reference: dict[str, int], seed: int) -> tuple[dict[str, Any], dict[str, Series]]:
+    seconds = Series("s")
+    for mode, rs in runs.items():
+        for r in rs:
+            seconds.add(mode, input_bytes, r["seconds"])
     results = []
     for mode, rs in runs.items():
-        seconds = float(np.median([r["seconds"] for r in rs]))
-        results.append({"mode": mode, "seconds": round(seconds, 3),
-                        "ops_per_s": round(rs[0]["pairs"] / seconds),
-                        "words_per_s": round(rs[0]["words"] / seconds),
+        median = seconds.summary(mode, input_bytes)["p50"]
+        results.append({"mode": mode, "seconds": round(median, 3),
+                        "ops_per_s": round(rs[0]["pairs"] / median),
+                        "words_per_s": round(rs[0]["words"] / median),
                         "correct": all(r["correct"] for r in rs),
                         "runs": [round(r["seconds"], 3) for r in rs]})
     first = next(iter(runs.values()))[0]
@@ -160,12 +168,11 @@ def _report(runs: dict[str, list[dict[str, Any]]], input_bytes: int,
                               "input_bytes": input_bytes, "words": sum(reference.values()),
                               "distinct": len(reference), "pairs": first["pairs"],
                               "seed": seed, "targets": []}
-    by = {r["mode"]: r["seconds"] for r in results}
-    if "linux" in by and "ddio" in by:
-        ratio = by["ddio"] / by["linux"]
-        report["targets"].append({"name": "word count DDIO time / Linux time",
-                                  "value": round(ratio, 3), "target": 1.2, "met": ratio <= 1.2})
-    return report
+    if "linux" in runs and "ddio" in runs:
+        report["targets"].append(target(
+            "word count DDIO time / Linux time",
+            seconds.ratio(("ddio", input_bytes), ("linux", input_bytes)), TARGET))
+    return report, {"seconds/": seconds}
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -176,19 +183,19 @@ def print_table(report: dict[str, Any]) -> None:
     for r in report["results"]:
         print(f"{r['mode']:<7}{r['seconds']:>9.2f}{r['ops_per_s']:>11.0f}"
               f"{r['words_per_s']:>12.0f}  {str(r['correct']):<7}  {r['runs']}")
-    for t in report["targets"]:
-        print(f"{'met    ' if t['met'] else 'NOT met'}  {t['name']}: {t['value']:.3f} "
-              f"(target <= {t['target']})")
+    print("execution time, s (the size column: bytes of input):")
+    print_stats(report["stats"], "series", 16)
 
 
 def main(args: argparse.Namespace) -> int:
     modes = args.modes or MODES
     size = args.size or (QUICK_SIZE if args.quick else SIZE)
     reps = args.reps or (QUICK_REPS if args.quick else REPS)
-    report = run(args.spec, modes, size, SEED if args.seed is None else args.seed, reps)
+    report, series = run(args.spec, modes, size, SEED if args.seed is None else args.seed,
+                         reps, args.duration)
     if args.plot:
         plots.wordcount(report, args.plot)
-    status = finish(report, args, print_table)
+    status = finish(report, args, print_table, series)
     wrong = [r["mode"] for r in report["results"] if not r["correct"]]
     if wrong:
         print(f"splitrack: error: the reducer's count is wrong for {', '.join(wrong)}",

@@ -7,6 +7,7 @@
     splitrack restart [--name N] ID                  start a dead monitor again
     splitrack selftest [--fuzz N] [--faults]         check a throwaway rack, a line a check
     splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
+    splitrack --version                              splitrack X.Y.Z
     splitrack bench fit|extcache|tcp|wordcount|hot|compare ...
                                                      benchmarks, baselines in the same run
                                                      (benchmarks/verbs.py)
@@ -24,12 +25,13 @@ import sys
 import time
 from typing import Any
 
+import splitrack
 from benchmarks import verbs
 from fit_rpc import Op
 from splitrack import argtypes
 from splitrack.launch import LaunchError, run_program
 from splitrack.params import UP_POLL_INTERVAL_S
-from splitrack.rack import Rack, RackError
+from splitrack.rack import Rack, RackAlreadyUp, RackError
 from splitrack.rundir import RunDir, RunRootError
 from splitrack.spec import SpecError, load_spec
 
@@ -49,7 +51,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if not args.detach:  # from here on, Ctrl-C, SIGTERM or a closed terminal stop the rack
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGHUP, _interrupt)
-    rack.start()
+    _start(rack)
     try:
         print(f"rack {rack.name!r} is up in {time.monotonic() - started:.2f} s "
               f"(run dir {rack.run.path})")
@@ -67,6 +69,15 @@ def cmd_up(args: argparse.Namespace) -> int:
             rack.stop()
             print(f"rack {rack.name!r} stopped")
     return EXIT_OK
+
+
+def _start(rack: Rack) -> Rack:
+    """rack.start(), with the CLI's words if it is up already (the API's name attach())."""
+    try:
+        return rack.start()
+    except RackAlreadyUp as exc:
+        raise RackError(f"rack {exc.name!r} is already up ({', '.join(exc.live)} running); "
+                        f"`splitrack down --name {exc.name}` stops it") from None
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -148,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"splitrack: on rack {name!r}, the one that is up", file=sys.stderr)
             rack, owned = Rack.attach(name), False
         else:
-            rack, owned = Rack(args.spec, name=args.name).start(), True
+            rack, owned = _start(Rack(args.spec, name=args.name)), True
     try:
         pcomps = [cid for cid, rec in rack.components.items() if rec["kind"] == "p"]
         if args.on and args.on not in pcomps:
@@ -247,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="With no --spec, the embedded default rack: global, p0, p1, m0, n0 "
                "(NICs 127.0.0.11, 127.0.0.12), s0. Run directories live under "
                "$SPLITRACK_RUN_ROOT (default /tmp/splitrack-UID).")
+    parser.add_argument("--version", action="version",
+                        version=f"splitrack {splitrack.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def rack_args(p: argparse.ArgumentParser, spec_help: str) -> None:

@@ -5,8 +5,14 @@ Interface:
         rack.status()                 # [{id, kind, pid, address, state, uptime_s}]
         ep = rack.endpoint()          # a FIT endpoint to call components
     Rack(spec, detach=True).start()   # leave it running (`splitrack up --detach`)
-    Rack.attach("default")            # an already-running rack, from its run dir
+    with Rack.attach("default") as rack:   # an already-running rack, from its run dir;
+        ...                           # the with closes our endpoints, the rack runs on
     rack.stop()                       # stop exactly the processes the rack started
+
+Starting a rack whose name is already up raises RackAlreadyUp (a RackError) and
+changes nothing; its message says how to attach instead. Rack(spec) never
+attaches by itself: the running rack may have been started from another spec,
+and a with-block that starts a rack also stops it, one that attaches never does.
 
 `spec` is whatever load_spec takes (None: the embedded default rack).
 Start order: global first (it is the directory), then every other component at
@@ -48,6 +54,16 @@ class RackError(RuntimeError):
     """The rack cannot be started, found or stopped as asked; the message says why."""
 
 
+class RackAlreadyUp(RackError):
+    """start() of a rack whose name is up already; `live`: its running processes."""
+
+    def __init__(self, name: str, live: list[str]):
+        self.name, self.live = name, live
+        super().__init__(f"rack {name!r} is already up ({', '.join(live)} running); "
+                         f'Rack.attach("{name}") uses it, `splitrack down --name {name}` '
+                         "stops it")
+
+
 class Rack:
     def __init__(self, spec: Any = None, *, name: str | None = None,
                  run_root: str | None = None, detach: bool = False):
@@ -59,6 +75,7 @@ class Rack:
         self._children: dict[str, subprocess.Popen] = {}
         self._endpoints: weakref.WeakSet[Endpoint] = weakref.WeakSet()  # closed at stop()
         self._clients = 0
+        self.attached = False   # True: found running (attach), not started by us
 
     # ---- lifecycle -------------------------------------------------------------
     @classmethod
@@ -73,6 +90,7 @@ class Rack:
         rack.name, rack.run, rack.detach = name, run, True
         rack.components = {c["id"]: c for c in state["components"]}
         rack._children, rack._endpoints, rack._clients = {}, weakref.WeakSet(), 0
+        rack.attached = True
         return rack
 
     @classmethod
@@ -108,9 +126,7 @@ class Rack:
     def stop(self) -> None:
         """Stop the rack's processes (SIGTERM, then SIGKILL after a grace period)
         and remove its run directory. Safe to call twice."""
-        for ep in list(self._endpoints):
-            ep.close()
-        self._endpoints.clear()
+        self.close_endpoints()
         with self.run.lock():
             self._terminate()
             self.run.remove()
@@ -165,10 +181,19 @@ class Rack:
                         f"(its log: {self.run.log_path(cid)})")
 
     def __enter__(self) -> "Rack":
-        return self.start()
+        return self if self.attached else self.start()
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        if self.attached:   # not ours to stop: only our endpoints go
+            self.close_endpoints()
+        else:
+            self.stop()
+
+    def close_endpoints(self) -> None:
+        """Close every endpoint that endpoint() made (stop() does this first)."""
+        for ep in list(self._endpoints):
+            ep.close()
+        self._endpoints.clear()
 
     # ---- inspection --------------------------------------------------------------
     def alive(self) -> list[str]:
@@ -246,8 +271,7 @@ class Rack:
             live = [c["id"] for c in state["components"]
                     if identify(c["pid"], c["create_time"])]
             if live:
-                raise RackError(f"rack {self.name!r} is already up ({', '.join(live)} running); "
-                                f"`splitrack down --name {self.name}` stops it")
+                raise RackAlreadyUp(self.name, live)
             log.warning("rack %r: removing stale run directory %s (its processes are gone)",
                         self.name, self.run.path)
         if self.run.exists():
@@ -399,4 +423,4 @@ def _signal(proc: psutil.Process, signum: int) -> None:
         pass
 
 
-__all__ = ["Rack", "RackError"]
+__all__ = ["Rack", "RackAlreadyUp", "RackError"]
