@@ -7,6 +7,7 @@
     splitrack restart [--name N] ID                  start a dead monitor again
     splitrack selftest [--fuzz N] [--faults]         check a throwaway rack, a line a check
     splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
+    splitrack cp LOCAL sN:PATH | sN:PATH LOCAL       copy a file to or from an sComponent
     splitrack --version                              splitrack X.Y.Z
     splitrack bench fit|extcache|tcp|wordcount|hot|compare ...
                                                      benchmarks, baselines in the same run
@@ -28,7 +29,7 @@ from typing import Any
 import splitrack
 from benchmarks import verbs
 from fit_rpc import Op
-from splitrack import argtypes
+from splitrack import argtypes, transfer
 from splitrack.launch import LaunchError, run_program
 from splitrack.params import UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackAlreadyUp, RackError
@@ -142,24 +143,31 @@ def cmd_restart(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    command = args.command_argv[1:] if args.command_argv[:1] == ["--"] else args.command_argv
-    if not command:
-        raise RackError("no program given: splitrack run [--on pN] -- PROGRAM [ARGS...]")
+def _running_rack(args: argparse.Namespace) -> tuple[str, Rack | None]:
+    """The rack --name or --spec names, else 'default', else the one that is up
+    (said on stderr); None with the name if it is not up."""
     name = _rack_name(args)
     try:
-        rack, owned = Rack.attach(name), False
+        return name, Rack.attach(name)
     except RackError:
         up = [] if args.name or args.spec else Rack.running()
         if len(up) > 1:
             raise RackError(f"rack {name!r} is not up, and {', '.join(up)} are: "
                             "say which with --name") from None
-        if up:
-            name = up[0]
-            print(f"splitrack: on rack {name!r}, the one that is up", file=sys.stderr)
-            rack, owned = Rack.attach(name), False
-        else:
-            rack, owned = _start(Rack(args.spec, name=args.name)), True
+        if not up:
+            return name, None
+        print(f"splitrack: on rack {up[0]!r}, the one that is up", file=sys.stderr)
+        return up[0], Rack.attach(up[0])
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = args.command_argv[1:] if args.command_argv[:1] == ["--"] else args.command_argv
+    if not command:
+        raise RackError("no program given: splitrack run [--on pN] -- PROGRAM [ARGS...]")
+    name, rack = _running_rack(args)
+    owned = rack is None
+    if rack is None:
+        rack = _start(Rack(args.spec, name=args.name))
     try:
         pcomps = [cid for cid, rec in rack.components.items() if rec["kind"] == "p"]
         if args.on and args.on not in pcomps:
@@ -174,6 +182,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if owned:
             rack.stop()
+
+
+def cmd_cp(args: argparse.Namespace) -> int:
+    src, dst = transfer.remote(args.src), transfer.remote(args.dst)
+    if (src is None) == (dst is None):
+        args.usage_error("one of SRC and DST is sN:PATH on the rack, the other a local file")
+    name, rack = _running_rack(args)
+    if rack is None:
+        raise RackError(f"rack {name!r} is not up")
+    sid = (src or dst)[0]
+    stores = [cid for cid, rec in rack.components.items() if rec["kind"] == "s"]
+    if sid not in stores:
+        raise RackError(f"no sComponent {sid!r} in rack {name!r} "
+                        f"(it has {', '.join(stores) or 'none'})")
+    with rack.endpoint() as ep:
+        if dst is not None:
+            path, n = transfer.upload(ep, sid, args.src, dst[1])
+            print(f"{args.src} -> {sid}:{path} ({n} bytes)")
+        else:
+            local, n = transfer.download(ep, sid, src[1], args.dst)
+            print(f"{sid}:{src[1]} -> {local} ({n} bytes)")
+    return EXIT_OK
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -326,6 +356,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("cp", help="copy a file to or from an sComponent of a running rack",
+                       description="Copy a local file to sN:PATH, or sN:PATH to a local "
+                                   "file. PATH is relative to the sComponent's root and "
+                                   "cannot leave it; it must be on the sComponent GSM names "
+                                   "for it (where a program's splitrack.files looks). A "
+                                   "target that is a directory gets the source's name; an "
+                                   "existing file is replaced. Uses the rack --name or "
+                                   "--spec names, else 'default', else the one that is up.")
+    rack_args(p, "take the rack name from this spec")
+    p.add_argument("src", metavar="SRC", help="a local file, or sN:PATH")
+    p.add_argument("dst", metavar="DST", help="sN:PATH, or a local file or directory")
+    p.set_defaults(func=cmd_cp, usage_error=p.error)
 
     p = sub.add_parser("selftest", help="bring up a throwaway rack and check that it works",
                        description="Start the embedded default rack under a name of its own, "

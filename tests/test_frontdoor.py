@@ -2,15 +2,20 @@
 -v, down --keep-logs. Real racks, the CLI as a user runs it."""
 
 import os
+import re
 import subprocess
+import sys
+import textwrap
 
 import pytest
 
 import splitrack
 from helpers import SPLITRACK, alive, running_rack, small_spec
 from splitrack import Rack, RackError
+from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 NAME = "front"
+ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +61,82 @@ def test_cli_up_of_a_running_rack_speaks_cli(front, tmp_path):
     assert again.returncode == 1 and again.stderr.count("\n") == 1
     assert "is already up" in again.stderr and f"splitrack down --name {NAME}" in again.stderr
     assert "Rack.attach" not in again.stderr
+
+
+def test_cp_both_ways_in_chunks(front, tmp_path):
+    rack, env = front
+    blob = os.urandom(2 * FIT_MAX_PAYLOAD_BYTES + 12345)   # more than one FIT payload
+    (tmp_path / "in.bin").write_bytes(blob)
+    up = cli(env, "cp", "--name", NAME, str(tmp_path / "in.bin"), "s0:cp.bin")
+    assert up.stdout == f"{tmp_path / 'in.bin'} -> s0:cp.bin ({len(blob)} bytes)\n"
+    stored = os.path.join(rack.run.root, "storage", "cp.bin")
+    with open(stored, "rb") as f:
+        assert f.read() == blob
+    cli(env, "cp", "s0:cp.bin", str(tmp_path / "out.bin"))   # the one rack that is up
+    assert (tmp_path / "out.bin").read_bytes() == blob
+    cli(env, "cp", "--name", NAME, "s0:cp.bin", str(tmp_path))   # into a directory
+    assert (tmp_path / "cp.bin").read_bytes() == blob
+    (tmp_path / "small").write_bytes(b"short")   # an upload replaces the whole file
+    cli(env, "cp", "--name", NAME, str(tmp_path / "small"), "s0:cp.bin")
+    with open(stored, "rb") as f:
+        assert f.read() == b"short"
+
+
+@pytest.mark.parametrize("args, words", [
+    (("LOCAL", "s0:../escape.bin"), "s0:../escape.bin: path '../escape.bin' is outside the "
+                                    "storage root"),
+    (("s0:../../etc/passwd", "OUT"), "path '../../etc/passwd' is outside the storage root"),
+    (("LOCAL", "s0:/etc/x"), "is outside the storage root"),
+    (("s0:no-such", "OUT"), "s0:no-such: no such file"),
+    (("LOCAL", "s7:x"), "no sComponent 's7' in rack 'front' (it has s0)"),
+])
+def test_cp_refusals_are_one_line(front, tmp_path, args, words):
+    rack, env = front
+    (tmp_path / "LOCAL").write_bytes(b"x")
+    args = [str(tmp_path / a) if a in ("LOCAL", "OUT") else a for a in args]
+    proc = cli(env, "cp", "--name", NAME, *args, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("splitrack: error: "), proc.stderr
+    assert words in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "OUT").exists()
+    assert not os.path.exists(os.path.join(rack.run.root, "escape.bin"))
+
+
+def test_cp_needs_one_side_on_the_rack(front):
+    _, env = front
+    proc = cli(env, "cp", "a", "b", check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "one of SRC and DST is sN:PATH" in proc.stderr
+
+
+def test_files_write_from_a_program_on_the_rack(front, tmp_path):
+    rack, env = front
+    code = textwrap.dedent(f"""
+        import os
+        from splitrack import files
+        blob = os.urandom({2 * FIT_MAX_PAYLOAD_BYTES + 7})
+        assert files.write("prog.bin", blob) == len(blob)
+        assert b"".join(files.chunks("prog.bin")) == blob
+        files.write("prog.bin", b"XY", offset=len(blob) + 2)   # pwrite: a hole, zeros
+        assert files.size("prog.bin") == len(blob) + 4
+        files.truncate("prog.bin", 3)
+        print(files.read("prog.bin", 0, 10) == blob[:3])
+        try:
+            files.write("../out.bin", b"x")
+        except PermissionError:
+            print("refused")
+    """)
+    proc = cli(env, "run", "--name", NAME, "--", sys.executable, "-c", code)
+    assert proc.stdout == "True\nrefused\n", proc.stderr
+    assert not os.path.exists(os.path.join(rack.run.root, "out.bin"))
+
+
+def test_the_files_example_of_docs_rack_md_runs(front, tmp_path):
+    _, env = front
+    with open(os.path.join(ROOT, "docs", "rack.md")) as f:
+        text = f.read()
+    code = re.search(r"```python\n(from splitrack import files\n.*?)```", text, re.S)[1]
+    (tmp_path / "example.py").write_text(code)
+    proc = cli(env, "run", "--name", NAME, "--", sys.executable, str(tmp_path / "example.py"))
+    assert proc.stdout == "hello, split kernel\n", proc.stderr
+    cli(env, "cp", "--name", NAME, "s0:notes.txt", str(tmp_path / "notes.txt"))
+    assert (tmp_path / "notes.txt").read_bytes() == b"hello"
