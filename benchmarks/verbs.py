@@ -31,9 +31,13 @@ def add_parser(sub: Any) -> None:
                     "docs/evaluation.md how to read them against the paper.")
     verbs = bench.add_subparsers(dest="kind", required=True, metavar="VERB")
 
-    def measuring(name: str, help_: str, rounds: str | None) -> argparse.ArgumentParser:
-        p = verbs.add_parser(name, help=help_, description=help_)
-        p.add_argument("--spec", metavar="FILE", help="rack spec (default: the embedded default)")
+    def measuring(name: str, help_: str, rounds: str | None,
+                  rack: bool = True) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=help_, description=help_,
+                             allow_abbrev=False)   # --size is not short for --sizes
+        if rack:
+            p.add_argument("--spec", metavar="FILE", type=argtypes.spec_file,
+                           help="rack spec (default: the embedded default)")
         p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
                        help="also write the report as JSON here (with the machine and the "
                             "settings)")
@@ -50,11 +54,13 @@ def add_parser(sub: Any) -> None:
         reps.add_argument("--duration", type=argtypes.seconds, default=None, metavar="S",
                           help="instead of a fixed --reps: repeat until S seconds have passed "
                                "(at least 3 repetitions)")
-        p.add_argument("--busy", action="store_true",
-                       help="keep one core busy (a spinning process) for the whole run: on a "
-                            "VM whose idle cores halt, wake-ups then cost a context switch, "
-                            "not an IPI; run once with and once without to see both")
-        p.set_defaults(func=cmd_bench)
+        if rack:
+            p.add_argument("--busy", action="store_true",
+                           help="keep one core busy (a spinning process) for the whole run: "
+                                "on a VM whose idle cores halt, wake-ups then cost a context "
+                                "switch, not an IPI; run once with and once without to see "
+                                "both")
+        p.set_defaults(func=cmd_bench, busy=False)
         return p
 
     def figures(p: argparse.ArgumentParser, quick: str, modes: tuple[str, ...],
@@ -87,15 +93,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None,
                    help="the input generator's seed (default: 1)")
 
-    p = verbs.add_parser("hot", help="the hot paths that need no rack: FIT header, args "
-                                     "codec, extCache hits", description="The hot paths that "
-                         "need no rack, each timed alone in this process.")
-    p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
-                   help="also write the report as JSON here")
-    p.add_argument("--rounds", type=argtypes.count, default=None,
-                   help="calls per repetition")
-    p.add_argument("--reps", type=argtypes.count, default=None, help="repetitions")
-    p.set_defaults(func=cmd_bench, csv=None, samples=None, busy=False, duration=None)
+    measuring("hot", "the hot paths that need no rack (FIT header, args codec, extCache "
+                     "hits), timed in this process", "samples per repetition (each the mean "
+                     "of 1000 calls)", rack=False)
 
     p = verbs.add_parser("compare", help="compare two --json reports of the same benchmark",
                          description="A table of what changed between two runs of one "

@@ -12,6 +12,7 @@ command line is refused in one line (exit 2) before anything starts.
     size("64MB") -> 64000000    one size with a unit (spec.parse_size)
     out_file("r.json")          a file the run may write at its end
     in_file("old.json")         a file that exists and can be read now
+    spec_file("rack.toml")      a rack spec that loads (spec.load_spec)
     choices(("a", "b"))         a checker of comma-separated names from a list
 """
 
@@ -20,7 +21,7 @@ import os
 from collections.abc import Callable
 
 from splitrack.params import BENCH_SIZE_MAX_BYTES
-from splitrack.spec import SpecError, check_name, parse_size
+from splitrack.spec import SpecError, check_name, load_spec, parse_size
 
 
 def rack_name(text: str) -> str:
@@ -86,6 +87,14 @@ def out_file(text: str) -> str:
 def in_file(text: str) -> str:
     if not os.path.isfile(text) or not os.access(text, os.R_OK):
         raise argparse.ArgumentTypeError(f"{text}: no such file, or not readable")
+    return text
+
+
+def spec_file(text: str) -> str:
+    try:
+        load_spec(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
