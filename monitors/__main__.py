@@ -3,7 +3,8 @@
 The launcher (splitrack/rack.py) starts one of these per component. The rack
 config is read from D/spec.json (written by the launcher); the component's kind
 is its id's letter (global, pN, mN, nN, sN). See monitors/core.py for the life
-of a monitor.
+of a monitor. It logs to stderr at $SPLITRACK_LOG_LEVEL (default INFO; the
+launcher passes DEBUG for `splitrack up -v`).
 """
 
 import argparse
@@ -20,6 +21,7 @@ from monitors.mmonitor import MMonitor
 from monitors.nmonitor import NMonitor
 from monitors.pmonitor import PMonitor
 from monitors.smonitor import SMonitor
+from splitrack.logs import LOG_LEVEL_ENV
 
 MONITORS: dict[str, type[Monitor]] = {
     "global": GlobalMonitor, "p": PMonitor, "m": MMonitor, "n": NMonitor, "s": SMonitor,
@@ -34,6 +36,12 @@ def inbox_address(run_dir: str, cid: str, rack: dict) -> str:
     if rack["endpoints"] == "tcp":
         return "tcp://127.0.0.1:0"
     return f"ipc://{os.path.join(run_dir, cid)}.sock"
+
+
+def _log_level() -> int:
+    """$SPLITRACK_LOG_LEVEL (the launcher sets DEBUG for `-v`), else INFO."""
+    level = logging.getLevelName(os.environ.get(LOG_LEVEL_ENV, "INFO").upper())
+    return level if isinstance(level, int) else logging.INFO
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -53,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--die-with-parent", type=int, metavar="PID",
                         help="exit when the launcher with this PID dies")
     args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+    logging.basicConfig(stream=sys.stderr, level=_log_level(),
                         format=f"%(asctime)s {args.id} %(levelname)s %(message)s")
     if args.die_with_parent:
         _die_with_parent(args.die_with_parent)

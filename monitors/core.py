@@ -143,8 +143,10 @@ class Monitor:
             signal.signal(signum, stop)
         started = False
         try:
+            self.log.debug("pid %d, spec %s, rack %s", os.getpid(), self.config, self.rack)
             self.setup()
             started = True
+            self.log.debug("registering with global as %s (%s)", self.id, self.resources())
             self.register()
             _announce_ready(self.ep.address)
             self.log.info("serving at %s", self.ep.address)

@@ -8,6 +8,7 @@ client's path (never the host path) in the message.
 """
 
 import errno
+import logging
 import os
 import stat
 from collections.abc import Callable
@@ -34,7 +35,7 @@ class SMonitor(Monitor):
             (Op.S_RMDIR, self.s_rmdir), (Op.S_LISTDIR, self.s_listdir),
             (Op.S_RENAME, self.s_rename),
         ):
-            self.ep.on(op, handler(_client_errors(fn)))
+            self.ep.on(op, handler(_client_errors(fn, self.log)))
 
     def resources(self) -> dict[str, Any]:
         return {"root": self.store.root}
@@ -102,13 +103,17 @@ def _nonneg(args: dict[str, Any], name: str) -> int:
     return value
 
 
-def _client_errors(fn: Callable[[dict, memoryview], Any]) -> Callable[[dict, memoryview], Any]:
-    """Re-raise file system errors with the client's path, not the host's."""
+def _client_errors(fn: Callable[[dict, memoryview], Any],
+                   log: logging.Logger) -> Callable[[dict, memoryview], Any]:
+    """Re-raise file system errors with the client's path, not the host's; each
+    request and its failure is a DEBUG line."""
 
     def wrapped(args: dict[str, Any], data: memoryview) -> Any:
+        log.debug("%s %s (+%d bytes)", fn.__name__, args, len(data))
         try:
             return fn(args, data)
         except OSError as exc:
+            log.debug("%s %s: %s", fn.__name__, args, exc)
             if exc.filename is None:
                 raise
             shown = args.get("path", f"{args.get('src')} -> {args.get('dst')}")

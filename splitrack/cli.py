@@ -1,23 +1,28 @@
 """The `splitrack` command: each verb is a few lines over the Python API (rack.py).
 
-    splitrack up [--spec F] [--name N] [--detach]    start a rack
+    splitrack up [--spec F] [--name N] [--detach] [-v]
+                                                     start a rack
     splitrack status [--name N] [--json]             components, PIDs, endpoints, health
     splitrack stats [--name N] [--json]              per-component and per-link FIT counters
-    splitrack down [--name N]                        stop exactly the rack's processes
+    splitrack down [--name N] [--keep-logs [DIR]]    stop exactly the rack's processes
     splitrack restart [--name N] ID                  start a dead monitor again
-    splitrack selftest [--fuzz N] [--faults]         check a throwaway rack, a line a check
-    splitrack run [--on pN] -- PROGRAM [ARGS...]     run a program as a process on the rack
+    splitrack selftest [--fuzz N] [--faults] [-v]    check a throwaway rack, a line a check
+    splitrack run [--on pN] [-v] -- PROGRAM [ARGS...]
+                                                     run a program as a process on the rack
     splitrack cp LOCAL sN:PATH | sN:PATH LOCAL       copy a file to or from an sComponent
+    splitrack logs [--name N] [-f] [ID]              the monitors' logs, or ID's
     splitrack --version                              splitrack X.Y.Z
     splitrack bench fit|extcache|tcp|wordcount|hot|compare ...
                                                      benchmarks, baselines in the same run
                                                      (benchmarks/verbs.py)
 
 Results go to stdout, diagnostics to stderr. Errors are one line and exit 1;
-a command line that does not parse is one line too, and exits 2.
+a command line that does not parse is one line too, and exits 2. -v: this
+command, and the monitors of a rack it starts, log at DEBUG.
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -29,8 +34,9 @@ from typing import Any
 import splitrack
 from benchmarks import verbs
 from fit_rpc import Op
-from splitrack import argtypes, transfer
+from splitrack import argtypes, logs, transfer
 from splitrack.launch import LaunchError, run_program
+from splitrack.logs import LOG_LEVEL_ENV
 from splitrack.params import UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackAlreadyUp, RackError
 from splitrack.rundir import RunDir, RunRootError
@@ -132,8 +138,17 @@ def cmd_down(args: argparse.Namespace) -> int:
         print(f"rack {name!r} is not up; nothing to stop")
         return EXIT_OK
     rack = Rack.attach(name)
-    rack.stop()
-    print(f"rack {name!r} stopped ({len(rack.components)} processes)")
+    kept = None
+    if args.keep_logs is not None:   # checked before anything stops
+        kept = os.path.abspath(args.keep_logs) if args.keep_logs else logs.kept_dir(rack.run)
+        try:
+            logs.check_dest(kept)
+        except OSError as exc:
+            raise RackError(f"--keep-logs: {exc}; nothing stopped") from None
+    rack.stop(keep_logs=kept)
+    print(f"rack {name!r} stopped ({len(rack.components)} processes); "
+          + (f"its logs are in {kept}" if kept else
+             "its logs went with its run directory (`down --keep-logs` keeps them)"))
     return EXIT_OK
 
 
@@ -203,6 +218,41 @@ def cmd_cp(args: argparse.Namespace) -> int:
         else:
             local, n = transfer.download(ep, sid, src[1], args.dst)
             print(f"{sid}:{src[1]} -> {local} ({n} bytes)")
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    name = _rack_name(args)
+    run = RunDir(name)
+    if not logs.files(run) and not (args.name or args.spec):
+        up = Rack.running()
+        if len(up) > 1:
+            raise RackError(f"rack {name!r} has no logs, and {', '.join(up)} are up: "
+                            "say which with --name")
+        if up:
+            print(f"splitrack: rack {up[0]!r}, the one that is up", file=sys.stderr)
+            run = RunDir(up[0])
+    found = logs.files(run)
+    if not found:
+        raise RackError(f"rack {run.name!r} has no logs (no {run.log_dir}: it is not up; "
+                        "`splitrack down --keep-logs` keeps them)")
+    if args.id is not None and args.id not in found:
+        raise RackError(f"no component {args.id!r} in rack {run.name!r} "
+                        f"(its logs: {', '.join(found)})")
+
+    def find() -> list[str]:
+        return [run.log_path(args.id)] if args.id else list(logs.files(run).values())
+
+    def show(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    now = logs.ends(find())
+    sys.stdout.writelines(logs.merged(now))
+    if args.follow:
+        sys.stdout.flush()
+        with contextlib.suppress(KeyboardInterrupt):   # how -f ends: exit 0
+            logs.follow(find, show, now)
     return EXIT_OK
 
 
@@ -297,10 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--name", type=argtypes.rack_name,
                        help="rack name (default: the spec's, else 'default')")
 
+    def verbose_arg(p: argparse.ArgumentParser, which: str = "") -> None:
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help=f"log at DEBUG: this command on stderr, and the monitors of the "
+                            f"rack it starts{which} in their logs (`splitrack logs`)")
+
     p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
     p.add_argument("--detach", action="store_true",
                    help="leave the rack running in the background and return")
+    verbose_arg(p)
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("status", help="show every component: PID, endpoint, health",
@@ -316,8 +372,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_stats)
 
-    p = sub.add_parser("down", help="stop a rack (exactly the processes it started)")
+    p = sub.add_parser("down", help="stop a rack (exactly the processes it started)",
+                       description="Stop exactly the rack's processes and remove its run "
+                                   "directory, logs included unless --keep-logs.")
     rack_args(p, "take the rack name from this spec")
+    p.add_argument("--keep-logs", nargs="?", const="", metavar="DIR",
+                   help="first copy the monitors' logs to DIR (new, or an empty directory; "
+                        "default: $SPLITRACK_RUN_ROOT/logs.kept/NAME-YYYYmmdd-HHMMSS) and "
+                        "say where")
     p.set_defaults(func=cmd_down)
 
     p = sub.add_parser("restart", help="start a dead monitor again in the running rack",
@@ -353,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send every small send() on its own (default: consecutive small "
                         "sends of a socket without TCP_NODELAY are packed into one message "
                         "to the nComponent; SPLITRACK_PACKING=0 does the same)")
+    verbose_arg(p, " (if it starts one)")
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
@@ -370,6 +433,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst", metavar="DST", help="sN:PATH, or a local file or directory")
     p.set_defaults(func=cmd_cp, usage_error=p.error)
 
+    p = sub.add_parser("logs", help="print the monitors' logs (all, or one component's)",
+                       description="Print the log of every monitor of the rack, merged in "
+                                   "time order (each line names its component), or only "
+                                   "ID's. With -f, go on printing lines as they are "
+                                   "written, until Ctrl-C. Uses the rack --name or --spec "
+                                   "names, else 'default', else the one that is up. The "
+                                   "logs are RUN_DIR/logs/ID.log; `down` removes them "
+                                   "unless --keep-logs.")
+    rack_args(p, "take the rack name from this spec")
+    p.add_argument("id", nargs="?", metavar="ID",
+                   help="one component: global, p0, m0, n0, s0, ... (default: all)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new lines as they come, until Ctrl-C")
+    p.set_defaults(func=cmd_logs)
+
     p = sub.add_parser("selftest", help="bring up a throwaway rack and check that it works",
                        description="Start the embedded default rack under a name of its own, "
                                    "check it (every monitor answers, FIT round trips from "
@@ -383,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also kill -9 each monitor in turn: its calls must fail within 2 s, "
                         "the others serve on, and restart brings it back")
     p.add_argument("--seed", type=int, default=1, help="the fuzzer's seed (default: 1)")
+    verbose_arg(p)
     p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
                    help="also write {\"checks\": [{name, ok, detail}]} here")
     p.set_defaults(func=cmd_selftest)
@@ -395,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="splitrack: %(message)s")
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "verbose", False):   # ours, and every rack this command starts
+            logging.getLogger("splitrack").setLevel(logging.DEBUG)   # (selftest's too): DEBUG
+            os.environ[LOG_LEVEL_ENV] = "DEBUG"
         code = args.func(args)
         sys.stdout.flush()   # here, where a reader that left is caught below
         return code

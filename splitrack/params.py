@@ -24,6 +24,7 @@ MONITOR_STOP_GRACE_S = 3.0                # SIGTERM, then SIGKILL after this
 STOP_POLL_S = 0.02                         # how often a stopping rack looks again
 HEALTH_TIMEOUT_S = 1.0                    # `splitrack status` per-component probe
 UP_POLL_INTERVAL_S = 0.5                  # foreground `splitrack up` checks its monitors
+LOGS_FOLLOW_POLL_S = 0.2                  # `splitrack logs -f` looks for new lines this often
 
 # --- the network path (bsdSocketStub <-> bsdSocketSkeleton) ---------------------------
 SOCKET_BUFFER_BYTES = 512 * 1024          # a stub's receive buffer in rack memory (the receive

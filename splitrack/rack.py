@@ -2,12 +2,14 @@
 
 Interface:
     with Rack(spec) as rack:          # start; always stop, even on an exception
+                                      # (verbose=True: the monitors log at DEBUG)
         rack.status()                 # [{id, kind, pid, address, state, uptime_s}]
         ep = rack.endpoint()          # a FIT endpoint to call components
     Rack(spec, detach=True).start()   # leave it running (`splitrack up --detach`)
     with Rack.attach("default") as rack:   # an already-running rack, from its run dir;
         ...                           # the with closes our endpoints, the rack runs on
     rack.stop()                       # stop exactly the processes the rack started
+    rack.stop(keep_logs="DIR")        # ... and keep a copy of its monitors' logs in DIR
 
 Starting a rack whose name is already up raises RackAlreadyUp (a RackError) and
 changes nothing; its message says how to attach instead. Rack(spec) never
@@ -37,6 +39,8 @@ import psutil
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op, codec
 from fit_rpc.transport import CURVE_ENV
+from splitrack import logs
+from splitrack.logs import LOG_LEVEL_ENV
 from splitrack.params import (
     FIT_POLL_US,
     HEALTH_TIMEOUT_S,
@@ -66,11 +70,13 @@ class RackAlreadyUp(RackError):
 
 class Rack:
     def __init__(self, spec: Any = None, *, name: str | None = None,
-                 run_root: str | None = None, detach: bool = False):
+                 run_root: str | None = None, detach: bool = False, verbose: bool = False):
         self.spec = spec if isinstance(spec, RackSpec) else load_spec(spec, name=name)
         self.name = self.spec.name
         self.run = RunDir(self.name, run_root)
         self.detach = detach
+        # the monitors' logging: DEBUG if verbose, else what $SPLITRACK_LOG_LEVEL says
+        self.log_level = "DEBUG" if verbose else os.environ.get(LOG_LEVEL_ENV, "INFO")
         self.components: dict[str, dict[str, Any]] = {}  # id -> state record
         self._children: dict[str, subprocess.Popen] = {}
         self._endpoints: weakref.WeakSet[Endpoint] = weakref.WeakSet()  # closed at stop()
@@ -88,6 +94,7 @@ class Rack:
         rack = cls.__new__(cls)
         rack.spec = None  # not needed to inspect or stop a running rack
         rack.name, rack.run, rack.detach = name, run, True
+        rack.log_level = state.get("log_level", "INFO")
         rack.components = {c["id"]: c for c in state["components"]}
         rack._children, rack._endpoints, rack._clients = {}, weakref.WeakSet(), 0
         rack.attached = True
@@ -116,6 +123,7 @@ class Rack:
                 self._launch(self.spec.ids(), self.components[GLOBAL_ID]["address"])
                 self.run.write_state({"name": self.name, "launcher_pid": os.getpid(),
                                       "detached": self.detach, "source": self.spec.source,
+                                      "log_level": self.log_level,
                                       "components": list(self.components.values())})
             except BaseException:
                 self._terminate()
@@ -123,12 +131,21 @@ class Rack:
                 raise
         return self
 
-    def stop(self) -> None:
+    def stop(self, keep_logs: str | None = None) -> None:
         """Stop the rack's processes (SIGTERM, then SIGKILL after a grace period)
-        and remove its run directory. Safe to call twice."""
+        and remove its run directory. Safe to call twice. keep_logs: a new or
+        empty directory that gets a copy of the logs first (splitrack.logs.keep);
+        if that fails, the run directory stays, logs and all."""
         self.close_endpoints()
         with self.run.lock():
             self._terminate()
+            if keep_logs is not None:
+                try:
+                    logs.keep(self.run, keep_logs)
+                except OSError as exc:
+                    raise RackError(f"rack {self.name!r} stopped, but its logs could not be "
+                                    f"kept in {keep_logs} ({exc}); they are still in "
+                                    f"{self.run.log_dir}") from None
             self.run.remove()
 
     def restart(self, cid: str) -> dict[str, Any]:
@@ -298,13 +315,14 @@ class Rack:
             # A process group of its own: a terminal's Ctrl-C reaches only us, and we
             # stop the rack. Not a session of its own: that would also put each
             # monitor in its own scheduler autogroup, which costs ~20% FIT RTT under load.
-            env = dict(os.environ)
+            env = dict(os.environ, **{LOG_LEVEL_ENV: self.log_level})
             if self.curve_keys() is not None:   # and their programs, through the pMonitors
                 env[CURVE_ENV] = self.run.keys_path
             with open(self.run.log_path(cid), "ab") as logf:
                 proc = subprocess.Popen(cmd, cwd=self.run.path, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=logf, process_group=0,
                                         env=env)
+            log.debug("%s: started %s, pid %d: %s", self.name, cid, proc.pid, " ".join(cmd))
             self._children[cid] = proc
             self.components[cid] = {
                 "id": cid, "kind": "global" if cid == GLOBAL_ID else cid[0], "pid": proc.pid,
@@ -381,6 +399,7 @@ class Rack:
             proc = identify(rec["pid"], rec["create_time"])
             if proc is not None and proc.pid not in {p.pid for p in procs}:
                 procs.append(proc)
+        log.debug("%s: SIGTERM to pids %s", self.name, [p.pid for p in procs])
         for proc in procs:
             _signal(proc, signal.SIGTERM)
         left = _wait_stopped(procs, MONITOR_STOP_GRACE_S)

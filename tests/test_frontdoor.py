@@ -3,16 +3,21 @@
 
 import os
 import re
+import select
+import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 import splitrack
-from helpers import SPLITRACK, alive, running_rack, small_spec
+from helpers import SPLITRACK, alive, running_rack, small_spec, write_spec
 from splitrack import Rack, RackError
 from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+from splitrack.rundir import RunDir
 
 NAME = "front"
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -140,3 +145,104 @@ def test_the_files_example_of_docs_rack_md_runs(front, tmp_path):
     assert proc.stdout == "hello, split kernel\n", proc.stderr
     cli(env, "cp", "--name", NAME, "s0:notes.txt", str(tmp_path / "notes.txt"))
     assert (tmp_path / "notes.txt").read_bytes() == b"hello"
+
+
+def test_logs_all_and_one(front):
+    _, env = front
+    every = cli(env, "logs", "--name", NAME).stdout
+    for cid in ("global", "p0", "p1", "m0", "n0", "s0"):
+        assert f" {cid} INFO serving at " in every
+    stamps = [line[:23] for line in every.splitlines() if line[:4].isdigit()]
+    assert stamps == sorted(stamps)   # merged in time order
+    assert " DEBUG " not in every     # not a -v rack
+    one = cli(env, "logs", "s0").stdout   # the one rack that is up
+    assert " s0 INFO serving at " in one
+    assert all(" s0 " in line for line in one.splitlines() if line[:4].isdigit())
+    bad = cli(env, "logs", "--name", NAME, "x9", check=False)
+    assert bad.returncode == 1 and bad.stderr == (
+        f"splitrack: error: no component 'x9' in rack '{NAME}' "
+        "(its logs: global, p0, p1, m0, n0, s0)\n")
+
+
+def test_logs_of_a_rack_that_is_not_up(run_root):
+    proc = cli(dict(os.environ), "logs", "--name", "nothere", check=False)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "rack 'nothere' has no logs" in proc.stderr
+
+
+def test_verbose_rack_follow_and_keep_logs(run_root, tmp_path):
+    env = dict(os.environ)
+    spec = write_spec(tmp_path / "v.toml", "verb",
+                      f'[[scomponent]]\nid = "s0"\nroot = "{tmp_path / "store"}"\n')
+    up = cli(env, "up", "--spec", spec, "--detach", "-v")
+    assert "splitrack: verb: started s0, pid" in up.stderr   # the CLI's own DEBUG lines
+    follower = None
+    try:
+        assert " s0 DEBUG registering with global" in cli(env, "logs", "--name", "verb").stdout
+        follower = subprocess.Popen([SPLITRACK, "logs", "--name", "verb", "-f", "s0"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    preexec_fn=_default_signals)
+        assert b" s0 INFO serving at " in _read_until(follower, b" s0 INFO serving at ")
+        (tmp_path / "f").write_bytes(b"followed")
+        cli(env, "cp", "--name", "verb", str(tmp_path / "f"), "s0:f")   # s0 logs it (DEBUG)
+        assert b"s0 DEBUG s_write {'path': 'f', 'offset': 0} (+8 bytes)" in \
+            _read_until(follower, b"s_write")
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=30)
+        assert follower.returncode == 0 and err == b""   # Ctrl-C ends -f: no traceback
+        (tmp_path / "full").mkdir()
+        (tmp_path / "full" / "x").write_text("")
+        refused = cli(env, "down", "--name", "verb", "--keep-logs", str(tmp_path / "full"),
+                      check=False)
+        assert refused.returncode == 1 and "is not empty; nothing stopped" in refused.stderr
+        down = cli(env, "down", "--name", "verb", "--keep-logs")
+    finally:
+        if follower is not None:
+            follower.kill()
+            follower.communicate()
+        if RunDir("verb").read_state() is not None:
+            Rack.attach("verb").stop()
+    kept = down.stdout.split("its logs are in ")[1].strip()
+    assert kept.startswith(os.path.join(run_root, "logs.kept", "verb-"))
+    assert stat.S_IMODE(os.stat(os.path.dirname(kept)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(kept).st_mode) == 0o700
+    assert sorted(os.listdir(kept)) == ["global.log", "m0.log", "p0.log", "s0.log"]
+    with open(os.path.join(kept, "s0.log")) as f:
+        s0 = f.read()
+    assert " s0 DEBUG s_write " in s0 and " s0 INFO stopping" in s0
+    assert not os.path.exists(RunDir("verb").path)
+    assert cli(env, "logs", "--name", "verb", check=False).returncode == 1
+
+
+def test_down_keep_logs_to_a_directory_and_without(run_root, tmp_path):
+    env = dict(os.environ)
+    spec = write_spec(tmp_path / "k.toml", "keep")
+    try:
+        cli(env, "up", "--spec", spec, "--detach")
+        down = cli(env, "down", "--name", "keep", "--keep-logs", str(tmp_path / "kept"))
+        assert down.stdout.endswith(f"its logs are in {tmp_path / 'kept'}\n")
+        assert sorted(os.listdir(tmp_path / "kept")) == ["global.log", "m0.log", "p0.log"]
+        assert " p0 INFO serving at " in (tmp_path / "kept" / "p0.log").read_text()
+        cli(env, "up", "--spec", spec, "--detach")
+        down = cli(env, "down", "--name", "keep")
+        assert "its logs went with its run directory" in down.stdout
+        assert not os.path.exists(os.path.join(run_root, "logs.kept"))
+    finally:
+        if RunDir("keep").read_state() is not None:
+            Rack.attach("keep").stop()
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _read_until(proc, marker: bytes, timeout: float = 30.0) -> bytes:
+    """proc's stdout until `marker` shows (a failure after `timeout`)."""
+    seen, deadline = b"", time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0 and select.select([proc.stdout], [], [], left)[0], seen
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        assert chunk, f"the follower ended: {seen!r}"
+        seen += chunk
+    return seen
