@@ -195,8 +195,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     except LaunchError as exc:
         raise RackError(str(exc)) from None
     finally:
-        if owned:
-            rack.stop()
+        if owned:   # with -v, its DEBUG logs are what was asked for: they stay
+            kept = logs.kept_dir(rack.run) if args.verbose else None
+            rack.stop(keep_logs=kept)
+            if kept:
+                print(f"splitrack: the monitors' logs are in {kept}", file=sys.stderr)
 
 
 def cmd_cp(args: argparse.Namespace) -> int:
@@ -262,8 +265,11 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     def show(check: Any) -> None:
         print(f"{'ok  ' if check.ok else 'FAIL'}  {check.name:<22} {check.detail}", flush=True)
 
+    kept = logs.kept_dir(RunDir("selftest")) if args.verbose else None
     checks = selftest(fuzz_frames=args.fuzz, faults=args.faults, seed=args.seed,
-                      report=show)
+                      report=show, keep_logs=kept)
+    if kept and os.path.isdir(kept):
+        print(f"splitrack: the monitors' logs are in {kept}", file=sys.stderr)
     failed = [c.name for c in checks if not c.ok]
     print(f"{len(checks) - len(failed)} of {len(checks)} checks passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
@@ -347,10 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--name", type=argtypes.rack_name,
                        help="rack name (default: the spec's, else 'default')")
 
-    def verbose_arg(p: argparse.ArgumentParser, which: str = "") -> None:
+    def verbose_arg(p: argparse.ArgumentParser, which: str = "", kept: bool = False) -> None:
         p.add_argument("-v", "--verbose", action="store_true",
                        help=f"log at DEBUG: this command on stderr, and the monitors of the "
-                            f"rack it starts{which} in their logs (`splitrack logs`)")
+                            f"rack it starts{which} in their logs ("
+                            + ("which it keeps when it stops the rack, and says where"
+                               if kept else "`splitrack logs`") + ")")
 
     p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
@@ -415,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send every small send() on its own (default: consecutive small "
                         "sends of a socket without TCP_NODELAY are packed into one message "
                         "to the nComponent; SPLITRACK_PACKING=0 does the same)")
-    verbose_arg(p, " (if it starts one)")
+    verbose_arg(p, " (if it starts one)", kept=True)
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
@@ -461,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also kill -9 each monitor in turn: its calls must fail within 2 s, "
                         "the others serve on, and restart brings it back")
     p.add_argument("--seed", type=int, default=1, help="the fuzzer's seed (default: 1)")
-    verbose_arg(p)
+    verbose_arg(p, kept=True)
     p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
                    help="also write {\"checks\": [{name, ok, detail}]} here")
     p.set_defaults(func=cmd_selftest)

@@ -56,8 +56,9 @@ class Check:
 
 
 def selftest(fuzz_frames: int = 0, faults: bool = False, seed: int = 1,
-             report: Any = None) -> list[Check]:
-    """Run the checks; report(check) is called as each ends (to print it)."""
+             report: Any = None, keep_logs: str | None = None) -> list[Check]:
+    """Run the checks; report(check) is called as each ends (to print it);
+    keep_logs: a directory that gets the monitors' logs when the rack stops."""
     checks: list[Check] = []
 
     def record(name: str, ok: bool, detail: str) -> bool:
@@ -82,7 +83,7 @@ def selftest(fuzz_frames: int = 0, faults: bool = False, seed: int = 1,
                                f"{time.monotonic() - started:.2f} s")
             _run_checks(rack, scratch, record, fuzz_frames, faults, seed)
         finally:
-            rack.stop()
+            rack.stop(keep_logs=keep_logs)
     return checks
 
 

@@ -232,6 +232,17 @@ def test_down_keep_logs_to_a_directory_and_without(run_root, tmp_path):
             Rack.attach("keep").stop()
 
 
+def test_run_v_keeps_the_logs_of_the_rack_it_started(run_root, tmp_path):
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"))
+    proc = cli(env, "run", "--name", "vrun", "-v", "--", sys.executable, "-c", "print('ran')")
+    assert proc.stdout == "ran\n"
+    assert "splitrack: vrun: started p0, pid" in proc.stderr
+    kept = proc.stderr.split("splitrack: the monitors' logs are in ")[1].strip()
+    with open(os.path.join(kept, "p0.log")) as f:
+        assert " p0 DEBUG registering with global" in f.read()
+    assert not os.path.exists(RunDir("vrun").path) and not Rack.running()
+
+
 def _default_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
