@@ -72,9 +72,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        if not args.detach:
-            rack.stop()
-            print(f"rack {rack.name!r} stopped")
+        if not args.detach:   # with -v, its DEBUG logs are what was asked for: they stay
+            kept = logs.kept_dir(rack.run) if args.verbose else None
+            rack.stop(keep_logs=kept)
+            print(f"rack {rack.name!r} stopped" + (f"; its logs are in {kept}" if kept else ""))
     return EXIT_OK
 
 
@@ -353,18 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--name", type=argtypes.rack_name,
                        help="rack name (default: the spec's, else 'default')")
 
-    def verbose_arg(p: argparse.ArgumentParser, which: str = "", kept: bool = False) -> None:
+    def verbose_arg(p: argparse.ArgumentParser, monitors: str) -> None:
         p.add_argument("-v", "--verbose", action="store_true",
-                       help=f"log at DEBUG: this command on stderr, and the monitors of the "
-                            f"rack it starts{which} in their logs ("
-                            + ("which it keeps when it stops the rack, and says where"
-                               if kept else "`splitrack logs`") + ")")
+                       help=f"log at DEBUG: this command on stderr, and {monitors}")
 
     p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
     p.add_argument("--detach", action="store_true",
                    help="leave the rack running in the background and return")
-    verbose_arg(p)
+    verbose_arg(p, "the rack's monitors in their logs (`splitrack logs`); without --detach, "
+                   "the logs are kept when the rack stops, and where is said")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("status", help="show every component: PID, endpoint, health",
@@ -423,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send every small send() on its own (default: consecutive small "
                         "sends of a socket without TCP_NODELAY are packed into one message "
                         "to the nComponent; SPLITRACK_PACKING=0 does the same)")
-    verbose_arg(p, " (if it starts one)", kept=True)
+    verbose_arg(p, "the monitors of a rack it starts in their logs, which it keeps when it "
+                   "stops that rack, and says where")
     p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
                    help="the program and its arguments, after --")
     p.set_defaults(func=cmd_run)
@@ -469,7 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also kill -9 each monitor in turn: its calls must fail within 2 s, "
                         "the others serve on, and restart brings it back")
     p.add_argument("--seed", type=int, default=1, help="the fuzzer's seed (default: 1)")
-    verbose_arg(p, kept=True)
+    verbose_arg(p, "the monitors of its rack in their logs, which it keeps when it stops "
+                   "the rack, and says where")
     p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
                    help="also write {\"checks\": [{name, ok, detail}]} here")
     p.set_defaults(func=cmd_selftest)

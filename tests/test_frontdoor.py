@@ -243,6 +243,23 @@ def test_run_v_keeps_the_logs_of_the_rack_it_started(run_root, tmp_path):
     assert not os.path.exists(RunDir("vrun").path) and not Rack.running()
 
 
+def test_foreground_up_v_keeps_the_logs_when_it_stops(run_root, tmp_path):
+    spec = write_spec(tmp_path / "fg.toml", "fgv")
+    up = subprocess.Popen([SPLITRACK, "up", "--spec", spec, "-v"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, preexec_fn=_default_signals)
+    try:
+        assert b"rack 'fgv' is up" in _read_until(up, b"is up")
+        up.send_signal(signal.SIGINT)
+        out, err = up.communicate(timeout=30)
+        assert up.returncode == 0, err
+    finally:
+        up.kill()
+        up.communicate()
+    kept = out.decode().split("rack 'fgv' stopped; its logs are in ")[1].strip()
+    with open(os.path.join(kept, "m0.log")) as f:
+        assert " m0 DEBUG registering with global" in f.read()
+
+
 def _default_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
