@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 from benchmarks import floors
+from benchmarks.limits import FIT_RTT_OVER_LINUX
 from benchmarks.progress import progress
 from benchmarks.report import finish, print_stats
 from benchmarks.stats import Series, ratio_of, repetitions, target
@@ -56,7 +57,6 @@ from splitrack.rack import Rack
 from splitrack.spec import RackSpec, load_spec
 
 TRANSPORTS = ("shm", "zmq")
-TARGETS = {128: 1.0, 4096: 1.3}   # FIT shm p50 / Linux TCP p50, at most, by size
 _SIZE_LABELS = {128: "128 B", 4096: "4 KiB"}
 
 
@@ -129,10 +129,10 @@ def _targets(sizes: tuple[int, ...], fit: Series, floor: Series) -> list[dict[st
     """Each target of docs/benchmarks.md with what this run measured; its floor:
     the shared-memory rings asleep between messages, with no FIT code."""
     out = []
-    for size in (z for z in sizes if z in TARGETS):
+    for size in (z for z in sizes if z in FIT_RTT_OVER_LINUX):
         linux = floor.reps["linux_tcp", size]
         out.append(target(f"FIT shm RTT p50 / Linux TCP p50 at {_SIZE_LABELS[size]}",
-                          ratio_of(fit.reps["shm", size], linux), TARGETS[size],
+                          ratio_of(fit.reps["shm", size], linux), FIT_RTT_OVER_LINUX[size],
                           floor={"name": "shm_eventfd / Linux TCP",
                                  "value": ratio_of(floor.reps["shm_eventfd", size],
                                                    linux)["value"]}))

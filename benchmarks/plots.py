@@ -30,6 +30,13 @@ from matplotlib.axes import Axes
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
+from benchmarks.limits import (
+    DDIO_RTT_OVER_LINUX,
+    DDIO_RTT_UP_TO,
+    TX_AT,
+    TX_OVER_LINUX,
+    WORDCOUNT_OVER_LINUX,
+)
 from benchmarks.report import wrote
 
 Row = dict[str, Any]   # a row of report["stats"]
@@ -39,10 +46,6 @@ COLORS = {"linux": "tab:gray", "ddio": "tab:blue", "dma": "tab:red", "pipe": "ta
 BASELINES = {"raw_zmq": ("raw pyzmq", "tab:olive", "s"),
              "relay_floor": ("relay floor", "black", "D"),
              "raw_pipe": ("raw os.pipe", "yellowgreen", "^")}
-# The targets drawn (docs/benchmarks.md; tcp.py and wordcount.py judge them).
-DDIO_RTT, DDIO_RTT_UP_TO = 3.0, 2048            # DDIO RTT <= 3 x Linux, 128 B-2 KiB
-TX_AT, TX_TARGETS = 4096, {"ddio": 0.8, "dma": 0.35}   # throughput >= k x Linux
-WORDCOUNT = 1.2                                 # word count DDIO time <= 1.2 x Linux
 SPREADS = ("p50; error bars: p10-p90 of the samples (RTT), "
            "the repetitions' range (throughput, one sample a repetition)")
 
@@ -116,14 +119,14 @@ def tcp_figure(report: dict[str, Any]) -> Figure:
            + [(stats[f"base/{b}"], *BASELINES[b]) for b in ("raw_zmq", "relay_floor")])
     near = [z for z in sizes if z <= DDIO_RTT_UP_TO]
     if "ddio" in modes and near:
-        _target(lat, near, [DDIO_RTT * stats["rtt/linux"][z]["p50"] for z in near],
-                COLORS["ddio"], f"target: DDIO <= {DDIO_RTT:g} x Linux")
+        _target(lat, near, [DDIO_RTT_OVER_LINUX * stats["rtt/linux"][z]["p50"] for z in near],
+                COLORS["ddio"], f"target: DDIO <= {DDIO_RTT_OVER_LINUX:g} x Linux")
     packable = [m for m in ("ddio", "dma") if f"tx/{m}-unpacked" in stats]
     _sweep(thr, [(stats[f"tx/{m}"], m, COLORS[m], "o") for m in modes]
            + [(stats[f"tx/{m}-unpacked"], f"{m}, no packing", COLORS[m], "x") for m in packable]
            + [(stats["tx/relay_floor"], *BASELINES["relay_floor"])])
     linux_tx = stats["tx/linux"].get(TX_AT)
-    for m, k in TX_TARGETS.items():
+    for m, k in TX_OVER_LINUX.items():
         if m in modes and linux_tx:
             _target(thr, [TX_AT], [k * linux_tx["p50"]], COLORS[m],
                     f"target: {m.upper()} >= {k:g} x Linux at {TX_AT} B")
@@ -206,8 +209,9 @@ def wordcount_figure(report: dict[str, Any]) -> Figure:
     ax.bar_label(bars, [f"{r['ops_per_s'] / 1e3:.0f}k ops/s" for r in rows],
                  label_type="center", fontsize=8, color="white")
     if "linux" in seconds and "ddio" in seconds:
-        ax.axhline(WORDCOUNT * seconds["linux"]["p50"], linestyle="--", color=COLORS["ddio"],
-                   label=f"target: DDIO <= {WORDCOUNT:g} x Linux")
+        ax.axhline(WORDCOUNT_OVER_LINUX * seconds["linux"]["p50"], linestyle="--",
+                   color=COLORS["ddio"],
+                   label=f"target: DDIO <= {WORDCOUNT_OVER_LINUX:g} x Linux")
         _legend(ax)
     ax.set_ylabel("execution time (s)")
     ax.set_xlabel("mapper's network path")

@@ -68,6 +68,15 @@ from typing import Any
 import psutil
 
 from benchmarks import nic_scaling, plots, raw_pipe, tcp_client
+from benchmarks.limits import (
+    CONNECT_OVER_LINUX,
+    DDIO_RTT_OVER_LINUX,
+    DDIO_RTT_UP_TO,
+    NCOMPONENT_CORE_S_PER_GB,
+    SHORTCUT_RTT,
+    TX_AT,
+    TX_OVER_LINUX,
+)
 from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawServer, measure_in_process
 from benchmarks.report import finish, print_stats
@@ -276,10 +285,11 @@ def _targets(report: dict[str, Any], series: dict[str, Series],
     sizes = report["settings"]["sizes"]
     out = []
     if "ddio" in modes:
-        for z in (z for z in sizes if z <= 2048):
+        for z in (z for z in sizes if z <= DDIO_RTT_UP_TO):
+            relay = ratio_of(base.reps["relay_floor", z], rtt.reps["linux", z])["value"]
             out.append(target(f"DDIO RTT / Linux at {z} B", rtt.ratio(("ddio", z), ("linux", z)),
-                              3.0, floor={"name": "relay floor / Linux", "value": ratio_of(
-                                  base.reps["relay_floor", z], rtt.reps["linux", z])["value"]}))
+                              DDIO_RTT_OVER_LINUX,
+                              floor={"name": "relay floor / Linux", "value": relay}))
         if "dma" in modes:
             p50 = {(m, z): rtt.summary(m, z)["p50"] for m in ("linux", "ddio", "dma")
                    for z in sizes}
@@ -289,28 +299,30 @@ def _targets(report: dict[str, Any], series: dict[str, Series],
     for z in sizes:
         if "fit" in modes:
             out.append(target(f"fit shortcut RTT / Linux at {z} B",
-                              rtt.ratio(("fit", z), ("linux", z)), 1.5))
+                              rtt.ratio(("fit", z), ("linux", z)), SHORTCUT_RTT))
         if "pipe" in modes:
             out.append(target(f"pipe shortcut RTT / raw os.pipe at {z} B",
-                              ratio_of(rtt.reps["pipe", z], base.reps["raw_pipe", z]), 1.5))
+                              ratio_of(rtt.reps["pipe", z], base.reps["raw_pipe", z]),
+                              SHORTCUT_RTT))
     c = report["connect"]
     ratio = connect.ratio(("rack", 0), ("linux", 0))
     floor = connect.ratio(("floor", 0), ("linux", 0))
     c.update(ratio=ratio["value"], floor_ratio=floor["value"],
              rack_over_floor=connect.ratio(("rack", 0), ("floor", 0))["value"])
-    out.append(target("rack connect / Linux connect", ratio, 4.0,
+    out.append(target("rack connect / Linux connect", ratio, CONNECT_OVER_LINUX,
                       floor={"name": "connect floor / Linux", "value": floor["value"]}))
-    if 4096 in sizes:
-        floor_tx = tx.ratio(("relay_floor", 4096), ("linux", 4096))["value"]
-        for m, limit in (("ddio", 0.8), ("dma", 0.35)):
+    if TX_AT in sizes:
+        floor_tx = tx.ratio(("relay_floor", TX_AT), ("linux", TX_AT))["value"]
+        for m, limit in TX_OVER_LINUX.items():
             if m in modes:
-                out.append(target(f"{m.upper()} throughput / Linux at 4096 B",
-                                  tx.ratio((m, 4096), ("linux", 4096)), limit, at_most=False,
+                out.append(target(f"{m.upper()} throughput / Linux at {TX_AT} B",
+                                  tx.ratio((m, TX_AT), ("linux", TX_AT)), limit, at_most=False,
                                   floor={"name": "relay floor tx / Linux", "value": floor_tx}))
     if report["ncomponent_cpu"]:
         for d in ("tx", "rx"):
             out.append(target(f"nComponent CPU {d}, core-s per GB",
-                              point(report["ncomponent_cpu"][f"{d}_core_s_per_GB"]), 4.0))
+                              point(report["ncomponent_cpu"][f"{d}_core_s_per_GB"]),
+                              NCOMPONENT_CORE_S_PER_GB))
     return out
 
 
@@ -380,6 +392,7 @@ def main(args: argparse.Namespace) -> int:
     report, series = run(args.spec, modes, **{**base, "sizes": sizes, "duration": args.duration,
                                               **{k: v for k, v in given.items()
                                                  if v is not None}})
-    if args.plot:
+    status = finish(report, args, print_table, series)
+    if args.plot:   # after finish: the plots draw report["stats"]
         plots.tcp(report, args.plot)
-    return finish(report, args, print_table, series)
+    return status

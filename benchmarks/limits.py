@@ -1,0 +1,16 @@
+"""The benchmarks' targets (docs/benchmarks.md says why each has its form).
+
+Each benchmark judges its targets with these (stats.target), and the plots
+draw them; change a target here and both follow.
+"""
+
+FIT_RTT_OVER_LINUX = {128: 1.0, 4096: 1.3}   # bench fit: FIT shm p50 / Linux TCP p50, by size
+MISS_OVER_FLOOR = 1.5      # bench extcache: read_miss p50 / (shm_eventfd p50 + a 4 KiB copy)
+DDIO_RTT_OVER_LINUX = 3.0  # bench tcp: DDIO RTT p50 / Linux p50 ...
+DDIO_RTT_UP_TO = 2048      # ... at sizes up to this
+SHORTCUT_RTT = 1.5         # fit shortcut / Linux, pipe shortcut / raw os.pipe (RTT p50)
+CONNECT_OVER_LINUX = 4.0   # rack connect p50 / Linux connect p50
+TX_AT = 4096               # throughput / Linux at this size, at least:
+TX_OVER_LINUX = {"ddio": 0.8, "dma": 0.35}
+NCOMPONENT_CORE_S_PER_GB = 4.0   # nComponent CPU each way
+WORDCOUNT_OVER_LINUX = 1.2       # bench wordcount: DDIO time / Linux time
