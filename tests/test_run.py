@@ -151,9 +151,13 @@ def test_two_processes_hammer_one_shared_extcache(rack_env):
 
 def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
     rack, env = rack_env
-    wait_until(lambda: not processes(rack))  # earlier tests' processes are released
-    with rack.endpoint() as ep:
-        frames_before = ep.call_args("m0", Op.STATS)[0]["memory"]["frames_used"]
+
+    def m0() -> dict:
+        with rack.endpoint() as ep:
+            return ep.call_args("m0", Op.STATS)[0]["memory"]
+    # earlier tests' processes are released, at p0 and then (M_RELEASE) at m0
+    wait_until(lambda: not processes(rack) and m0()["processes"] == 0)
+    frames_before = m0()["frames_used"]
     crasher = textwrap.dedent("""
         import os
         from splitrack import vm
@@ -173,9 +177,9 @@ def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
     assert crash.returncode == 128 + 9
     out, err = survivor.communicate(timeout=120)
     assert survivor.returncode == 0, err
-    wait_until(lambda: not processes(rack))
+    wait_until(lambda: not processes(rack) and m0()["processes"] == 0)
+    memory = m0()
     with rack.endpoint() as ep:
-        memory = ep.call_args("m0", Op.STATS)[0]["memory"]
         p0 = ep.call_args("p0", Op.STATS)[0]["extcache"]
     assert memory["frames_used"] == frames_before and memory["processes"] == 0
     assert p0["released_processes"] >= 2 and p0["processes"] == {}
