@@ -12,9 +12,15 @@
                     relay floor's far end, the connect floor)
     relay_floor.py  the rack's socket layout with no splitrack code (bench tcp)
     raw_zmq.py      the raw pyzmq baseline (server process and client)
-    machine.py      `--busy`: one core kept busy meanwhile
-    report.py       print the table, write the JSON
-    test_hot_paths.py  pytest-benchmark cases for rack-less hot paths
+    hot.py          `splitrack bench hot`: the hot paths that need no rack
+    compare.py      `splitrack bench compare`: what changed between two reports
+    verbs.py        each `splitrack bench` verb's command line
+    stats.py        the statistics of every series, ratios with their spread, verdicts
+    limits.py       the targets
+    report.py       what every benchmark does with its report: write it, print it
+    plots.py        the figures (PNG) and their markdown tables
+    progress.py     a progress bar, or a line a phase with no terminal
+    machine.py      `--busy`: one core kept busy meanwhile; the machine in the JSON
 
 Benchmarks are not tests: they print tables and machine-readable JSON and never
 assert on wall-clock time.

@@ -8,9 +8,11 @@ the change in percent, and a verdict the spreads justify:
     better / worse   the two ranges do not overlap, and the new p50 is on the
                      better / worse side (lower is better for times, higher
                      for MB/s)
-    same             the ranges overlap: the spread cannot tell them apart
+    no clear change  the ranges overlap: the spread cannot tell them apart
+    unresolved       a side was measured in one repetition: it has no spread
 
-then each target's old and new value and verdict. With --fail-above PCT, the
+then the series only one report has, and each target's old and new value
+and verdict. With --fail-above PCT, the
 exit status is 1 if any row is "worse" by more than PCT percent (a CI
 regression check; pytest-benchmark's --benchmark-compare-fail does the same).
 Reports of different benchmarks, or files that are not reports, are refused
@@ -51,7 +53,12 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         change = (r["p50"] - o["p50"]) / o["p50"] * 100
         better = change > 0 if r["unit"] in HIGHER_IS_BETTER else change < 0
-        verdict = "same" if _overlap(o, r) else "better" if better else "worse"
+        if min(o.get("reps", 1), r.get("reps", 1)) < 2:
+            verdict = "unresolved"
+        elif _overlap(o, r):
+            verdict = "no clear change"
+        else:
+            verdict = "better" if better else "worse"
         rows.append({"series": r["series"], "size": r["size"], "unit": r["unit"], "old": o,
                      "new": r, "change_pct": round(change, 1), "verdict": verdict})
     return rows
@@ -72,11 +79,18 @@ def print_rows(old: dict[str, Any], new: dict[str, Any], rows: list[dict[str, An
         commit = (m.get("git_commit") or "")[:10] or "no commit"
         return f"{commit}, splitrack {m.get('splitrack', '?')}, busy core {m.get('busy_core')}"
     print(f"bench {new['bench']}: old ({who(old)}) -> new ({who(new)})")
-    print("p50 [lowest..highest repetition's p50]; same: the ranges overlap")
+    print("p50 [lowest..highest repetition's p50]; no clear change: the ranges overlap; "
+          "unresolved: one repetition, no range")
     print(f"{'series':<24}{'size':>8}  {'unit':<5}{'old':>26}{'new':>26}{'change':>9}  verdict")
     for r in rows:
         print(f"{r['series']:<24}{r['size']:>8}  {r['unit']:<5}{_p50(r['old']):>26}"
               f"{_p50(r['new']):>26}{r['change_pct']:>+8.1f}%  {r['verdict']}")
+    matched = {(r["series"], r["size"]) for r in rows}
+    for label, report in (("old", old), ("new", new)):
+        alone = [f"{r['series']}@{r['size']}" for r in report["stats"]
+                 if (r["series"], r["size"]) not in matched]
+        if alone:
+            print(f"only in {label}: " + ", ".join(alone))
     targets = {t["name"]: t for t in old.get("targets", [])}
     for t in new.get("targets", []):
         o = targets.get(t["name"])

@@ -15,10 +15,12 @@ Baselines in the same run, interleaved with the read_miss repetitions:
   process and plain echoing children, no FIT code;
 - copy_4k_us: one 4 KiB copy in this process (a bytearray slice assignment;
   the median over batches of many, some in every repetition).
-Target: read_miss p50 <= 1.5 x (shm_eventfd p50 at the line size + copy_4k_us):
-a miss is one round trip over FIT's rings, each side asleep between messages
-(the floor moves a line each way, a miss asks with a few bytes), plus the
-line copied into the extCache.
+Every op is measured in every repetition, interleaved with the baselines.
+Targets: read_miss p50 <= 1.5 x (shm_eventfd p50 at the line size +
+copy_4k_us): a miss is one round trip over FIT's rings, each side asleep
+between messages (the floor moves a line each way, a miss asks with a few
+bytes), plus the line copied into the extCache; and read_hit p50 at the line
+size <= 1 µs.
 
 JSON (--json FILE): {"bench": "extcache", "config": {...}, "results": [{"op", "size",
 "p50_us", "p99_us"}], "raw_zmq_p50_us", "raw_zmq_p99_us", "miss_ratio_p50",
@@ -37,11 +39,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks import floors
-from benchmarks.limits import MISS_OVER_FLOOR
+from benchmarks.limits import MISS_OVER_FLOOR, READ_HIT_US
 from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawClient, RawServer
 from benchmarks.report import finish, print_stats
-from benchmarks.stats import Series, ratio_of, repetitions, target
+from benchmarks.stats import Series, repetitions, spanning, target
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
@@ -71,17 +73,18 @@ def run(spec: Any = None, rounds: int = MISS_ROUNDS, reps: int = REPS,
                          lambda: _baselines(echoes, floor, base, rounds, line, advance))
             finally:
                 raw.close()
-    results = [{"op": op, "size": size, "p50_us": (got := ops.summary(op, size))["p50"],
-                "p99_us": got["p99"]} for op, size in ops.reps]
+    results = ops.p50_rows("op")
     raw_stats = base.summary("raw_zmq_line", line)
     miss = ops.summary("read_miss", line)
     floor_rows = floors.summarize(floor)
     # the bound, repetition by repetition: the floor at the line, plus one 4 KiB copy
-    bound = [[float(np.median(f)) + float(np.median(c))] for f, c in
+    bound = [float(np.median(f)) + float(np.median(c)) for f, c in
              zip(floor.reps["shm_eventfd", line], base.reps["copy_4k", COPY_BYTES], strict=True)]
-    over = ratio_of(ops.reps["read_miss", line], bound)   # its range; its value:
-    over["value"] = round(miss["p50"] / (floors.p50(floor_rows, "shm_eventfd", line)
-                                         + base.summary("copy_4k", COPY_BYTES)["p50"]), 3)
+    paired = [float(np.median(m)) / b for m, b in zip(ops.reps["read_miss", line], bound,
+                                                       strict=True)]
+    over = spanning(miss["p50"] / (floors.p50(floor_rows, "shm_eventfd", line)
+                                   + base.summary("copy_4k", COPY_BYTES)["p50"]), paired)
+    hit = ops.summary("read_hit", line)
     report = {"bench": "extcache",
               "config": {"pcomponent": p0["id"], "extcache_bytes": p0["extcache"],
                          "ways": p0["ways"], "eviction": p0["eviction"], "line": line},
@@ -92,7 +95,12 @@ def run(spec: Any = None, rounds: int = MISS_ROUNDS, reps: int = REPS,
               "copy_4k_us": round(base.summary("copy_4k", COPY_BYTES)["p50"], 4),
               "miss_over_floor": over["value"],
               "targets": [target(f"extCache read miss p50 / (shm_eventfd p50 at {line} B + "
-                                 "4 KiB copy)", over, MISS_OVER_FLOOR)]}
+                                 "4 KiB copy)", over, MISS_OVER_FLOOR),
+                          target(f"extCache read hit p50 at {line} B, µs",
+                                 spanning(hit["p50"], [hit["p50_low"], hit["p50_high"]]),
+                                 READ_HIT_US)],
+              "settings": {"rounds": rounds, "hit_rounds": HIT_ROUNDS,
+                           "reps": len(base.reps["copy_4k", COPY_BYTES]), "duration": duration}}
     return report, {"op/": ops, "floor/": floor, "base/": base}
 
 
@@ -123,32 +131,49 @@ def _copies(size: int, n: int) -> list[float]:
 
 def _measure(vm: VirtualMemory, raw: RawClient, line: int, rounds: int, reps: Iterator[int],
              ops: Series, base: Series, baselines: Callable[[], None]) -> None:
+    """Every op in every repetition, interleaved with the baselines: the same
+    noise for all."""
     addr = vm.alloc(line)
-    vm.write(addr, b"\1" * line)
-    for size in (64, line):
-        buf, data = bytearray(size), b"\2" * size
-        ops.add("read_hit", size, _timed(HIT_ROUNDS, lambda b=buf: vm.read_into(addr, b)))
-        ops.add("write_hit", size, _timed(HIT_ROUNDS, lambda d=data: vm.write(addr, d)))
-    vm.flush(addr, line)
     buf = bytearray(line)
+    evict = _eviction_pages(vm, line)
     raw.measure(28, BENCH_WARMUP_ROUNDS)  # the same warm-up for both sides
     _timed(BENCH_WARMUP_ROUNDS, lambda: vm.read_into(addr, buf),
            before=lambda: vm.invalidate(addr, line))
-    for _ in reps:  # interleaved with the baselines: the same noise for all
+    for _ in reps:
+        vm.write(addr, b"\1" * line)
+        for size in (64, line):
+            hit, data = bytearray(size), b"\2" * size
+            ops.add("read_hit", size, _timed(HIT_ROUNDS, lambda b=hit: vm.read_into(addr, b)))
+            ops.add("write_hit", size, _timed(HIT_ROUNDS, lambda d=data: vm.write(addr, d)))
+        vm.flush(addr, line)
         base.add("raw_zmq_line", line, raw.measure(28, rounds))
         ops.add("read_miss", line, _timed(rounds, lambda: vm.read_into(addr, buf),
                                           before=lambda: vm.invalidate(addr, line)))
+        ops.add("write_miss_zerofill", line, _zero_fills(vm, line, rounds))
+        ops.add("evict_writeback", line, _evictions(vm, evict, line, rounds))
         baselines()
-    fresh = vm.alloc(rounds * line)
+
+
+def _zero_fills(vm: VirtualMemory, line: int, rounds: int) -> list[float]:
+    """First writes of `rounds` fresh pages: each zero-filled, no message."""
+    fresh, data = vm.alloc(rounds * line), b"\5" * line
     pages = iter(range(rounds))
-    ops.add("write_miss_zerofill", line, _timed(
-        rounds, lambda: vm.write(fresh + next(pages) * line, buf)))
-    ops.add("evict_writeback", line, _evictions(vm, line, rounds))
+    try:
+        return _timed(rounds, lambda: vm.write(fresh + next(pages) * line, data))
+    finally:
+        vm.free(fresh)
 
 
-def _evictions(vm: VirtualMemory, line: int, rounds: int) -> list[float]:
-    """Cycle through ways+1 dirty pages of one set: every write misses and evicts
-    the dirty least-recently-used line of the same home."""
+def _evictions(vm: VirtualMemory, pages: list[int], line: int, rounds: int) -> list[float]:
+    """Writes to `pages` in turn: each misses and evicts a dirty line of its set."""
+    cycle, data = iter(range(rounds)), b"\3" * line
+    return _timed(rounds, lambda: vm.write(pages[next(cycle) % len(pages)] * line, data))
+
+
+def _eviction_pages(vm: VirtualMemory, line: int) -> list[int]:
+    """ways+1 pages of one set, written and written back: writing them in turn,
+    every write misses and evicts the dirty least-recently-used line of the
+    same home (later misses fetch, not zero-fill)."""
     region = vm.alloc(line * vm.xc.nsets * (vm.xc.ways + 2) * 4)
     first = region // line
     target = vm.xc.set_of(vm.pid, first)
@@ -160,8 +185,7 @@ def _evictions(vm: VirtualMemory, line: int, rounds: int) -> list[float]:
     for p in pages:           # touched and written back: later misses fetch, not zero-fill
         vm.write(p * line, data)
     vm.flush(region, len(pages) * line + (pages[-1] - first) * line)
-    cycle = iter(range(10**9))
-    return _timed(rounds, lambda: vm.write(pages[next(cycle) % len(pages)] * line, data))
+    return pages
 
 
 def _timed(n: int, op: Any, before: Any = None) -> list[float]:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.progress import progress
 from benchmarks.report import finish, print_stats
 from benchmarks.stats import Series, repetitions
 from fit_rpc import codec, header
@@ -42,6 +43,8 @@ def _ops(cache: ExtCache, slot: int) -> dict[tuple[str, int], Callable[[], Any]]
         buf, data = bytearray(size), b"\2" * size
         ops["read_hit", size] = lambda b=buf: cache.read_into(slot, PID, 0, b)
         ops["write_hit", size] = lambda d=data: cache.write_from(slot, PID, 0, d)
+        if ops["read_hit", size]() != size or ops["write_hit", size]() != size:
+            raise RuntimeError(f"the extCache did not hit on a cached line ({size} B)")
     return ops
 
 
@@ -68,16 +71,18 @@ def run(rounds: int = ROUNDS, reps: int = REPS,
         for op in ops.values():   # warm up
             _samples(op, 10)
         done = 0
-        for _ in repetitions(reps, duration):
-            for (name, z), op in ops.items():
-                series.add(name, z, _samples(op, rounds))
-            done += 1
+        with progress("bench hot", None if duration else reps) as advance:
+            for _ in repetitions(reps, duration):
+                for (name, z), op in ops.items():
+                    series.add(name, z, _samples(op, rounds))
+                done += 1
+                advance(f"repetition {done}")
     finally:
         cache.close()
-    results = [{"op": name, "size": z, "p50_us": (got := series.summary(name, z))["p50"],
-                "p99_us": got["p99"]} for name, z in series.reps]
     return ({"bench": "hot", "batch": BATCH, "rounds": rounds, "reps": done,
-             "results": results, "targets": []}, {"": series})
+             "results": series.p50_rows("op"), "targets": [],
+             "settings": {"rounds": rounds, "reps": done, "batch": BATCH,
+                          "duration": duration}}, {"": series})
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -3,11 +3,11 @@
     finish(report, args, print_table, series={"rtt/": Series, ...}) -> exit code
 
 adds to the report "stats" (every series' statistics, stats.Series.rows),
-"machine" (machine.describe) and "settings" (the command line's options over
-the benchmark's own), prints the benchmark's table and then its targets the
-one way every benchmark prints them, and writes what was asked for: --json
+"machine" (machine.describe) and "settings" (the command line's options, and
+over them the values the benchmark used), writes what was asked for: --json
 (the report), --csv (the "stats" rows), --samples (the raw samples, CSV or
-.npz). Each file written is named on stderr.
+.npz), each file named on stderr; then prints the benchmark's table and its
+targets the one way every benchmark prints them.
 
     print_stats(rows, label)   a table of statistics, one row a series
     print_targets(targets)     "met / NOT met / unresolved", the ratio, its
@@ -38,14 +38,14 @@ def finish(report: dict[str, Any], args: argparse.Namespace,
     report["machine"] = describe(bool(getattr(args, "busy", False)))
     given = {k: v for k, v in vars(args).items() if k not in ("func", "command", "kind")}
     report["settings"] = {**given, **report.get("settings", {})}
-    print_table(report)
-    print_targets(report.get("targets", []))
-    if args.json:
+    if args.json:   # written first: a long run's results survive a failure to print
         _write(args.json, lambda f: json.dump(report, f, indent=1))
     if getattr(args, "csv", None):
         _write(args.csv, lambda f: _stats_csv(f, report["stats"]))
     if getattr(args, "samples", None):
         _samples(args.samples, series)
+    print_table(report)
+    print_targets(report.get("targets", []))
     return 0
 
 
@@ -106,6 +106,8 @@ def print_targets(targets: list[dict[str, Any]]) -> None:
         line = (f"  {t['verdict']:<10}  {t['name']}: {t['value']:.3f} "
                 f"[{t['low']:.3f}..{t['high']:.3f}], limit {t['sense']} {t['limit']}")
         floor = t.get("floor")
+        if t.get("once"):
+            line += " (measured once)"
         if floor and floor["below"] and t["verdict"] != "met":
             line += (f"; below this machine's floor ({floor['name']}: {floor['value']:.3f}), "
                      f"see {EVALUATION}")

@@ -14,8 +14,12 @@ hits all alike) and keeps each repetition's samples apart:
     series.ratio(("ddio", 128), ("linux", 128)) -> {"value", "low", "high"}
                                                the ratio of the pooled medians, and
                                                its range over paired repetitions
-                                               (repetition i over repetition i)
+                                               (repetition i over repetition i),
+                                               widened to hold the value (with
+                                               bimodal samples the pooled ratio can
+                                               lie outside every paired one)
     target(name, ratio, limit, at_most=True, floor=None) -> a verdict row
+    point(value) -> a ratio measured once: the verdict says "(measured once)"
     repetitions(reps, duration)                the repetitions to run: `reps`, or
                                                as many as fit in `duration` seconds
                                                (at least MIN_REPS)
@@ -55,13 +59,18 @@ def summarize(reps: list[list[float]], digits: int = 3) -> dict[str, Any]:
     return out
 
 
-def ratio_of(num: list[list[float]], den: list[list[float]], digits: int = 3) -> dict[str, float]:
+def ratio_of(num: list[list[float]], den: list[list[float]], digits: int = 3) -> dict[str, Any]:
     """Median of num over median of den, and the range over paired repetitions."""
     value = float(np.median(np.concatenate(num))) / float(np.median(np.concatenate(den)))
     paired = [float(np.median(a)) / float(np.median(b)) for a, b in zip(num, den, strict=True)
               if len(a) and len(b)]
-    return {"value": round(value, digits), "low": round(min(paired, default=value), digits),
-            "high": round(max(paired, default=value), digits)}
+    return spanning(value, paired, digits)
+
+
+def spanning(value: float, paired: list[float], digits: int = 3) -> dict[str, Any]:
+    """A ratio's value and its range: the paired ratios' range, holding the value."""
+    return {"value": round(value, digits), "low": round(min([*paired, value]), digits),
+            "high": round(max([*paired, value]), digits)}
 
 
 def verdict(low: float, high: float, limit: float, at_most: bool = True) -> str:
@@ -70,7 +79,7 @@ def verdict(low: float, high: float, limit: float, at_most: bool = True) -> str:
     return "met" if low >= limit else "NOT met" if high < limit else "unresolved"
 
 
-def target(name: str, ratio: dict[str, float], limit: float, at_most: bool = True,
+def target(name: str, ratio: dict[str, Any], limit: float, at_most: bool = True,
            floor: dict[str, Any] | None = None) -> dict[str, Any]:
     """A target row: {"name", "value", "low", "high", "limit", "sense", "verdict",
     "met", "floor"}. `floor`, if given, is {"name", "value"}: the same ratio with
@@ -79,15 +88,18 @@ def target(name: str, ratio: dict[str, float], limit: float, at_most: bool = Tru
            "limit": limit, "sense": "<=" if at_most else ">=",
            "verdict": verdict(ratio["low"], ratio["high"], limit, at_most)}
     row["met"] = row["verdict"] == "met"
+    if ratio.get("once"):
+        row["once"] = True
     if floor is not None:
         past = floor["value"] > limit if at_most else floor["value"] < limit
         row["floor"] = {**floor, "below": bool(past)}
     return row
 
 
-def point(value: float) -> dict[str, float]:
+def point(value: float) -> dict[str, Any]:
     """A ratio measured once (no repetitions): its range is itself."""
-    return {"value": round(value, 3), "low": round(value, 3), "high": round(value, 3)}
+    return {"value": round(value, 3), "low": round(value, 3), "high": round(value, 3),
+            "once": True}
 
 
 def repetitions(reps: int, duration: float | None) -> Iterator[int]:
@@ -115,8 +127,17 @@ class Series:
     def summary(self, name: str, size: int) -> dict[str, Any]:
         return summarize(self.reps[name, size])
 
-    def ratio(self, num: tuple[str, int], den: tuple[str, int]) -> dict[str, float]:
+    def ratio(self, num: tuple[str, int], den: tuple[str, int]) -> dict[str, Any]:
         return ratio_of(self.reps[num], self.reps[den])
+
+    def p50_rows(self, key: str) -> list[dict[str, Any]]:
+        """[{key: name, "size", "p50_us", "p99_us"}], a row a series (a report's
+        "results" where the unit is µs)."""
+        out = []
+        for name, size in self.reps:
+            got = self.summary(name, size)
+            out.append({key: name, "size": size, "p50_us": got["p50"], "p99_us": got["p99"]})
+        return out
 
     def rows(self, prefix: str = "") -> list[dict[str, Any]]:
         """Every series' statistics, for the report's "stats" list."""

@@ -7,7 +7,9 @@ outside the rack, with the ordinary socket module ("remote Linux" in the
 paper). For the shortcuts the client is on the rack too (tcp_client.py run by
 `splitrack run`): `pipe` on p0 (same pComponent as the server), `fit` on the
 second pComponent. Repetitions interleave everything compared, so that the
-machine's noise hits all alike. Per mode and size:
+machine's noise hits all alike (in each, size by size the baselines and the
+clients outside the rack, then the rack's clients, one launch each for all
+sizes). Per mode and size:
 
 - echo RTT p50/p99 (TCP_NODELAY, one connection, `rounds` round trips);
 - one-way throughput, MB/s and messages/s, each over `seconds`: the server
@@ -51,8 +53,8 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size", "tx_bytes",
 "rx_bytes"}, "nic_scaling": [{"nics", "throughput_MBps", ...}], "load": {"programs",
 "one_MBps", "all_MBps", "ratio", "linux_one_MBps", "linux_all_MBps", "linux_ratio"},
-"packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets": [{"name", "value",
-"target", "met"}], "settings": {...}}
+"packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets", "stats", "machine",
+"settings"} (report.py, stats.py).
 --plot F.png draws the figures (plots.py) and writes F.md, a summary table.
 """
 
@@ -387,7 +389,7 @@ def main(args: argparse.Namespace) -> int:
     if "linux" not in modes:
         modes = ("linux", *modes)   # the baseline of every ratio
     base = QUICK if args.quick else FULL
-    sizes = tuple(int(z) for z in args.sizes.split(",")) if args.sizes else base["sizes"]
+    sizes = args.sizes or base["sizes"]
     given = {"rounds": args.rounds, "reps": args.reps}
     report, series = run(args.spec, modes, **{**base, "sizes": sizes, "duration": args.duration,
                                               **{k: v for k, v in given.items()

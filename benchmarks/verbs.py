@@ -31,8 +31,10 @@ def add_parser(sub: Any) -> None:
                     "docs/evaluation.md how to read them against the paper.")
     verbs = bench.add_subparsers(dest="kind", required=True, metavar="VERB")
 
-    def measuring(name: str, help_: str, rounds: str | None,
+    def measuring(name: str, help_: str, rounds: str | None, reps: str,
                   rack: bool = True) -> argparse.ArgumentParser:
+        """A measuring verb's parser; `rounds` and `reps` say their defaults
+        (tests/test_bench_args.py checks them against the benchmarks')."""
         p = verbs.add_parser(name, help=help_, description=help_,
                              allow_abbrev=False)   # --size is not short for --sizes
         if rack:
@@ -43,17 +45,17 @@ def add_parser(sub: Any) -> None:
                             "settings)")
         p.add_argument("--csv", metavar="FILE", type=argtypes.out_file,
                        help="also write every statistic as CSV here (one row a series)")
-        p.add_argument("--samples", metavar="FILE", type=argtypes.out_file,
+        p.add_argument("--samples", metavar="FILE", type=argtypes.samples_file,
                        help="also write the raw samples here: CSV (series, size, rep, value), "
                             "or numpy .npz if FILE ends in .npz")
         if rounds:
             p.add_argument("--rounds", type=argtypes.count, default=None, help=rounds)
-        reps = p.add_mutually_exclusive_group()
-        reps.add_argument("--reps", type=argtypes.count, default=None,
-                          help="repetitions (what is compared is interleaved)")
-        reps.add_argument("--duration", type=argtypes.seconds, default=None, metavar="S",
-                          help="instead of a fixed --reps: repeat until S seconds have passed "
-                               "(at least 3 repetitions)")
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--reps", type=argtypes.count, default=None,
+                           help=f"repetitions, what is compared interleaved ({reps})")
+        group.add_argument("--duration", type=argtypes.seconds, default=None, metavar="S",
+                           help="instead of a fixed --reps: repeat until S seconds have "
+                                "passed (at least 3 repetitions)")
         if rack:
             p.add_argument("--busy", action="store_true",
                            help="keep one core busy (a spinning process) for the whole run: "
@@ -74,28 +76,30 @@ def add_parser(sub: Any) -> None:
 
     measuring("fit", "FIT RTT over shm and zmq vs the interconnect floors (Linux TCP "
                      "loopback, AF_UNIX, shared memory + eventfd, shared memory spinning, "
-                     "raw pyzmq)", "round trips per repetition")
+                     "raw pyzmq)", "round trips per repetition (default: 5000)", "default: 5")
     measuring("extcache", "extCache hits, misses, zero-fills and evictions vs the same floors",
-              "misses per repetition")
+              "misses, zero-fills and evictions per repetition (default: 2000)",
+              "default: 5")
     p = measuring("tcp", "the paper's TCP micro-benchmarks (echo RTT, throughput, connect, "
                          "nComponent CPU, NIC scaling; DDIO, DMA, pipe and FIT shortcuts) vs "
                          "Linux TCP loopback, raw pyzmq, raw os.pipe and the relay and connect "
-                         "floors", "round trips per repetition")
-    figures(p, "a reduced sweep, under a minute", TCP_MODES, ",".join(TCP_MODES))
+                         "floors", "round trips per repetition (default: 1000; --quick: 300)",
+                  "default: 5")
+    figures(p, "a reduced sweep, about a minute", TCP_MODES, ",".join(TCP_MODES))
     p.add_argument("--sizes", type=argtypes.sizes,
                    help="comma-separated message sizes in bytes "
                         "(default: 128,256,512,1024,2048,4096; --quick: 128,4096)")
     p = measuring("wordcount", "the paper's macro benchmark: word count on the rack vs Linux",
-                  None)
-    figures(p, "8 MB of input, one repetition", WORDCOUNT_MODES, ",".join(WORDCOUNT_MODES))
+                  None, "default: 3")
+    figures(p, "8 MB of input", WORDCOUNT_MODES, ",".join(WORDCOUNT_MODES))
     p.add_argument("--size", type=argtypes.size, default=None, metavar="BYTES",
                    help="input size, e.g. 64MB or 1.5GB (default: 64MB; --quick: 8MB)")
-    p.add_argument("--seed", type=int, default=None,
+    p.add_argument("--seed", type=argtypes.seed, default=None,
                    help="the input generator's seed (default: 1)")
 
     measuring("hot", "the hot paths that need no rack (FIT header, args codec, extCache "
-                     "hits), timed in this process", "samples per repetition (each the mean "
-                     "of 1000 calls)", rack=False)
+                     "hits), timed in this process", "samples per repetition, each the mean "
+                     "of 1000 calls (default: 200)", "default: 5", rack=False)
 
     p = verbs.add_parser("compare", help="compare two --json reports of the same benchmark",
                          description="A table of what changed between two runs of one "

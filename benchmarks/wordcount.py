@@ -85,7 +85,10 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed
                     advance(f"repetition {rep + 1}, {mode}")
         finally:
             _remove(ep, home, path)
-    return _report(runs, input_bytes, reference, seed)
+    report, series = _report(runs, input_bytes, reference, seed)
+    report["settings"] = {"modes": list(modes), "size": size, "seed": seed,
+                          "reps": len(next(iter(runs.values()))), "duration": duration}
+    return report, series
 
 
 def _store(ep: Any, home: str, path: str, blocks: Any) -> int:
@@ -178,7 +181,10 @@ def _report(runs: dict[str, list[dict[str, Any]]], input_bytes: int,
 def print_table(report: dict[str, Any]) -> None:
     print(f"word count: {report['input_bytes']} bytes of input, {report['words']} words, "
           f"{report['distinct']} distinct, {report['pairs']} <word, count> pairs sent "
-          f"(seed {report['seed']})")
+          f"(seed {report['seed']}), {report['settings']['reps']} repetitions, interleaved")
+    print("seconds: the median time from the mapper's start to the reducer's end; pairs/s "
+          "and words/s: the mapper's sends and words counted a second, at that median; "
+          "runs: each repetition's seconds")
     print(f"{'mode':<7}{'seconds':>9}{'pairs/s':>11}{'words/s':>12}  correct  runs")
     for r in report["results"]:
         print(f"{r['mode']:<7}{r['seconds']:>9.2f}{r['ops_per_s']:>11.0f}"

@@ -126,6 +126,11 @@ class Endpoint:
     def on(self, op: int, handler: Handler) -> None:
         self._handlers[op] = handler
 
+    def wrap_handlers(self, wrap: Callable[[int, Handler], Handler]) -> None:
+        """Every handler installed so far becomes wrap(op, handler) (a monitor's
+        DEBUG log of each request it serves)."""
+        self._handlers = {op: wrap(op, h) for op, h in self._handlers.items()}
+
     def add_peer(self, peer: str, address: str) -> None:
         self._addresses[peer] = address
 

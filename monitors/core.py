@@ -30,10 +30,12 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from fit_rpc.identity import address_pid, kind_of, process_of
+from fit_rpc.ops import op_name
 from splitrack.params import MONITOR_IDLE_CHECK_S
 from splitrack.rundir import RunDir
 
@@ -64,6 +66,14 @@ class Monitor:
         self.ep.on(Op.HEALTH, self._health)
         self.ep.on(Op.STATS, self._stats)
         self.ep.on(Op.PING_PEER, self._ping_peer)
+
+    def _logged(self, op: int, handler: Callable[[Message], Any]) -> Callable[[Message], Any]:
+        name, log = op_name(op), self.log
+
+        def logged(msg: Message) -> Any:
+            log.debug("%s from %s, %d B", name, msg.src, len(msg.payload))
+            return handler(msg)
+        return logged
 
     # ---- for subclasses --------------------------------------------------------
     def setup(self) -> None:
@@ -145,6 +155,8 @@ class Monitor:
         try:
             self.log.debug("pid %d, spec %s, rack %s", os.getpid(), self.config, self.rack)
             self.setup()
+            if self.log.isEnabledFor(logging.DEBUG):   # -v: a line a request served
+                self.ep.wrap_handlers(self._logged)
             started = True
             self.log.debug("registering with global as %s (%s)", self.id, self.resources())
             self.register()

@@ -6,14 +6,18 @@ command line is refused in one line (exit 2) before anything starts.
 
     rack_name("default")        a rack name (spec.check_name)
     count("5") -> 5             a whole number >= 1 (--rounds, --reps)
+    seed("7") -> 7              a whole number >= 0
     seconds("2.5") -> 2.5       a positive number of seconds (--duration)
     percent("5") -> 5.0         a number >= 0 (--fail-above)
-    sizes("128,4096")           comma-separated message sizes in bytes
+    sizes("128,4096") -> (128, 4096)   comma-separated message sizes in bytes
     size("64MB") -> 64000000    one size with a unit (spec.parse_size)
     out_file("r.json")          a file the run may write at its end
+    samples_file("s.npz")       the same, named .csv or .npz
     in_file("old.json")         a file that exists and can be read now
     spec_file("rack.toml")      a rack spec that loads (spec.load_spec)
     choices(("a", "b"))         a checker of comma-separated names from a list
+
+A list (sizes, choices) names each item once.
 """
 
 import argparse
@@ -41,6 +45,23 @@ def count(text: str) -> int:
     return value
 
 
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
+
+
+def _once(items: tuple, text: str) -> tuple:
+    twice = sorted({str(i) for i in items if items.count(i) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given twice in {text!r}")
+    return items
+
+
 def _number(text: str, what: str, ok: Callable[[float], bool]) -> float:
     try:
         value = float(text)
@@ -59,12 +80,12 @@ def percent(text: str) -> float:
     return _number(text, "a percentage >= 0", lambda v: 0 <= v < float("inf"))
 
 
-def sizes(text: str) -> str:
+def sizes(text: str) -> tuple[int, ...]:
     for z in text.split(","):
         if not z.strip().isdigit() or not 1 <= int(z) <= BENCH_SIZE_MAX_BYTES:
             raise argparse.ArgumentTypeError(
                 f"{z!r} is not a size in bytes from 1 to {BENCH_SIZE_MAX_BYTES}")
-    return text
+    return _once(tuple(int(z) for z in text.split(",")), text)
 
 
 def size(text: str) -> int:
@@ -82,6 +103,12 @@ def out_file(text: str) -> str:
     if not os.access(where, os.W_OK | os.X_OK) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text}: cannot write there")
     return text
+
+
+def samples_file(text: str) -> str:
+    if not text.endswith((".csv", ".npz")):
+        raise argparse.ArgumentTypeError(f"{text}: name it .csv (text) or .npz (numpy)")
+    return out_file(text)
 
 
 def in_file(text: str) -> str:
@@ -105,5 +132,5 @@ def choices(allowed: tuple[str, ...], what: str = "mode") -> Callable[[str], tup
         if bad:
             raise argparse.ArgumentTypeError(
                 f"unknown {what}(s) {', '.join(bad)} (have {', '.join(allowed)})")
-        return names
+        return _once(names, text)
     return check

@@ -226,16 +226,8 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    name = _rack_name(args)
-    run = RunDir(name)
-    if not logs.files(run) and not (args.name or args.spec):
-        up = Rack.running()
-        if len(up) > 1:
-            raise RackError(f"rack {name!r} has no logs, and {', '.join(up)} are up: "
-                            "say which with --name")
-        if up:
-            print(f"splitrack: rack {up[0]!r}, the one that is up", file=sys.stderr)
-            run = RunDir(up[0])
+    name, rack = _running_rack(args)
+    run = rack.run if rack is not None else RunDir(name)   # a rack that died: its logs
     found = logs.files(run)
     if not found:
         raise RackError(f"rack {run.name!r} has no logs (no {run.log_dir}: it is not up; "

@@ -17,7 +17,7 @@ are relative to that sComponent's root; errors are the errno Linux gives
 """
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Op
@@ -66,13 +66,20 @@ def chunks(path: str, chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
 def write(path: str, data: bytes, offset: int = 0) -> int:
     """All of `data` at `offset` of `path` (created if missing); its length."""
     _call(path, Op.S_OPEN, {"create": True})
+    return write_pieces(lambda at, piece: _call(path, Op.S_WRITE, {"offset": at}, piece)[0],
+                        data, offset, repr(path))
+
+
+def write_pieces(write_piece: Callable[[int, memoryview], dict[str, Any]], data: Any,
+                 offset: int, where: str) -> int:
+    """All of `data` from `offset`, MAX_WRITE_BYTES a message: write_piece(at,
+    piece) sends one S_WRITE and returns its answer. Also `splitrack cp`'s."""
     view = memoryview(data).cast("B")
     done = 0
     while done < len(view):
-        piece = view[done:done + MAX_WRITE_BYTES]
-        written = _call(path, Op.S_WRITE, {"offset": offset + done}, piece)[0]["written"]
+        written = write_piece(offset + done, view[done:done + MAX_WRITE_BYTES])["written"]
         if written <= 0:
-            raise OSError(errno.EIO, f"{path!r}: the sComponent wrote nothing at {offset + done}")
+            raise OSError(errno.EIO, f"{where}: the sComponent wrote nothing at {offset + done}")
         done += written
     return done
 

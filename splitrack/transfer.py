@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Op
-from splitrack.files import MAX_READ_BYTES, MAX_WRITE_BYTES
+from splitrack.files import MAX_READ_BYTES, MAX_WRITE_BYTES, write_pieces
 from splitrack.rack import RackError
 
 _REMOTE = re.compile(r"(s\d+):(.*)", re.S)
@@ -45,12 +45,12 @@ def upload(ep: Any, sid: str, local: str, path: str) -> tuple[str, int]:
         _call(ep, sid, path, Op.S_OPEN, {"create": True, "truncate": True})
         done = 0
         while chunk := _local(local, src.read, MAX_WRITE_BYTES):
-            view = memoryview(chunk)
-            while view:
-                written = _call(ep, sid, path, Op.S_WRITE, {"offset": done}, view)[0]["written"]
-                if written <= 0:
-                    raise RackError(f"{sid}:{path}: the sComponent wrote nothing at {done}")
-                done, view = done + written, view[written:]
+            try:
+                done += write_pieces(lambda at, piece: _call(
+                    ep, sid, path, Op.S_WRITE, {"offset": at}, piece)[0], chunk, done,
+                    f"{sid}:{path}")
+            except OSError as exc:
+                raise RackError(str(exc.strerror)) from None
     return path, done
 
 

@@ -1,6 +1,7 @@
 """Every option of every `splitrack bench` verb, given a bad value, is refused by
 argparse in one line with exit 2, before any work starts (no rack, no file)."""
 
+import importlib
 import os
 
 import pytest
@@ -28,11 +29,15 @@ CASES += [(verb, ["--spec", "/no/such/rack.toml"], "/no/such/rack.toml: cannot r
 CASES += [
     ("tcp", ["--modes", "ddio,carrier-pigeon"], "unknown mode(s) carrier-pigeon"),
     ("tcp", ["--sizes", "128,0"], "argument --sizes: '0' is not a size in bytes"),
+    ("tcp", ["--sizes", "128,128"], "argument --sizes: 128 given twice in '128,128'"),
+    ("tcp", ["--modes", "ddio,ddio"], "argument --modes: ddio given twice"),
+    ("tcp", ["--samples", "/tmp/s.npy"], "argument --samples: /tmp/s.npy: name it .csv"),
+    ("wordcount", ["--seed", "-1"], "argument --seed: '-1' is not a whole number >= 0"),
     ("tcp", ["--plot", NO_DIR + ".png"], "no such directory"),
     ("tcp", ["--size", "3MB"], "unrecognized arguments: --size 3MB"),
     ("wordcount", ["--modes", "fit"], "unknown mode(s) fit (have linux, ddio, dma)"),
     ("wordcount", ["--size", "lots"], "argument --size: 'lots' is not a size"),
-    ("wordcount", ["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    ("wordcount", ["--seed", "x"], "argument --seed: 'x' is not a whole number >= 0"),
     ("wordcount", ["--plot", NO_DIR + ".png"], "no such directory"),
     ("wordcount", ["--rounds", "5"], "unrecognized arguments: --rounds 5"),
     ("fit", ["--plot", "f.png"], "unrecognized arguments: --plot f.png"),
@@ -53,6 +58,24 @@ def test_a_bad_value_is_one_line_and_exit_2(run_root, capsys, verb, args, says):
     assert exit_.value.code == 2 and out == ""
     assert len(err.splitlines()) == 1 and says in err, err
     assert not os.listdir(run_root)   # refused before anything started
+
+
+@pytest.mark.parametrize("verb, rounds, reps", [
+    ("fit", "BENCH_FIT_ROUNDS", "BENCH_FIT_REPS"), ("extcache", "MISS_ROUNDS", "REPS"),
+    ("tcp", None, None), ("wordcount", None, "REPS"), ("hot", "ROUNDS", "REPS")])
+def test_help_says_the_defaults_the_benchmarks_use(capsys, verb, rounds, reps):
+    module = importlib.import_module(f"benchmarks.{verb}")
+    if verb == "tcp":
+        rounds, reps = module.FULL["rounds"], module.FULL["reps"]
+    else:
+        rounds = rounds and getattr(module, rounds)
+        reps = getattr(module, reps)
+    with pytest.raises(SystemExit):
+        main(["bench", verb, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: {reps})" in text
+    if rounds:
+        assert f"(default: {rounds}" in text
 
 
 def test_bench_without_a_verb_says_which_there_are(capsys):

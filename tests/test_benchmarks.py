@@ -100,8 +100,9 @@ def test_bench_fit_measures_shm_and_zmq_against_the_floors(run_root, tmp_path):
         assert r["over_linux_tcp"] == pytest.approx(r["fit_p50_us"] / tcp[r["size"]], abs=2e-3)
         assert r["over_shm_eventfd"] > 0 and r["over_raw_zmq"] > 0
     check_targets(report, ["FIT shm RTT p50 / Linux TCP p50 at 128 B",
-                           "FIT shm RTT p50 / Linux TCP p50 at 4 KiB"])
-    assert [t["limit"] for t in report["targets"]] == [1.0, 1.3]
+                           "FIT shm RTT p50 / Linux TCP p50 at 4 KiB", "shm rack up, seconds"])
+    assert [t["limit"] for t in report["targets"]] == [1.0, 1.3, 2.0]
+    assert report["targets"][2]["value"] == report["rack_up_s"] and report["targets"][2]["once"]
     assert "targets" in stdout and "FIT shm RTT p50 / Linux TCP p50 at 128 B" in stdout
     assert "shm_eventfd" in stdout and "FIT zmq" in stdout
     check_report(report, {f"fit/{t}" for t in ("shm", "zmq")}
@@ -132,7 +133,8 @@ def test_bench_extcache(run_root, tmp_path):
                  if (r["name"], r["size"]) == ("shm_eventfd", 4096))
     assert report["miss_over_floor"] == pytest.approx(miss / (floor + report["copy_4k_us"]),
                                                      abs=2e-3)
-    check_targets(report, ["extCache read miss p50 / (shm_eventfd p50 at 4096 B + 4 KiB copy)"])
+    check_targets(report, ["extCache read miss p50 / (shm_eventfd p50 at 4096 B + 4 KiB copy)",
+                           "extCache read hit p50 at 4096 B, µs"])
     assert report["targets"][0]["value"] == report["miss_over_floor"]
     assert "read_miss / raw pyzmq p50" in stdout and "targets" in stdout
     check_report(report, {"op/read_miss", "base/copy_4k", "floor/shm_eventfd"})

@@ -178,7 +178,9 @@ def test_verbose_rack_follow_and_keep_logs(run_root, tmp_path):
     assert "splitrack: verb: started s0, pid" in up.stderr   # the CLI's own DEBUG lines
     follower = None
     try:
-        assert " s0 DEBUG registering with global" in cli(env, "logs", "--name", "verb").stdout
+        logs = cli(env, "logs", "--name", "verb").stdout
+        assert " s0 DEBUG registering with global" in logs
+        assert " global DEBUG REGISTER from s0, " in logs   # a line a request served
         follower = subprocess.Popen([SPLITRACK, "logs", "--name", "verb", "-f", "s0"], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     preexec_fn=_default_signals)

@@ -29,6 +29,14 @@ def test_ratio_of_medians_with_the_range_over_paired_repetitions():
     assert ratio_of(num, den) == {"value": 2.667, "low": 2.0, "high": 3.0}  # 20/7.5; 10/5, 30/10
 
 
+def test_a_ratio_range_always_holds_its_value():
+    # bimodal repetitions: the pooled medians' ratio (16/11) lies outside the paired
+    # ones (14/14, 8/8): the range widens to hold it, so a verdict never contradicts it
+    got = ratio_of([[16, 14, 14], [8, 17, 3]], [[11, 14, 17], [10, 8, 6]])
+    assert got["low"] <= got["value"] <= got["high"]
+    assert verdict(got["low"], got["high"], 1.2) == "unresolved"
+
+
 @pytest.mark.parametrize("low, high, at_most, says", [
     (1.0, 2.0, True, "met"), (3.5, 4.0, True, "NOT met"), (2.0, 4.0, True, "unresolved"),
     (3.0, 3.0, True, "met"),                 # at the limit is within it
@@ -67,7 +75,8 @@ def test_series_rows_and_raw_samples():
 
 def _report(bench, rows, targets=()):
     return {"bench": bench, "stats": [dict(zip(("series", "size", "unit", "p50", "p50_low",
-                                                "p50_high"), r, strict=True)) for r in rows],
+                                                "p50_high", "reps"), (*r, 5), strict=True))
+                                      for r in rows],
             "targets": list(targets), "machine": {"git_commit": "abc"}}
 
 
@@ -87,7 +96,7 @@ def test_compare_gives_each_series_a_verdict_the_spreads_justify():
     assert set(rows) == {"rtt/ddio", "rtt/linux", "tx/ddio", "rtt/dma"}
     assert {k: (r["change_pct"], r["verdict"]) for k, r in rows.items()} == {
         "rtt/ddio": (-50.0, "better"), "rtt/linux": (50.0, "worse"),
-        "tx/ddio": (-25.0, "worse"), "rtt/dma": (10.0, "same")}
+        "tx/ddio": (-25.0, "worse"), "rtt/dma": (10.0, "no clear change")}
     assert [r["series"] for r in compare.failing(list(rows.values()), 30)] == ["rtt/linux"]
 
 
@@ -99,6 +108,14 @@ def test_bench_compare_fails_above_a_percentage(tmp_path, capsys, pct, code):
     assert main(["bench", "compare", str(old), str(new), "--fail-above", str(pct)]) == code
     out = capsys.readouterr().out
     assert "rtt/linux" in out and "worse" in out and "better" in out
+    assert "only in old: rtt/gone@128" in out
+
+
+def test_a_series_measured_once_is_unresolved_and_never_fails_a_ci_check():
+    once = {**NEW, "stats": [{**r, "reps": 1} for r in NEW["stats"]]}
+    rows = compare.compare(OLD, once)
+    assert {r["verdict"] for r in rows} == {"unresolved"}
+    assert compare.failing(rows, 0) == []
 
 
 def test_bench_compare_refuses_reports_of_different_benchmarks(tmp_path, capsys):
