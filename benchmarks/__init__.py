@@ -16,7 +16,8 @@
     compare.py      `splitrack bench compare`: what changed between two reports
     verbs.py        each `splitrack bench` verb's command line
     stats.py        the statistics of every series, ratios with their spread, verdicts
-    limits.py       the targets
+    limits.py       the targets (splitrack's own)
+    paper.py        the paper's own figures, drawn as reference marks (not targets)
     report.py       what every benchmark does with its report: write it, print it
     plots.py        the figures (PNG) and their markdown tables
     progress.py     a progress bar, or a line a phase with no terminal
