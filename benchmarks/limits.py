@@ -1,7 +1,9 @@
 """The benchmarks' targets (docs/benchmarks.md says why each has its form).
 
 Each benchmark judges its targets with these (stats.target), and the plots
-draw them; change a target here and both follow.
+draw them; change a target here and both follow. They are splitrack's own
+limits: the paper reports figures, not margins (its figures: paper.py;
+docs/fidelity.md).
 """
 
 FIT_RTT_OVER_LINUX = {128: 1.0, 4096: 1.3}   # bench fit: FIT shm p50 / Linux TCP p50, by size

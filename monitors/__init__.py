@@ -3,7 +3,7 @@
     core.py        the life every monitor shares (bind, register, serve, stop)
     gmonitor.py    global: GPM, GMM, GSM (registry.py) and GNM (gnm/)
     pmonitor.py    pComponent (extCache, processes)
-    mmonitor.py    mComponent (address_space.py: vRegions and page tables)
+    mmonitor.py    mComponent (address_space.py: regions and page tables)
     nmonitor.py    nComponent      smonitor.py  sComponent (storage_root.py)
     __main__.py    `python -m monitors --run-dir D --id ID`
 

@@ -1,4 +1,4 @@
-"""One process's address space at an mComponent: its vRegions and page table.
+"""One process's address space at an mComponent: its regions and page table.
 
 Interface:
     space = AddressSpace(pcomponent="p0")

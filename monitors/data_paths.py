@@ -41,7 +41,8 @@ own, no message. M_DMA_DONE unpins at the end.
   skeleton copies them from the arena into tx.
 
 Every push names the stub by the id its process gave it (`skel.stub`).
-Sending is pulled: N_SEND / N_SEND_DMA only add to `pending`, and the
+Sending is pulled (a deviation for DDIO, whose sends the paper's stub pushes:
+docs/network.md): N_SEND / N_SEND_DMA only add to `pending`, and the
 skeleton pulls pending bytes into tx as far as tx has room (`pull`, from
 Skeleton.flush), so the stub's send ring can be larger than the nComponent's
 ring and a slow peer leaves the bytes in the process's memory. When the ring

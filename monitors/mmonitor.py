@@ -1,9 +1,9 @@
 """The mMonitor: the memory component mN.
 
-Holds every process's address space placed here (vRegions and a page table,
+Holds every process's address space placed here (its regions and a page table,
 address_space.py) and a physical arena of `memory` bytes reserved at start.
 Serves (docs/protocol.md, 0x04xx):
-- M_ALLOC / M_FREE    a vRegion of a process; the bytes are reserved at alloc
+- M_ALLOC / M_FREE    a region of a process (one vm.alloc); the bytes are reserved at alloc
                       (ENOMEM if the arena cannot hold them), so a write-back
                       never runs out of frames;
 - M_MISS              one line back to the pComponent; a page never written

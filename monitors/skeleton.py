@@ -1,4 +1,4 @@
-"""A bsdSocketSkeleton: the nComponent's half of one socket (the paper, section 5).
+"""A bsdSocketSkeleton: the nComponent's half of one socket (the paper's Section III).
 
 It owns the real kernel TCP socket on a NIC and two rings of nComponent DRAM
 (native/nring.c): `rx` between the kernel and the stub, `tx` between the stub

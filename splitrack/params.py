@@ -34,7 +34,7 @@ NCOMPONENT_RING_BYTES = 128 * 1024        # each nComponent DRAM ring of a conne
 SOCKET_SEND_BUFFER_BYTES = 1024 * 1024    # a stub's send buffer in rack memory (the send window;
                                           # the skeleton pulls it into tx as tx drains)
 SOCKET_SENT_BYTES = 256 * 1024            # the skeleton confirms pulled bytes in batches of this
-SOCKET_SLOTS_PER_REGION = 8               # stub buffers per vRegion the runtime allocates
+SOCKET_SLOTS_PER_REGION = 8               # stub buffers per region (vm.alloc) of the runtime
 PACK_GAP_S = 0.0001                       # packing: a send this soon after the last one is held
 PACK_MAX_BYTES = 256 * 1024               # ... and held bytes go once this many are held
 PACK_DELAY_S = 0.001                      # ... or at most this much later (the flusher)

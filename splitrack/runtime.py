@@ -22,8 +22,9 @@ SPLITRACK_PACKING):
   watches every channel `watch()` gave it beside the inbox: it spins on all of
   them for rack.poll_us, then arms each and sleeps in poll() on their
   readiness fds (the transport contract, fit_rpc/transport.py).
-- buffers: each stub's receive and send rings live in rack memory, in vRegions
-  of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and reuses.
+- buffers: each stub's receive and send rings live in rack memory, in regions
+  (vm.alloc) of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and
+  reuses.
 - the flusher: a thread, started the first time a stub holds sends back
   (message packing, nic_path.py), that sends a batch still held PACK_DELAY_S
   after its first byte, so that held bytes leave even while the program

@@ -1,4 +1,4 @@
-"""The intra-rack shortcuts (the paper, section 5): rack TCP that skips the nComponent.
+"""The intra-rack shortcuts (the paper's Section III): rack TCP that skips the nComponent.
 
 When a stub connects to an address of the rack (a NIC, or the rack loopback),
 it asks the nComponent that owns the address who listens there (N_LOOKUP). If

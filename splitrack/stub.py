@@ -1,4 +1,4 @@
-"""The bsdSocketStub: a process's half of a rack socket (the paper, section 5).
+"""The bsdSocketStub: a process's half of a rack socket (the paper's Section III).
 
 `BsdSocketStub` is what `socket.socket(AF_INET, SOCK_STREAM)` makes inside a
 program run with `splitrack run` (rsocket.py installs it). It behaves as a

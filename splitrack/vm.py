@@ -3,12 +3,17 @@
 A program run with `splitrack run` keeps data in rack memory like this:
 
     from splitrack import vm
-    addr = vm.alloc(1 << 20)          # a vRegion; GMM picks its home mComponent
+    addr = vm.alloc(1 << 20)          # a region; GMM picks its home mComponent
     vm.write(addr, b"hello")
     vm.read(addr, 5)                  # -> bytearray(b"hello")
     vm.flush(addr, 5)                 # dirty lines -> the home mComponent
     vm.invalidate(addr, 5)            # drop cached lines (dirty data is discarded)
     vm.free(addr)
+
+Each alloc is one region: whole lines, placed whole at one home mComponent
+that GMM picks (GMM_PLACE), its bytes reserved there (M_ALLOC). Not LegoOS's
+vRegions, fixed 1 GiB slices of the address space each owned by one
+mComponent, which an allocation lies in or spans (docs/memory.md).
 
 Every byte goes through the pComponent's extCache (native/extcache.c), shared
 by all processes of the pComponent:
