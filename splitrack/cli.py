@@ -11,6 +11,8 @@
                                                      run a program as a process on the rack
     splitrack cp LOCAL sN:PATH | sN:PATH LOCAL       copy a file to or from an sComponent
     splitrack logs [--name N] [-f] [ID]              the monitors' logs, or ID's
+    splitrack top [--name N] [--interval S] [--once] [--json]
+                                                     live rates per link and component
     splitrack --version                              splitrack X.Y.Z
     splitrack bench fit|extcache|tcp|wordcount|hot|compare ...
                                                      benchmarks, baselines in the same run
@@ -34,7 +36,7 @@ from typing import Any
 import splitrack
 from benchmarks import verbs
 from fit_rpc import Op
-from splitrack import argtypes, logs, transfer
+from splitrack import argtypes, logs, top, transfer
 from splitrack.launch import LaunchError, run_program
 from splitrack.logs import LOG_LEVEL_ENV
 from splitrack.params import UP_POLL_INTERVAL_S
@@ -467,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write {\"checks\": [{name, ok, detail}]} here")
     p.set_defaults(func=cmd_selftest)
 
+    top.add_parser(sub)
     verbs.add_parser(sub)
     return parser
 
