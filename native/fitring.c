@@ -7,6 +7,9 @@
  *   data area; a skip record runs to the end of the data area.
  * - A record is at most cap / 2 bytes, so after a skip it always fits into an
  *   empty ring (fr_max_payload).
+ * - On a modelled ring (r->modeled) a record's header is FR_RECORD_BYTES +
+ *   FR_DUE_BYTES (r->hdr); a skip record is FR_RECORD_BYTES either way. Only a
+ *   modelled ring reads the clock, on either side.
  */
 #define _GNU_SOURCE
 #include "fitring.h"
@@ -16,6 +19,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,6 +70,13 @@ int64_t fr_check(void *seg, uint64_t size) {
     return cap;
 }
 
+void fr_set_model(void *seg, int which, uint64_t latency_ns, uint64_t bytes_per_s) {
+    fr_model *m = &((fr_segment *)seg)->model[which];
+    m->latency_ns = latency_ns;
+    m->bytes_per_s = bytes_per_s;
+    m->on = 1;
+}
+
 void fr_attach(fr_ring *r, void *seg, uint32_t cap, int which, const uint32_t *peer_bell,
                int peer_efd) {
     fr_segment *s = (fr_segment *)seg;
@@ -75,10 +86,15 @@ void fr_attach(fr_ring *r, void *seg, uint32_t cap, int which, const uint32_t *p
     r->cap = cap;
     r->peer_bell = peer_bell;
     r->peer_efd = peer_efd;
+    volatile fr_model *m = &s->model[which];   /* read once: the peer may change it later */
+    r->modeled = m->on != 0;
+    r->latency_ns = r->modeled ? m->latency_ns : 0;
+    r->bytes_per_s = r->modeled ? m->bytes_per_s : 0;
+    r->hdr = FR_RECORD_BYTES + (r->modeled ? FR_DUE_BYTES : 0);
 }
 
 uint32_t fr_max_payload(const fr_ring *r) {
-    return r->cap / 2 - FR_RECORD_BYTES;
+    return r->cap / 2 - r->hdr;
 }
 
 /* ---- producer ------------------------------------------------------------ */
@@ -102,21 +118,28 @@ static int64_t place(const fr_ring *r, uint64_t rec) {
 int64_t fr_reserve(fr_ring *r, uint32_t n) {
     if (n > fr_max_payload(r))
         return -EMSGSIZE;
-    uint64_t rec = FR_RECORD_BYTES + ALIGN8(n);
+    uint64_t rec = r->hdr + ALIGN8(n);
     int64_t skip = place(r, rec);
     if (skip < 0)
         return skip;
     r->reserved = (uint32_t)(skip + rec);
     r->skip = (uint32_t)skip;
-    return (int64_t)((r->pos + (uint64_t)skip) % r->cap + FR_RECORD_BYTES);
+    return (int64_t)((r->pos + (uint64_t)skip) % r->cap + r->hdr);
+}
+
+/* When a message of n bytes, sent now, is due at the consumer (the model). */
+static uint64_t due_time(fr_ring *r, uint32_t n) {
+    uint64_t now = now_ns(), start = now > r->free_at ? now : r->free_at;
+    r->free_at = start + (r->bytes_per_s ? (uint64_t)n * 1000000000ull / r->bytes_per_s : 0);
+    return r->free_at + r->latency_ns;
 }
 
 void fr_commit(fr_ring *r, uint32_t n) {
     if (!r->reserved)
         return;  /* nothing reserved: a caller's bug, and nothing to publish */
     uint64_t off = r->pos % r->cap, skip = r->skip;
-    if (FR_RECORD_BYTES + ALIGN8(n) + skip > r->reserved)
-        n = (uint32_t)(r->reserved - skip - FR_RECORD_BYTES);   /* never past the reservation */
+    if (r->hdr + ALIGN8(n) + skip > r->reserved)
+        n = (uint32_t)(r->reserved - skip - r->hdr);   /* never past the reservation */
     if (skip) {
         uint32_t *mark = (uint32_t *)(r->data + off);
         mark[0] = FR_SKIP;
@@ -125,7 +148,9 @@ void fr_commit(fr_ring *r, uint32_t n) {
     uint32_t *hdr = (uint32_t *)(r->data + (off + skip) % r->cap);
     hdr[0] = n;
     hdr[1] = FR_MARK;
-    r->pos += skip + FR_RECORD_BYTES + ALIGN8(n);
+    if (r->modeled)
+        *(uint64_t *)(hdr + 2) = due_time(r, n);
+    r->pos += skip + r->hdr + ALIGN8(n);
     r->reserved = r->skip = 0;
     __atomic_store_n(&r->ctl->head, r->pos, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -150,7 +175,7 @@ int fr_send2(fr_ring *r, const char *a, uint32_t na, const char *b, uint32_t nb)
 int fr_wait_space(fr_ring *r, uint32_t n, int own_efd, int64_t spin_ns, int64_t timeout_ns) {
     if (n > fr_max_payload(r))
         return -EMSGSIZE;
-    uint64_t rec = FR_RECORD_BYTES + ALIGN8(n), t0 = now_ns();
+    uint64_t rec = r->hdr + ALIGN8(n), t0 = now_ns();
     for (;;) {
         int64_t p = place(r, rec);
         if (p != -EAGAIN)
@@ -196,12 +221,14 @@ int64_t fr_peek(fr_ring *r, uint32_t *len) {
             __atomic_store_n(&r->ctl->tail, r->pos, __ATOMIC_RELEASE);
             continue;
         }
-        uint64_t rec = FR_RECORD_BYTES + ALIGN8(l);
+        uint64_t rec = r->hdr + ALIGN8(l);
         if (l > fr_max_payload(r) || off + rec > r->cap || rec > head - tail)
             return -EBADMSG;
+        if (r->modeled && *(volatile uint64_t *)(r->data + off + FR_RECORD_BYTES) > now_ns())
+            return -EAGAIN;   /* published, not due yet */
         *len = l;
         r->peeked = (uint32_t)rec;
-        return (int64_t)(off + FR_RECORD_BYTES);
+        return (int64_t)(off + r->hdr);
     }
 }
 
@@ -224,20 +251,67 @@ int fr_pending(const fr_ring *r) {
 
 /* ---- waiting --------------------------------------------------------------- */
 
-int fr_ready(fr_ring *const *rings, int n, int start) {
+/* When the next message of r is due: 0 now (or no model, or a broken ring:
+ * fr_peek says which), FR_NEVER if none is published. Reads no clock. */
+static uint64_t next_due(const fr_ring *r) {
+    uint64_t head = __atomic_load_n(&r->ctl->head, __ATOMIC_ACQUIRE), pos = r->pos;
+    if (head == pos)
+        return FR_NEVER;
+    if (!r->modeled || head < pos || head - pos > r->cap)
+        return 0;
+    uint64_t off = pos % r->cap;
+    if (((volatile uint32_t *)(r->data + off))[0] == FR_SKIP) {   /* the record after it */
+        if (head - pos <= r->cap - off)
+            return 0;
+        off = 0;
+    }
+    if (off + r->hdr > r->cap)
+        return 0;
+    return *(volatile uint64_t *)(r->data + off + FR_RECORD_BYTES);
+}
+
+/* A ring with a message due, from `start` round, or -1 and in *due the first
+ * due time to come (FR_NEVER: nothing is published). Reads the clock only for
+ * a modelled ring with something published. */
+static int look(fr_ring *const *rings, int n, int start, uint64_t *due) {
+    uint64_t now = 0, first = FR_NEVER;
     for (int i = 0; i < n; i++) {
         int j = (start + i) % n;
-        if (fr_pending(rings[j]))
+        uint64_t d = next_due(rings[j]);
+        if (d == 0)
             return j;
+        if (d == FR_NEVER)
+            continue;
+        if (!now)
+            now = now_ns();
+        if (d <= now)
+            return j;
+        if (d < first)
+            first = d;
     }
+    *due = first;
     return -1;
 }
 
-int fr_arm(fr_ring *const *rings, int n, uint32_t *bell) {
+int fr_ready(fr_ring *const *rings, int n, int start) {
+    uint64_t due;
+    return look(rings, n, start, &due);
+}
+
+uint64_t fr_next_due(fr_ring *const *rings, int n) {
+    uint64_t due;
+    return look(rings, n, 0, &due) >= 0 ? 0 : due;
+}
+
+int fr_arm(fr_ring *const *rings, int n, uint32_t *bell, uint64_t *due) {
     __atomic_store_n(bell, 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (n > 0 && fr_ready(rings, n, 0) >= 0) {
+    *due = FR_NEVER;
+    if (n > 0 && (look(rings, n, 0, due) >= 0 ||
+                  (*due != FR_NEVER && *due <= now_ns() + FR_DUE_SPIN_NS))) {
         __atomic_store_n(bell, 0, __ATOMIC_RELAXED);
+        if (*due == FR_NEVER)
+            *due = 0;
         return 0;
     }
     return 1;
@@ -254,24 +328,10 @@ int fr_spin_yield(void) {
     return now_ns() - t < FR_CONTENDED_NS;
 }
 
-int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
-            const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns) {
-    uint64_t t0 = now_ns();
-    int i;
-    for (;;) {
-        if (n > 0 && (i = fr_ready(rings, n, start)) >= 0)
-            return i;
-        uint64_t spent = now_ns() - t0;
-        if (timeout_ns >= 0 && spent >= (uint64_t)timeout_ns)
-            return -ETIMEDOUT;
-        if (spent >= (uint64_t)spin_ns || !fr_spin_yield())
-            break;   /* spun enough, or another task wants this CPU: sleep */
-    }
-    if (!fr_arm(rings, n, bell))
-        return fr_ready(rings, n, start);
+/* Sleep on efd and the fds' hang-ups until `until` (FR_NEVER: no limit);
+ * ppoll's result, and in *err its errno. */
+static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int *err) {
     struct pollfd pfd[1 + 16];
-    if (nfds > 16)
-        nfds = 16;
     pfd[0].fd = efd;
     pfd[0].events = POLLIN;
     for (int k = 0; k < nfds; k++) {
@@ -279,23 +339,77 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
         pfd[1 + k].events = POLLRDHUP;  /* hang-ups only: fds passed later wait there */
     }
     struct timespec ts, *tsp = NULL;
-    if (timeout_ns >= 0) {
-        uint64_t left = (uint64_t)timeout_ns - (now_ns() - t0);
-        if ((int64_t)left < 0)
-            left = 0;
+    if (until != FR_NEVER) {
+        uint64_t now = now_ns(), left = until > now ? until - now : 0;
         ts.tv_sec = (time_t)(left / 1000000000ull);
         ts.tv_nsec = (long)(left % 1000000000ull);
         tsp = &ts;
     }
     int rc = ppoll(pfd, (nfds_t)(1 + nfds), tsp, NULL);
-    int err = rc < 0 ? errno : 0;
-    fr_disarm(bell, efd);
-    if (n > 0 && (i = fr_ready(rings, n, start)) >= 0)
-        return i;
+    *err = rc < 0 ? errno : 0;
     for (int k = 0; rc > 0 && k < nfds; k++)
         if (pfd[1 + k].revents)
-            return n + k;
-    if (err == EINTR)
-        return -EINTR;
-    return rc == 0 ? -ETIMEDOUT : -EAGAIN;
+            return 2 + k;
+    return rc;   /* 0: the time came; 1: the eventfd; < 0: *err */
+}
+
+int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
+            const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns) {
+    uint64_t t0 = now_ns(), due = FR_NEVER;
+    uint64_t deadline = timeout_ns < 0 ? FR_NEVER : t0 + (uint64_t)timeout_ns;
+    int i, contended = 0;
+    if (nfds > 16)
+        nfds = 16;
+    for (;;) {
+        for (;;) {   /* spin: for spin_ns, and whenever a due time is near */
+            if (n > 0 && (i = look(rings, n, start, &due)) >= 0)
+                return i;
+            uint64_t now = now_ns();
+            if (now >= deadline)
+                return -ETIMEDOUT;
+            int near = due != FR_NEVER && due - now <= FR_DUE_SPIN_NS;
+            if (contended || (!near && now - t0 >= (uint64_t)spin_ns))
+                break;
+            if (!fr_spin_yield()) {
+                contended = 1;   /* another task wants this CPU: sleep, to the due time */
+                break;
+            }
+        }
+        __atomic_store_n(bell, 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (n > 0 && (i = look(rings, n, start, &due)) >= 0) {
+            __atomic_store_n(bell, 0, __ATOMIC_RELAXED);
+            return i;
+        }
+        uint64_t wake = deadline;   /* a due time: FR_DUE_SPIN_NS early, then spin */
+        if (due != FR_NEVER && due - (contended ? 0 : FR_DUE_SPIN_NS) < wake)
+            wake = due - (contended ? 0 : FR_DUE_SPIN_NS);
+        int err, rc = sleep_on(efd, fds, nfds, wake, &err);
+        fr_disarm(bell, efd);
+        if (n > 0 && (i = look(rings, n, start, &due)) >= 0)
+            return i;
+        if (rc >= 2)
+            return n + rc - 2;
+        if (err == EINTR)
+            return -EINTR;
+        if (rc != 0)
+            return -EAGAIN;   /* rung, nothing due: the caller looks at what else changed */
+        if (wake == deadline)
+            return -ETIMEDOUT;
+    }
+}
+
+int fr_timer_new(void) {
+    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    return tfd < 0 ? -errno : tfd;
+}
+
+void fr_timer_at(int tfd, uint64_t at_ns) {
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    if (at_ns) {   /* (a time already past fires at once) */
+        its.it_value.tv_sec = (time_t)(at_ns / 1000000000ull);
+        its.it_value.tv_nsec = (long)(at_ns % 1000000000ull);
+    }
+    timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);   /* resets its expirations too */
 }

@@ -13,8 +13,9 @@
  *
  * A ring is a byte stream of records, each 8-byte aligned:
  *
- *   u32 length | u32 FR_MARK | length payload bytes | padding to 8
+ *   u32 length | u32 FR_MARK | [u64 due] | length payload bytes | padding to 8
  *
+ * (`due` only on a ring with an interconnect model: below.)
  * A record never wraps: when it does not fit before the end of the data area,
  * the producer writes a skip record (length FR_SKIP) and starts over at 0. It
  * also starts over at 0 early, whenever the ring is empty, so that a ring of
@@ -45,6 +46,25 @@
  * A producer that waits for space sets the ring's `want_space`; the consumer
  * that frees space then rings the producer's eventfd.
  *
+ * The interconnect model (the rack spec's [fabric], fit_rpc/fabric.py). The
+ * connector may give each ring of a segment a model (fr_set_model, before it
+ * hands the segment over): a latency and a bandwidth. Each side copies it into
+ * its private handle when it attaches, and on such a ring every record carries
+ * `due`, the CLOCK_MONOTONIC nanosecond before which the consumer must not take
+ * it. The producer stamps it at commit, from its own state, without sleeping:
+ *
+ *   start = max(now, free_at);  free_at = start + bytes / bandwidth;
+ *   due = free_at + latency
+ *
+ * (free_at: when the link has finished carrying the previous message; bytes:
+ * the record's payload), so messages stay in order and a ring carries no more
+ * than its bandwidth. The consumer's side treats a record that is not yet due
+ * as not there (fr_peek, fr_ready), and every wait wakes at its due time: it
+ * spins within FR_DUE_SPIN_NS of it (yielding the CPU; it sleeps to the due
+ * time instead when the CPU is contended) and sleeps when farther (fr_wait;
+ * fr_arm says when, for an outside loop's timer: fr_timer_at). A ring without
+ * a model has no `due`, reads no clock, and behaves as before.
+ *
  * Functions return a negative errno for what the caller must handle
  * (-EAGAIN: nothing now; -EBADMSG: the peer broke the ring; -EMSGSIZE: a
  * record larger than the ring could ever hold) and never block, except
@@ -56,13 +76,17 @@
 #include <stdint.h>
 
 #define FR_MAGIC 0x47464954       /* "TIFG": a formatted segment */
-#define FR_VERSION 1
+#define FR_VERSION 2
 #define FR_HEADER_BYTES 4096      /* the segment header; ring data follows */
 #define FR_RECORD_BYTES 8         /* a record's length and mark */
 #define FR_MARK 0x21544946        /* "FIT!": every record carries it */
 #define FR_SKIP 0xFFFFFFFF        /* a skip record's length: go on at offset 0 */
 #define FR_EARLY_WRAP 65536       /* an empty ring starts over at 0 past this offset */
 #define FR_CONTENDED_NS 20000     /* a sched_yield this long: another task wanted the CPU */
+#define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
+#define FR_DUE_SPIN_NS 200000     /* a waiter this close to a due time spins to it (a wake-up
+                                     from sleep is late by ~50-120 us on a VM) */
+#define FR_NEVER 0xFFFFFFFFFFFFFFFF  /* a due time: nothing is published */
 
 /* The shared part of one ring: each position on a cache line of its own. */
 typedef struct {
@@ -73,6 +97,14 @@ typedef struct {
     uint32_t pad1[14];
 } fr_ctl;
 
+/* A ring's interconnect model, as the connector set it. */
+typedef struct {
+    uint32_t on;             /* 1: the ring has a model (its records carry `due`) */
+    uint32_t pad;
+    uint64_t latency_ns;     /* added to every message */
+    uint64_t bytes_per_s;    /* the ring's bandwidth (0: no limit) */
+} fr_model;
+
 /* The segment header (FR_HEADER_BYTES, of which this is the start). */
 typedef struct {
     uint32_t magic, version;
@@ -80,6 +112,7 @@ typedef struct {
     uint32_t pad;
     uint32_t bell[2][16];    /* channel segments: each side's bell word, a line each */
     fr_ctl ctl[2];
+    fr_model model[2];       /* all zero: no model (read once, at attach) */
 } fr_segment;
 
 /* One side's private handle on one ring (never in shared memory). */
@@ -94,6 +127,10 @@ typedef struct {
     const uint32_t *peer_bell; /* producer: the consumer's bell word (read only) */
     int peer_efd;            /* the other side's eventfd: the consumer's (producer side),
                                 the producer's (consumer side, for want_space) */
+    uint32_t hdr;            /* a record's header bytes: FR_RECORD_BYTES (+ FR_DUE_BYTES) */
+    uint32_t modeled;        /* the ring has a model (copied at attach) */
+    uint64_t latency_ns, bytes_per_s;   /* the model, copied at attach */
+    uint64_t free_at;        /* producer: when the link has carried its last message */
 } fr_ring;
 
 /* Bytes of a segment with two rings of cap data bytes each (cap rounded up to 8). */
@@ -106,7 +143,11 @@ int fr_format(void *seg, uint64_t size, uint32_t cap);
  * holds two rings of its cap; returns the cap (> 0) or -EINVAL. */
 int64_t fr_check(void *seg, uint64_t size);
 
-/* Fill a handle for ring `which` (0 or 1) of a checked segment. */
+/* Give ring `which` of a fresh segment an interconnect model (the connector,
+ * before the segment is handed over and before either side attaches). */
+void fr_set_model(void *seg, int which, uint64_t latency_ns, uint64_t bytes_per_s);
+
+/* Fill a handle for ring `which` (0 or 1) of a checked segment (its model too). */
 void fr_attach(fr_ring *r, void *seg, uint32_t cap, int which, const uint32_t *peer_bell,
                int peer_efd);
 
@@ -121,7 +162,8 @@ uint32_t fr_max_payload(const fr_ring *r);
 int64_t fr_reserve(fr_ring *r, uint32_t n);
 
 /* Publish the reserved record, its payload cut to n bytes (n <= the reserved
- * size), and ring the consumer's doorbell if it sleeps. */
+ * size), stamped with its due time on a modelled ring, and ring the consumer's
+ * doorbell if it sleeps. */
 void fr_commit(fr_ring *r, uint32_t n);
 
 /* Reserve, copy a then b (either may be empty), commit: one message of na+nb
@@ -136,25 +178,33 @@ int fr_wait_space(fr_ring *r, uint32_t n, int own_efd, int64_t spin_ns, int64_t 
 /* ---- consumer ----------------------------------------------------------- */
 
 /* The next message: its payload's offset in r->data (>= 0) and its length in
- * *len; -EAGAIN if there is none; -EBADMSG if the producer broke the ring. The
- * payload stays valid until fr_consume. */
+ * *len; -EAGAIN if there is none (or, on a modelled ring, it is not due yet);
+ * -EBADMSG if the producer broke the ring. The payload stays valid until
+ * fr_consume. */
 int64_t fr_peek(fr_ring *r, uint32_t *len);
 
 /* Consume the message last peeked; ring the producer if it waits for space. */
 void fr_consume(fr_ring *r);
 
-/* Whether a message (or a broken ring) waits, without consuming anything. */
+/* Whether a message (or a broken ring) waits, due or not, without consuming
+ * anything: whether the producer published anything not yet consumed. */
 int fr_pending(const fr_ring *r);
 
 /* ---- waiting: one consumer, many rings, one bell ------------------------- */
 
-/* Index of a ring among rings[0..n) that has a message, looking from `start`
- * round, or -1. */
+/* Index of a ring among rings[0..n) that has a message due (or a broken
+ * ring), looking from `start` round, or -1. */
 int fr_ready(fr_ring *const *rings, int n, int start);
 
-/* Arm the bell before sleeping on the eventfd: 1 if armed (nothing waits),
- * 0 if something waits (the bell is left down: do not sleep). */
-int fr_arm(fr_ring *const *rings, int n, uint32_t *bell);
+/* When the first message published on rings[0..n) is due: 0 if one is now,
+ * FR_NEVER if none is published (CLOCK_MONOTONIC ns). */
+uint64_t fr_next_due(fr_ring *const *rings, int n);
+
+/* Arm the bell before sleeping on the eventfd: 1 if armed (nothing is due,
+ * nor will be within FR_DUE_SPIN_NS), 0 if something is (the bell is left
+ * down: do not sleep). *due: when the first message published becomes due
+ * (FR_NEVER: none is): a sleeper must wake then, FR_DUE_SPIN_NS early. */
+int fr_arm(fr_ring *const *rings, int n, uint32_t *bell, uint64_t *due);
 
 /* After waking (or instead of sleeping): bell down, eventfd drained. Returns
  * whether the eventfd had been rung. */
@@ -163,11 +213,18 @@ int fr_disarm(uint32_t *bell, int efd);
 /* Wait for a message on any of rings[0..n): spin up to spin_ns (yielding the
  * CPU between looks), then arm the bell and sleep on efd and fds[0..nfds)
  * (their hang-ups: a peer's end of the rendezvous) up to timeout_ns (< 0:
- * forever). Returns a ring index (>= 0), n + k when fds[k] hung up or has
- * data, -EAGAIN when woken with nothing found (a doorbell with nothing behind
- * it), or -ETIMEDOUT. Leaves the bell down. */
+ * forever). A message published but not due is waited for until it is (the
+ * model, above). Returns a ring index (>= 0), n + k when fds[k] hung up or
+ * has data, -EAGAIN when woken with nothing due (a doorbell with nothing
+ * behind it, or a message not yet due), or -ETIMEDOUT. Leaves the bell down. */
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns);
+
+/* A timer an outside loop sleeps on beside the eventfd, for a due time: a
+ * timerfd (CLOCK_MONOTONIC, non-blocking), or -errno. fr_timer_at makes it
+ * readable at at_ns (absolute; 0: disarmed, and no longer readable). */
+int fr_timer_new(void);
+void fr_timer_at(int tfd, uint64_t at_ns);
 
 /* Ring an eventfd once (a wake-up for a thread of this process, say). */
 void fr_ring_efd(int efd);

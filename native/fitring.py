@@ -3,6 +3,9 @@
 Interface:
     seg, fd = Segment.create(cap)      a fresh connection segment: a memfd, sealed
                                        against shrinking, formatted (the connector)
+    seg.set_model(latency_ns, bytes_per_s)
+                                       an interconnect model for both rings (the
+                                       connector, before the segment is handed over)
     seg = Segment.open(fd)             the other side's segment: seals and layout checked
     ring = seg.ring(which, peer_bell, peer_efd)
                                        this side's handle on ring 0 or 1 (producer or
@@ -16,6 +19,14 @@ Interface:
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
     waitset = WaitSet(bell)            the rings one consumer waits on, and its bell
     waitset.rings = [...]; waitset.wait(spin_s, timeout_s, fds) -> index | WOKEN | TIMEOUT
+    waitset.arm() -> bool; waitset.due  armed: nothing due now; `due`: when a message
+                                       published becomes due (ns, NEVER: none is)
+    waitset.next_due() -> ns           likewise without arming (0: one is due now)
+    waker = Waker(efd)                 one fd for an outside loop: readable when efd is
+                                       rung or at the time waker.at(ns) set (a model's
+                                       due time)
+    waitset.arm_with(waker) -> bool    arm(), and the waker's timer set for a message
+                                       not yet due
     spin_yield() -> bool               a spinner's yield: False once another task wanted the CPU
 
 C return codes become exceptions here and nowhere else: a ring its peer broke
@@ -29,6 +40,8 @@ import errno
 import fcntl
 import mmap
 import os
+import select
+import time
 from typing import Any
 
 from native import load
@@ -36,13 +49,16 @@ from native import load
 _c = load("_fitring", "C FIT rings")
 ffi, lib = _c.ffi, _c.lib
 
-__all__ = ["Segment", "Ring", "Bell", "WaitSet", "RingBroken", "WOKEN", "TIMEOUT", "spin_yield"]
+__all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "RingBroken", "WOKEN", "TIMEOUT",
+           "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns"]
 
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034
 _SEAL_SEAL, _SEAL_SHRINK, _SEAL_GROW, _SEAL_FUTURE_WRITE = 1, 2, 4, 16
 _BELL_BYTES = 4096
 WOKEN = -1     # WaitSet.wait: woken with nothing to read (a doorbell with nothing behind it)
 TIMEOUT = -2   # WaitSet.wait: the timeout passed
+NEVER = lib.FR_NEVER              # a due time: nothing is published
+DUE_SPIN_NS = lib.FR_DUE_SPIN_NS  # a waiter this close to a due time spins to it
 
 
 class RingBroken(OSError):
@@ -109,6 +125,12 @@ class Segment:
             mm.close()
             raise OSError(errno.EPROTO, "not a FIT segment")
         return cls(mm, cap)
+
+    def set_model(self, latency_ns: int, bytes_per_s: int) -> None:
+        """Both rings' interconnect model (fitring.h): each message is due
+        latency_ns after its ring has carried it at bytes_per_s (0: no limit)."""
+        for which in (0, 1):
+            lib.fr_set_model(self.base, which, latency_ns, bytes_per_s)
 
     def ring(self, which: int, peer_bell: Any, peer_efd: int, keep: Any = None) -> "Ring":
         """peer_bell: the consumer's bell word (a uint32_t *), for a producer;
@@ -196,7 +218,12 @@ class Ring:
         lib.fr_consume(self.r)
 
     def pending(self) -> bool:
+        """Whether the producer published anything not yet consumed (due or not)."""
         return bool(lib.fr_pending(self.r))
+
+    @property
+    def modeled(self) -> bool:
+        return bool(self.r.modeled)
 
 
 class Bell:
@@ -255,6 +282,8 @@ class WaitSet:
         self._fds = ffi.new("int[]", 16)
         self._nfds = -1
         self._fds_list: list[int] = []
+        self._due = ffi.new("uint64_t *")
+        self.due = NEVER   # after arm(): when a message published becomes due
 
     @property
     def rings(self) -> list[Ring]:
@@ -277,9 +306,33 @@ class WaitSet:
         return i
 
     def arm(self) -> bool:
-        """True: nothing waits and the bell is up, sleep on the eventfd (then disarm());
-        False: something waits, do not sleep."""
-        return bool(lib.fr_arm(self._array, self._n, self.word))
+        """True: nothing is due and the bell is up, sleep on the eventfd (then disarm()),
+        and wake at `self.due` - DUE_SPIN_NS if a message is published that is not due
+        (a model's: self.due is NEVER otherwise); False: something is due, or nearly,
+        do not sleep."""
+        armed = bool(lib.fr_arm(self._array, self._n, self.word, self._due))
+        self.due = self._due[0]
+        return armed
+
+    def arm_with(self, waker: "Waker | None") -> bool:
+        """arm() for an outside loop that sleeps on `waker` (None: on the eventfd):
+        a message published but not yet due sets the waker's timer DUE_SPIN_NS
+        before its due time (the loop then spins to it). With no waker there is no
+        timer: the bell goes down and False says do not sleep."""
+        if not self.arm():
+            return False
+        if self.due == NEVER:
+            return True
+        if waker is None:
+            self.disarm()
+            return False
+        waker.at(self.due - DUE_SPIN_NS)
+        return True
+
+    def next_due(self) -> int:
+        """When the first message published becomes due (CLOCK_MONOTONIC ns): 0 if
+        one is now, NEVER if none is published."""
+        return lib.fr_next_due(self._array, self._n) if self._n else NEVER
 
     def disarm(self) -> bool:
         """Bell down, eventfd drained; whether it had been rung."""
@@ -301,6 +354,36 @@ class WaitSet:
         if i >= self._n:
             return i
         return TIMEOUT if i == -errno.ETIMEDOUT else WOKEN
+
+
+class Waker:
+    """One fd an outside loop (epoll, select, asyncio) sleeps on for rings with a
+    model: readable when `efd` (a bell's eventfd) is rung, or once the time that
+    at() set has come (a timerfd; both in an epoll set, whose fd is readable when
+    either is). at(0) disarms the timer; the eventfd is drained as before."""
+
+    def __init__(self, efd: int):
+        self.tfd = lib.fr_timer_new()
+        if self.tfd < 0:
+            raise OSError(-self.tfd, "timerfd_create")
+        self._ep = select.epoll()
+        self._ep.register(efd, select.EPOLLIN)
+        self._ep.register(self.tfd, select.EPOLLIN)
+
+    def fileno(self) -> int:
+        return self._ep.fileno()
+
+    def at(self, at_ns: int) -> None:
+        lib.fr_timer_at(self.tfd, at_ns)
+
+    def close(self) -> None:
+        self._ep.close()
+        os.close(self.tfd)
+
+
+def now_ns() -> int:
+    """CLOCK_MONOTONIC in ns, the clock of due times."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 def spin_yield() -> bool:
