@@ -18,6 +18,14 @@ default; "zmq": over ZeroMQ, for comparison and across hosts), rack.poll_us
 (how long a FIT waiter spins before it sleeps; 0: never), rack.endpoints
 ("ipc" or "tcp": where ZeroMQ inboxes are bound; tcp needs transport "zmq").
 
+The interconnect model, [fabric] (none: FIT costs what this host's shared
+memory costs): `latency` ("0", "500ns", "2us", "1.5ms") and `bandwidth`
+("40Gbps", "10Gbit/s", "5GB/s"; bits unless the unit is B/s) for every link
+between components, or per link class in [fabric.p-m], [fabric.p-n],
+[fabric.n-m], [fabric.p-p], [fabric.p-s], whose keys override [fabric]'s for
+that class (fit_rpc/fabric.py says which links are which). Needs transport "shm".
+    parse_time_ns("2us") -> 2000       parse_bandwidth("40Gbps") -> 5000000000 (B/s)
+
 Network keys: rack.nic_policy (how GNM picks a NIC for a process's unbound
 sockets, docs/gnm.md), rack.loopback (the alias in 127.0.0.0/8 on which an
 nComponent serves the rack's 127.0.0.1), pcomponent.nic (that pComponent's
@@ -36,6 +44,7 @@ from typing import Any
 
 import psutil
 
+from fit_rpc.fabric import CLASSES as LINK_CLASSES
 from gnm import POLICIES as NIC_POLICIES
 from splitrack.params import FIT_POLL_US, NCOMPONENT_DRAM_DEFAULT, NCOMPONENT_DRAM_MIN_BYTES
 
@@ -53,6 +62,12 @@ _FIELDS = {  # per kind: field -> required
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+_TIME = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s)\s*")
+_TIME_NS = {"ns": 1, "us": 10**3, "µs": 10**3, "ms": 10**6, "s": 10**9}
+_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kKMGT]?)(bps|bit/s|B/s)\s*")
+_RATE_PREFIX = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+LATENCY_MAX_NS = 10**9          # [fabric] latency: at most 1 s (a FIT call waits 5 s)
+BANDWIDTH_MIN_BYTES_S = 125_000  # [fabric] bandwidth: at least 1 Mbit/s
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")   # rack.name
 _BAD_NAME = "{!r} is not 1-32 of [a-z0-9_-], starting with a letter or digit"
 RACK_LOOPBACK = "127.0.0.1"
@@ -74,6 +89,7 @@ class RackSpec:
     nic_policy: str
     loopback: str
     components: list[dict[str, Any]] = field(default_factory=list)
+    fabric: dict[str, Any] | None = None   # the interconnect model (fit_rpc/fabric.py's form)
     source: str = "<embedded default>"
 
     def ids(self) -> list[str]:
@@ -81,7 +97,10 @@ class RackSpec:
 
     def to_json(self) -> dict[str, Any]:
         rack = {k: getattr(self, k) for k in _RACK_KEYS}
-        return {"rack": rack, "components": [{"id": "global", "kind": "global"}, *self.components]}
+        out = {"rack": rack, "components": [{"id": "global", "kind": "global"}, *self.components]}
+        if self.fabric is not None:
+            out["fabric"] = self.fabric
+        return out
 
 
 def default_spec() -> RackSpec:
@@ -121,9 +140,13 @@ class _Bad(Exception):
 
 def _validate(data: dict, label: str, base: str | None, name: str | None) -> RackSpec:
     for key in data:
-        if key != "rack" and key not in _SECTIONS:
-            raise _Bad(key, f"unknown section (expected rack, {', '.join(_SECTIONS)})")
+        if key not in ("rack", "fabric") and key not in _SECTIONS:
+            raise _Bad(key, f"unknown section (expected rack, fabric, {', '.join(_SECTIONS)})")
     rack = _rack_section(data.get("rack", {}))
+    fabric = _fabric(data["fabric"]) if "fabric" in data else None
+    if fabric is not None and rack["transport"] != "shm":
+        raise _Bad("fabric", f"needs rack.transport 'shm' (the {rack['transport']} transport "
+                   "applies no interconnect model)")
     if base is None:  # embedded default: storage lives in the user's data dir, by spec name
         data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
         base = os.path.join(data_home, "splitrack", rack["name"])
@@ -131,7 +154,7 @@ def _validate(data: dict, label: str, base: str | None, name: str | None) -> Rac
         rack["name"] = name
     if not NAME.fullmatch(rack["name"]):
         raise _Bad("rack.name", _BAD_NAME.format(rack["name"]))
-    spec = RackSpec(**rack, source=label)
+    spec = RackSpec(**rack, fabric=fabric, source=label)
     for section, kind in _SECTIONS.items():
         entries = data.get(section, [])
         if not isinstance(entries, list):
@@ -243,6 +266,77 @@ def _size(value: Any, where: str) -> int:
     if n <= 0:
         raise _Bad(where, f"{value!r} must be positive")
     return n
+
+
+def _fabric(section: Any) -> dict[str, Any]:
+    """[fabric] in fit_rpc/fabric.py's form: its own latency_ns and bytes_per_s (None:
+    not set), and "links": {CLASS: the same, of [fabric.CLASS]}."""
+    if not isinstance(section, dict):
+        raise _Bad("fabric", "must be a table ([fabric])")
+    links = {}
+    for key, value in section.items():
+        if key in LINK_CLASSES:
+            if not isinstance(value, dict):
+                raise _Bad(f"fabric.{key}", f"must be a table ([fabric.{key}])")
+            links[key] = _link_model(value, f"fabric.{key}")
+        elif key not in ("latency", "bandwidth"):
+            raise _Bad(f"fabric.{key}", "unknown key (expected latency, bandwidth, or a "
+                       f"link class table: {', '.join(LINK_CLASSES)})")
+    own = {k: v for k, v in section.items() if k in ("latency", "bandwidth")}
+    if not own and not links:
+        raise _Bad("fabric", "sets no latency, bandwidth or link class")
+    return {**(_link_model(own, "fabric") if own else
+               {"latency_ns": None, "bytes_per_s": None}), "links": links}
+
+
+def _link_model(table: dict[str, Any], where: str) -> dict[str, int | None]:
+    for key in table:
+        if key not in ("latency", "bandwidth"):
+            raise _Bad(f"{where}.{key}", "unknown key (expected latency, bandwidth)")
+    if not table:
+        raise _Bad(where, "sets neither latency nor bandwidth")
+    latency = _time_ns(table["latency"], f"{where}.latency") if "latency" in table else None
+    if latency is not None and latency > LATENCY_MAX_NS:
+        raise _Bad(f"{where}.latency", f"{table['latency']!r} is more than 1s")
+    rate = _bandwidth(table["bandwidth"], f"{where}.bandwidth") if "bandwidth" in table else None
+    return {"latency_ns": latency, "bytes_per_s": rate}
+
+
+def parse_time_ns(value: Any, where: str = "time") -> int:
+    """Nanoseconds from 0 or a string such as '500ns', '2us', '1.5ms'; SpecError if not."""
+    try:
+        return _time_ns(value, where)
+    except _Bad as bad:
+        raise SpecError(f"{bad.where}: {bad.problem}") from None
+
+
+def parse_bandwidth(value: Any, where: str = "bandwidth") -> int:
+    """Bytes a second from a string such as '40Gbps', '10Gbit/s' (bits), '5GB/s' (bytes)."""
+    try:
+        return _bandwidth(value, where)
+    except _Bad as bad:
+        raise SpecError(f"{bad.where}: {bad.problem}") from None
+
+
+def _time_ns(value: Any, where: str) -> int:
+    if value == 0 and not isinstance(value, bool) or value == "0":
+        return 0
+    m = _TIME.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise _Bad(where, f"{value!r} is not a time (0, or e.g. '500ns', '2us', '1.5ms')")
+    return round(float(m.group(1)) * _TIME_NS[m.group(2)])
+
+
+def _bandwidth(value: Any, where: str) -> int:
+    m = _RATE.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise _Bad(where, f"{value!r} is not a bandwidth (e.g. '40Gbps', '10Gbit/s', "
+                   "'5GB/s')")
+    number, prefix, unit = m.groups()
+    rate = float(number) * _RATE_PREFIX[prefix] / (1 if unit == "B/s" else 8)
+    if rate < BANDWIDTH_MIN_BYTES_S:
+        raise _Bad(where, f"{value!r} is less than 1Mbps")
+    return round(rate)
 
 
 def _positive_int(value: Any, where: str) -> int:
