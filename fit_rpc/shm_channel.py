@@ -7,19 +7,23 @@ eventfd, so either end sleeps on its own fd (fileno/arm/disarm) and no
 endpoint's inbox is woken for a channel's traffic. An end is reached at its
 endpoint's rendezvous with a token (`shm://PATH#PID!TOKEN`): the peer's end
 connects there, and the endpoint's rendezvous hands it the segment (attach).
+With an interconnect model (shm_transport.py) the connecting end gives the
+segment the model of its link, and an end's fileno() is a Waker, as an
+endpoint's is.
 """
 
 import errno
 import os
 import secrets
 import threading
+import time
 from typing import Any
 
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerUnreachable
 from fit_rpc.identity import address_pid
 from fit_rpc.transport import Frame
-from native.fitring import Segment, WaitSet
+from native.fitring import NEVER, WOKEN, Segment, WaitSet, Waker
 from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
 
 SCHEME = "shm://"
@@ -43,6 +47,7 @@ class ShmChannel:
         self.tx: Any = None
         self.rx: Any = None
         self._ws: WaitSet | None = None
+        self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False
         transport.channels[self.token] = self
@@ -63,6 +68,9 @@ class ShmChannel:
         where, _, token = address.rpartition("!")
         path = where[len(SCHEME):].split("#", 1)[0]
         seg, fd = Segment.create(FIT_RING_BYTES, f"fit channel {self._t.id}>{self.peer}")
+        model = self._t.model(self.peer, path)
+        if model is not None:
+            seg.set_model(*model)
         try:
             sock, creds, answer, fds = rendezvous.connect(
                 path, {"v": 1, "kind": "channel", "id": self._t.id, "token": int(token, 16)},
@@ -102,7 +110,11 @@ class ShmChannel:
         if view is None:
             if timeout_s <= 0:
                 return None
-            if self._ws.wait(self._t.spin_s, timeout_s) != 0:   # type: ignore[union-attr]
+            ws, deadline = self._ws, time.monotonic() + timeout_s
+            while (i := ws.wait(self._t.spin_s, max(0.0, deadline - time.monotonic()))) \
+                    == WOKEN and ws.next_due() != NEVER:   # type: ignore[union-attr]
+                pass   # rung for a message not due yet: wait on, until it is
+            if i != 0:
                 return None
             view = rx.peek()
             if view is None:
@@ -112,12 +124,14 @@ class ShmChannel:
         return data
 
     def fileno(self) -> int:
-        return self.efd
+        return self.efd if self.waker is None else self.waker.fileno()
 
     def arm(self) -> bool:
-        return True if self._ws is None else self._ws.arm()
+        return True if self._ws is None else self._ws.arm_with(self.waker)
 
     def disarm(self) -> None:
+        if self.waker is not None:
+            self.waker.at(0)
         if self._ws is not None:
             self._ws.disarm()
         else:
@@ -134,4 +148,6 @@ class ShmChannel:
         if self.seg is not None:
             self.seg.close()
             os.close(self._peer_efd)
+        if self.waker is not None:
+            self.waker.close()
         os.close(self.efd)

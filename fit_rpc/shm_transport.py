@@ -25,6 +25,15 @@
   segments.
 - Regions (new_region, grant_region, map_region): memfds of their owner; a
   grant passes the fd over the link's rendezvous socket, to that peer only.
+- The interconnect model (fabric.py; native/fitring.h says how a ring applies
+  it): the connector gives both rings of a link the model of the link's class,
+  from `fabric` if given, else from the rack whose run directory holds the
+  rendezvous (RUN_DIR/spec.json); the acceptor takes it from the segment. A
+  message is not taken before it is due, and every wait wakes when it is: the
+  C waits themselves, and an outside loop through fileno(), which then is a
+  Waker (the bell's eventfd and a timer that arm() sets to the due time).
+  Without a model nothing of this runs: no clock is read, fileno() is the
+  eventfd.
 The thread of the rendezvous only adds links and marks hang-ups (deques); every
 other change happens in the thread that uses the endpoint.
 """
@@ -38,15 +47,18 @@ from typing import Any
 
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerMoved, PeerUnreachable
+from fit_rpc.fabric import Fabric, Model
 from fit_rpc.identity import check_claim, expected_pid
 from fit_rpc.shm_channel import SCHEME, ShmChannel
 from fit_rpc.transport import Arrival, Frame, Transport
 from native.fitring import (
+    NEVER,
     WOKEN,
     Bell,
     RingBroken,
     Segment,
     WaitSet,
+    Waker,
     check_sealed,
     sealed_memfd,
 )
@@ -84,10 +96,16 @@ class Link:
 
 
 class ShmTransport(Transport):
-    def __init__(self, local_id: str, bind: str | None, poll_us: int = FIT_POLL_US):
+    def __init__(self, local_id: str, bind: str | None, poll_us: int = FIT_POLL_US,
+                 fabric: Fabric | None = None):
         self.id = local_id
         self.spin_s = max(0, poll_us) / 1e6
         self.bell = Bell()
+        path = bind[len(SCHEME):].split("#", 1)[0] if bind is not None else None
+        self.fabric = fabric   # the model of the links it makes (None: the rack's, if any)
+        if fabric is None and path is not None:
+            self.fabric = Fabric.of_run_dir(os.path.dirname(path))
+        self.waker = Waker(self.bell.efd) if self.fabric is not None else None
         self.inbound: list[Link] = []
         self.out: dict[str, Link] = {}
         self.channels: dict[int, ShmChannel] = {}   # token -> an end waiting for its peer
@@ -102,8 +120,7 @@ class ShmTransport(Transport):
         self.peer_gone = _no_peer                   # a peer's last link closed
         self.listener: rendezvous.Listener | None = None
         self.address: str | None = None
-        if bind is not None:
-            path = bind[len(SCHEME):].split("#", 1)[0]
+        if path is not None:
             self.listener = rendezvous.Listener(path, self._on_hello, self._on_hangup,
                                                 lambda name: self.count(name))
             self.listener.start()
@@ -111,13 +128,15 @@ class ShmTransport(Transport):
 
     # ---- readiness (an outside loop sleeps on fileno()) -------------------------------------
     def fileno(self) -> int:
-        return self.bell.efd
+        return self.bell.efd if self.waker is None else self.waker.fileno()
 
     def arm(self) -> bool:
         self._sync()
-        return self._inbox_set().arm()
+        return self._inbox_set().arm_with(self.waker)
 
     def disarm(self) -> None:
+        if self.waker is not None:
+            self.waker.at(0)
         if not self._inbox.disarm():
             return
         self._sync()
@@ -169,7 +188,7 @@ class ShmTransport(Transport):
                 return None
             i = ws.wait(self.spin_s, timeout_s)
             if i < 0:
-                if i == WOKEN and not (self._new or self._hung):
+                if i == WOKEN and not (self._new or self._hung) and ws.next_due() == NEVER:
                     self.count("doorbell_empty")
                 self._sync()
                 return None
@@ -209,10 +228,10 @@ class ShmTransport(Transport):
                     data = bytes(view)
                     link.rx.consume()
                     return data
-                if link.hung:   # everything it published is read: it is gone
+                if link.hung and not link.rx.pending():   # all it published is read: gone
                     raise PeerUnreachable(f"{peer} is gone (its process ended)")
-                ws = self._reply_set(link, serve)
-                i = ws.wait(self.spin_s, timeout_s, [link.sock.fileno()])
+                ws = self._reply_set(link, serve)   # (hung: a reply not yet due waits)
+                i = ws.wait(self.spin_s, timeout_s, [] if link.hung else [link.sock.fileno()])
                 if i == 0:
                     continue
                 if i >= len(ws.rings):
@@ -282,6 +301,8 @@ class ShmTransport(Transport):
         self.out.clear()
         for end in list(self.channels.values()):
             end.close()
+        if self.waker is not None:
+            self.waker.close()
         self.bell.close()
 
     # ---- links ----------------------------------------------------------------------------
@@ -297,6 +318,9 @@ class ShmTransport(Transport):
         except ValueError as exc:
             raise PermissionError(errno.EPERM, str(exc)) from None
         seg, fd = Segment.create(FIT_RING_BYTES, f"fit {self.id}>{peer}")
+        model = self.model(peer, path)
+        if model is not None:
+            seg.set_model(*model)
         try:
             sock, creds, answer, fds = rendezvous.connect(
                 path, {"v": 1, "kind": "link", "id": self.id},
@@ -328,6 +352,11 @@ class ShmTransport(Transport):
         if self.listener is not None:
             self.listener.watch(sock, link)
         return link
+
+    def model(self, peer: str, path: str) -> Model | None:
+        """The model of a link to `peer`, whose rendezvous is at `path` (None: none)."""
+        fabric = self.fabric or Fabric.of_run_dir(os.path.dirname(path))
+        return fabric.model(self.id, peer) if fabric is not None else None
 
     def _on_hello(self, sock: socket.socket, creds: rendezvous.Creds, hello: dict[str, Any],
                   fds: list[int]) -> tuple[dict[str, Any], list[int], Any]:
