@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -328,9 +329,11 @@ int fr_spin_yield(void) {
     return now_ns() - t < FR_CONTENDED_NS;
 }
 
-/* Sleep on efd and the fds' hang-ups until `until` (FR_NEVER: no limit);
- * ppoll's result, and in *err its errno. */
-static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int *err) {
+/* Sleep on efd and the fds' hang-ups until `until` (FR_NEVER: no limit; exact:
+ * a due time, slept to without the thread's timer slack, 50 us by default);
+ * 0 when the time came, 1 when the eventfd was rung, 2 + k when fds[k] hung
+ * up, < 0 with *err the errno. */
+static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int exact, int *err) {
     struct pollfd pfd[1 + 16];
     pfd[0].fd = efd;
     pfd[0].events = POLLIN;
@@ -345,12 +348,17 @@ static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int *err)
         ts.tv_nsec = (long)(left % 1000000000ull);
         tsp = &ts;
     }
+    int slack = exact ? prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0) : -1;
+    if (slack > 1)
+        prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
     int rc = ppoll(pfd, (nfds_t)(1 + nfds), tsp, NULL);
     *err = rc < 0 ? errno : 0;
+    if (slack > 1)
+        prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);
     for (int k = 0; rc > 0 && k < nfds; k++)
         if (pfd[1 + k].revents)
             return 2 + k;
-    return rc;   /* 0: the time came; 1: the eventfd; < 0: *err */
+    return rc > 0 ? 1 : rc;
 }
 
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
@@ -384,7 +392,7 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
         uint64_t wake = deadline;   /* a due time: FR_DUE_SPIN_NS early, then spin */
         if (due != FR_NEVER && due - (contended ? 0 : FR_DUE_SPIN_NS) < wake)
             wake = due - (contended ? 0 : FR_DUE_SPIN_NS);
-        int err, rc = sleep_on(efd, fds, nfds, wake, &err);
+        int err, rc = sleep_on(efd, fds, nfds, wake, wake != deadline, &err);
         fr_disarm(bell, efd);
         if (n > 0 && (i = look(rings, n, start, &due)) >= 0)
             return i;
