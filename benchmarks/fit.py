@@ -20,6 +20,16 @@ of p50s, each target's with its range over paired repetitions.
 Also reported: how long `Rack.start()` took (`rack_up_s`: the shm rack, the
 default transport; `rack_up_s_by_transport`: both).
 
+The interconnect model (--fabric-latency LIST, --fabric-bandwidth BW): one more
+shm rack for each latency L, with [fabric] latency = L, and one with [fabric]
+bandwidth = BW, interleaved with the rest. Reported: each one's FIT RTT p50 and
+its increase over the shm rack's (no model) at each size, against 2L (the
+request's L and the reply's); and ECHO round trips of BW_SIZE bytes on the
+bandwidth's rack and on the shm rack, their throughput 2 x BW_SIZE / RTT (the
+bytes carried one way, then the other) against the bandwidth. Targets: the
+increase is 2L within 10 % for L >= 10 µs; the throughput is the bandwidth
+within 10 %.
+
 Targets (docs/benchmarks.md): FIT shm RTT p50 / Linux TCP p50 <= 1.0 at 128 B
 and <= 1.3 at 4 KiB.
 
@@ -28,6 +38,9 @@ JSON (--json FILE): {"bench": "fit", "caller", "target", "rounds", "reps",
 "results": [{"size", "transport": "shm"|"zmq", "fit_p50_us", "fit_p99_us",
              "over_linux_tcp", "over_shm_eventfd", "over_raw_zmq"}],
 "floors": [{"size", "name", "p50_us", "p99_us"}],
+"fabric": {"latency": [{"latency_us", "size", "fit_p50_us", "increase_us", "over_2L"}],
+           "bandwidth": {"bandwidth_MBps", "size", "fit_p50_us", "throughput_MBps",
+                         "over_bandwidth", "no_model_throughput_MBps"}} (with the options),
 "targets": [{"name", "value", "low", "high", "limit", "sense", "verdict", "met",
               "floor"}], "stats", "machine", "settings"} (report.py)
 """
@@ -41,11 +54,13 @@ import os
 import time
 from typing import Any
 
+import numpy as np
+
 from benchmarks import floors
 from benchmarks.limits import FIT_RTT_OVER_LINUX, RACK_UP_S
 from benchmarks.progress import progress
 from benchmarks.report import finish, print_stats
-from benchmarks.stats import Series, point, ratio_of, repetitions, target
+from benchmarks.stats import Series, point, ratio_of, repetitions, spanning, target
 from fit_rpc import Op
 from splitrack.params import (
     BENCH_FIT_REPS,
@@ -58,26 +73,38 @@ from splitrack.spec import RackSpec, load_spec
 
 TRANSPORTS = ("shm", "zmq")
 _SIZE_LABELS = {128: "128 B", 4096: "4 KiB"}
+BW_SIZE = 1 << 20          # the bandwidth's ECHO size (PING_PEER's largest)
+BW_WARMUP = 5              # ... its warm-up round trips
+FABRIC_BAND = (0.9, 1.1)   # the model's targets: 2L and the bandwidth within 10 %
+FABRIC_FROM_US = 10        # ... for latencies from this on
 
 
 def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
         rounds: int = BENCH_FIT_ROUNDS, reps: int = BENCH_FIT_REPS,
-        duration: float | None = None) -> tuple[dict[str, Any], dict[str, Series]]:
+        duration: float | None = None, latencies: tuple[int, ...] = (),
+        bandwidth: int | None = None) -> tuple[dict[str, Any], dict[str, Series]]:
+    """latencies (ns) and bandwidth (bytes/s): the interconnect model's racks."""
     base = load_spec(spec, name=f"bench-fit-{os.getpid()}")
     caller = next(c["id"] for c in base.components if c["kind"] == "p")
     target = next(c["id"] for c in base.components if c["kind"] == "m")
     fit, floor = Series(), Series()
     rack_up_s: dict[str, float] = {}
     done = 0
+    modeled = {_latency_name(ns): (ns, None) for ns in latencies}
+    if bandwidth:
+        modeled[BW_NAME] = (None, bandwidth)
     with contextlib.ExitStack() as stack:
         endpoints = {}
-        for transport in TRANSPORTS:
+        for i, name in enumerate([*TRANSPORTS, *modeled]):
             t0 = time.monotonic()
-            rack = stack.enter_context(Rack(_with_transport(base, transport)))
-            rack_up_s[transport] = round(time.monotonic() - t0, 3)
-            endpoints[transport] = rack.endpoint()
+            rack_spec = _with_transport(base, name) if name in TRANSPORTS else \
+                _with_fabric(base, i, *modeled[name])
+            rack = stack.enter_context(Rack(rack_spec))
+            rack_up_s[name] = round(time.monotonic() - t0, 3)
+            endpoints[name] = rack.endpoint()
         echoes = stack.enter_context(floors.Echoes(floors.NAMES))
         kinds = [("fit", t) for t in TRANSPORTS] + [("floor", n) for n in floors.NAMES]
+        kinds += [("fit", name) for name in modeled if name != BW_NAME]
         advance = stack.enter_context(progress("bench fit", None if duration else reps))
         for rep in repetitions(reps, duration):
             order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
@@ -88,17 +115,95 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
                     else:
                         floor.add(name, size, echoes.round_trips(name, size, rounds,
                                                                  BENCH_WARMUP_ROUNDS))
+            if bandwidth:   # a few round trips of BW_SIZE on its rack and on shm's
+                few = max(10, rounds // 200)
+                for name in (BW_NAME, "shm")[::1 if rep % 2 else -1]:
+                    fit.add(name, BW_SIZE, _ping(endpoints[name], caller, target, BW_SIZE,
+                                                 few, BW_WARMUP))
             done += 1
             advance(f"repetition {done}")
     floor_rows = floors.summarize(floor)
     results = [_result(transport, size, fit, floor) for size in sizes for transport in TRANSPORTS]
     report = {"bench": "fit", "caller": caller, "target": target, "rounds": rounds,
-              "reps": done, "rack_up_s": rack_up_s["shm"], "rack_up_s_by_transport": rack_up_s,
+              "reps": done, "rack_up_s": rack_up_s["shm"],
+              "rack_up_s_by_transport": {t: rack_up_s[t] for t in TRANSPORTS},
               "results": results, "floors": floor_rows}
     report["targets"] = _targets(sizes, fit, floor, rack_up_s["shm"])
+    if modeled:
+        report["fabric"] = _fabric(sizes, fit, latencies, bandwidth)
+        report["targets"] += _fabric_targets(report["fabric"], fit, sizes, latencies, bandwidth)
     report["settings"] = {"rounds": rounds, "reps": done, "sizes": list(sizes),
-                          "duration": duration}
+                          "duration": duration, "fabric_latency_ns": list(latencies),
+                          "fabric_bandwidth_Bps": bandwidth}
     return report, {"fit/": fit, "floor/": floor}
+
+
+BW_NAME = "shm+bandwidth"
+
+
+def _latency_name(ns: int) -> str:
+    return f"shm+{ns / 1000:g}us"
+
+
+def _with_fabric(base: RackSpec, i: int, latency_ns: int | None,
+                 bytes_per_s: int | None) -> RackSpec:
+    """The shm rack of `base` with a [fabric] of this latency or bandwidth, named -f<i>."""
+    spec = _with_transport(base, "shm")
+    return dataclasses.replace(spec, name=f"{base.name}-f{i}", fabric={
+        "latency_ns": latency_ns, "bytes_per_s": bytes_per_s, "links": {}})
+
+
+def _fabric(sizes: tuple[int, ...], fit: Series, latencies: tuple[int, ...],
+            bandwidth: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"latency": []}
+    for ns in latencies:
+        for size in sizes:
+            p50, none = fit.summary(_latency_name(ns), size)["p50"], fit.summary("shm", size)["p50"]
+            out["latency"].append({"latency_us": ns / 1000, "size": size,
+                                   "fit_p50_us": round(p50, 2),
+                                   "increase_us": round(p50 - none, 2),
+                                   "over_2L": round((p50 - none) * 1000 / (2 * ns), 3)
+                                   if ns else None})
+    if bandwidth:
+        p50, none = fit.summary(BW_NAME, BW_SIZE)["p50"], fit.summary("shm", BW_SIZE)["p50"]
+        out["bandwidth"] = {"bandwidth_MBps": bandwidth / 1e6, "size": BW_SIZE,
+                            "fit_p50_us": round(p50, 1),
+                            "throughput_MBps": round(2 * BW_SIZE / p50, 1),
+                            "over_bandwidth": round(2 * BW_SIZE / p50 * 1e6 / bandwidth, 3),
+                            "no_model_throughput_MBps": round(2 * BW_SIZE / none, 1)}
+    return out
+
+
+def _fabric_targets(fabric: dict[str, Any], fit: Series, sizes: tuple[int, ...],
+                    latencies: tuple[int, ...], bandwidth: int | None) -> list[dict[str, Any]]:
+    """The increase over 2L, and the throughput over the bandwidth, each within
+    FABRIC_BAND, with their range over paired repetitions."""
+    out = []
+
+    def band(name: str, value: float, paired: list[float]) -> None:
+        got = spanning(value, paired)
+        out.append(target(f"{name} (>= {FABRIC_BAND[0]})", got, FABRIC_BAND[0], at_most=False))
+        out.append(target(f"{name} (<= {FABRIC_BAND[1]})", got, FABRIC_BAND[1]))
+
+    for row in fabric["latency"]:
+        ns, size = round(row["latency_us"] * 1000), row["size"]
+        if ns >= FABRIC_FROM_US * 1000:
+            two_l = 2 * ns / 1000
+            band(f"FIT RTT increase / 2L at L = {row['latency_us']:g} us, "
+                 f"{_SIZE_LABELS.get(size, f'{size} B')}", row["over_2L"],
+                 [(m - b) / two_l for m, b in _paired(fit, _latency_name(ns), "shm", size)])
+    if bandwidth:
+        row = fabric["bandwidth"]
+        band(f"FIT throughput / bandwidth at {row['bandwidth_MBps']:g} MB/s, 1 MiB ECHO",
+             row["over_bandwidth"], [2 * BW_SIZE / m * 1e6 / bandwidth
+                                     for m, _ in _paired(fit, BW_NAME, "shm", BW_SIZE)])
+    return out
+
+
+def _paired(fit: Series, a: str, b: str, size: int) -> list[tuple[float, float]]:
+    """Each repetition's medians of series a and b at this size."""
+    return [(float(np.median(x)), float(np.median(y)))
+            for x, y in zip(fit.reps[a, size], fit.reps[b, size], strict=True)]
 
 
 def _with_transport(base: RackSpec, transport: str) -> RackSpec:
@@ -109,11 +214,12 @@ def _with_transport(base: RackSpec, transport: str) -> RackSpec:
                                components=copy.deepcopy(base.components))
 
 
-def _ping(ep: Any, caller: str, target: str, size: int, rounds: int) -> list[float]:
+def _ping(ep: Any, caller: str, target: str, size: int, rounds: int,
+          warmup: int = BENCH_WARMUP_ROUNDS) -> list[float]:
     """`rounds` ECHO round trips from `caller` to `target`, timed inside the caller."""
     _, data = ep.call_args(caller, Op.PING_PEER,
                            {"target": target, "size": size, "count": rounds,
-                            "warmup": BENCH_WARMUP_ROUNDS},
+                            "warmup": warmup},
                            timeout=60 + rounds * 0.01)
     return list(array.array("d", bytes(data)))
 
@@ -152,9 +258,26 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"{size:>6}  {what:<12} {p50 / linux:>15.3f}")
     up = report["rack_up_s_by_transport"]
     print("rack up in " + ", ".join(f"{s:.2f} s ({t})" for t, s in up.items()))
+    fabric = report.get("fabric")
+    if fabric:
+        print("the interconnect model ([fabric]): FIT shm RTT p50 with latency L, and its "
+              "increase over the shm rack's (no model), against 2L")
+        print(f"{'L us':>7}{'size':>7}{'p50 us':>10}{'increase us':>13}{'/ 2L':>7}")
+        for r in fabric["latency"]:
+            over = "" if r["over_2L"] is None else f"{r['over_2L']:.3f}"
+            print(f"{r['latency_us']:>7g}{r['size']:>7}{r['fit_p50_us']:>10.2f}"
+                  f"{r['increase_us']:>13.2f}{over:>7}")
+        bw = fabric.get("bandwidth")
+        if bw:
+            print(f"bandwidth {bw['bandwidth_MBps']:g} MB/s: 1 MiB ECHO p50 "
+                  f"{bw['fit_p50_us']:.0f} us = {bw['throughput_MBps']:.1f} MB/s "
+                  f"({bw['over_bandwidth']:.3f} x the bandwidth; no model: "
+                  f"{bw['no_model_throughput_MBps']:.1f} MB/s)")
 
 
 def main(args: argparse.Namespace) -> int:
     report, series = run(args.spec, rounds=args.rounds or BENCH_FIT_ROUNDS,
-                         reps=args.reps or BENCH_FIT_REPS, duration=args.duration)
+                         reps=args.reps or BENCH_FIT_REPS, duration=args.duration,
+                         latencies=args.fabric_latency or (),
+                         bandwidth=args.fabric_bandwidth)
     return finish(report, args, print_table, series)

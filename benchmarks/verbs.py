@@ -12,10 +12,12 @@ everywhere; report.finish writes them.
 
 import argparse
 import importlib
+import re
 import signal
 from typing import Any
 
 from splitrack import argtypes
+from splitrack.spec import SpecError, parse_bandwidth, parse_time_ns
 
 TCP_MODES = ("linux", "ddio", "dma", "pipe", "fit")
 WORDCOUNT_MODES = ("linux", "ddio", "dma")
@@ -74,9 +76,17 @@ def add_parser(sub: Any) -> None:
         p.add_argument("--modes", type=argtypes.choices(modes), default=None,
                        help=f"comma-separated modes (default: {default})")
 
-    measuring("fit", "FIT RTT over shm and zmq vs the interconnect floors (Linux TCP "
-                     "loopback, AF_UNIX, shared memory + eventfd, shared memory spinning, "
-                     "raw pyzmq)", "round trips per repetition (default: 5000)", "default: 5")
+    p = measuring("fit", "FIT RTT over shm and zmq vs the interconnect floors (Linux TCP "
+                         "loopback, AF_UNIX, shared memory + eventfd, shared memory spinning, "
+                         "raw pyzmq)", "round trips per repetition (default: 5000)",
+                  "default: 5")
+    p.add_argument("--fabric-latency", type=latencies, default=None, metavar="LIST",
+                   help="also a shm rack with each [fabric] latency, e.g. 10,20,50us (a "
+                        "number without a unit takes the last one's): its RTT's increase "
+                        "against 2L")
+    p.add_argument("--fabric-bandwidth", type=bandwidth, default=None, metavar="BW",
+                   help="also a shm rack with this [fabric] bandwidth, e.g. 1Gbps: 1 MiB "
+                        "ECHOs' throughput against it")
     measuring("extcache", "extCache hits, misses, zero-fills and evictions vs the same floors",
               "misses, zero-fills and evictions per repetition (default: 2000)",
               "default: 5")
@@ -89,6 +99,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sizes", type=argtypes.sizes,
                    help="comma-separated message sizes in bytes "
                         "(default: 128,256,512,1024,2048,4096; --quick: 128,4096)")
+    p.add_argument("--fabric-latency", type=latencies, default=None, metavar="LIST",
+                   help="then sweep the interconnect model: a rack with each [fabric] "
+                        "latency, e.g. 0,1,2,5,10,20,50us (a number without a unit takes the "
+                        "last one's); DDIO, DMA, pipe and fit RTT and throughput at each, "
+                        "Linux as the level; --plot adds F-fabric.png")
     p = measuring("wordcount", "the paper's macro benchmark: word count on the rack vs Linux",
                   None, "default: 3")
     figures(p, "8 MB of input", WORDCOUNT_MODES, ",".join(WORDCOUNT_MODES))
@@ -110,6 +125,36 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fail-above", type=argtypes.percent, default=None, metavar="PCT",
                    help="exit 1 if any row got worse by more than PCT percent (for CI)")
     p.set_defaults(func=cmd_bench)
+
+
+_BARE = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+
+
+def latencies(text: str) -> tuple[int, ...]:
+    """'0,1,2,5us' -> (0, 1000, 2000, 5000): interconnect latencies in ns, each once,
+    in order; an item without a unit takes the last item's."""
+    items = [item.strip() for item in text.split(",")]
+    unit = re.sub(r"^[\d.\s]*", "", items[-1])
+    try:
+        out = tuple(parse_time_ns(item + unit if _BARE.fullmatch(item) and item != "0" else item,
+                                  "--fabric-latency") for item in items)
+    except SpecError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of times (e.g. "
+                                         "'0,1,2,5,10us', '500ns,1ms')") from None
+    if len(set(out)) < len(out):
+        raise argparse.ArgumentTypeError(f"{text!r} names a latency twice")
+    if max(out) > 10**9:
+        raise argparse.ArgumentTypeError(f"{text!r}: a latency is more than 1s")
+    return tuple(sorted(out))
+
+
+def bandwidth(text: str) -> int:
+    """'1Gbps' -> 125000000: an interconnect bandwidth in bytes a second."""
+    try:
+        return parse_bandwidth(text, "--fabric-bandwidth")
+    except SpecError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a bandwidth of at least 1Mbps "
+                                         "(e.g. '1Gbps', '10Gbit/s', '5GB/s')") from None
 
 
 def _interrupt(signum: int, frame: object) -> None:
