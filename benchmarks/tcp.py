@@ -56,6 +56,11 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "packing": [{"mode", "size", "on_MBps", "off_MBps"}], "targets", "stats", "machine",
 "settings"} (report.py, stats.py).
 --plot F.png draws the figures (plots.py) and writes F.md, a summary table.
+
+--fabric-latency LIST, after all of the above: the interconnect model swept
+(fabric_sweep.py), a rack for each latency; adds "fabric_sweep": [{"latency_us",
+"mode", "size", "rtt_p50_us", "throughput_MBps"}] and "fabric_same_order_up_to_us":
+{size: L} to the JSON, its series to "stats", and with --plot F-fabric.png.
 """
 
 import argparse
@@ -169,7 +174,7 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES,
                         tx.add(m + "-unpacked", size,
                                tcp_client.tx(*addr[m + "-unpacked"], size, s["seconds"])["MBps"])
                 for m, on in on_rack.items():   # the client on the rack too: one launch a rep
-                    got = _rack_client(rack_run, env, on, addr[m],
+                    got = rack_client(rack_run, env, on, addr[m],
                                        [p for z in sizes for p in plan(z)])
                     for i, size in enumerate(sizes):
                         record(m, size, got[3 * i:3 * i + 3])
@@ -177,7 +182,7 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES,
                 connect.add("linux", 0, tcp_client.connect_times(*addr["linux"], n))
                 _connect_floor(connect_floor, addr["linux"], BENCH_WARMUP_ROUNDS, spin)
                 connect.add("floor", 0, _connect_floor(connect_floor, addr["linux"], n, spin))
-                connect.add("rack", 0, _rack_client(
+                connect.add("rack", 0, rack_client(
                     rack_run, env, ps[0], addr["linux"],
                     [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1])
                 advance(f"repetition {rep + 1}")
@@ -206,9 +211,10 @@ def _connect_floor(peer: ShmPeer, addr: tuple[str, int], n: int, spin_s: float) 
     return out
 
 
-def _rack_client(rack_run: list[str], env: dict[str, str], on: str, addr: tuple[str, int],
-                 plan: list[dict[str, Any]]) -> list[Any]:
-    """tcp_client.py's plan run on the rack (pComponent `on`); its results."""
+def rack_client(rack_run: list[str], env: dict[str, str], on: str, addr: tuple[str, int],
+                plan: list[dict[str, Any]]) -> list[Any]:
+    """tcp_client.py's plan run on the rack (pComponent `on`); its results. rack_run:
+    the command `splitrack run --name RACK`."""
     plan = [{**p, "ip": addr[0], "port": addr[1]} for p in plan]
     proc = subprocess.run([*rack_run, "--on", on, "--", sys.executable, "-m",
                            "benchmarks.tcp_client", json.dumps(plan)],
@@ -391,10 +397,25 @@ def main(args: argparse.Namespace) -> int:
     base = QUICK if args.quick else FULL
     sizes = args.sizes or base["sizes"]
     given = {"rounds": args.rounds, "reps": args.reps}
-    report, series = run(args.spec, modes, **{**base, "sizes": sizes, "duration": args.duration,
-                                              **{k: v for k, v in given.items()
-                                                 if v is not None}})
-    status = finish(report, args, print_table, series)
+    s = {**base, "sizes": sizes, "duration": args.duration,
+         **{k: v for k, v in given.items() if v is not None}}
+    report, series = run(args.spec, modes, **s)
+    show = print_table
+    if args.fabric_latency:
+        from benchmarks import fabric_sweep
+
+        rows, more = fabric_sweep.sweep(args.spec, args.fabric_latency, modes, sizes,
+                                        s["rounds"], s["seconds"], s["reps"], args.duration)
+        report["fabric_sweep"] = rows
+        report["fabric_same_order_up_to_us"] = fabric_sweep.same_order(rows)
+        series.update(more)
+
+        def show(r: dict[str, Any]) -> None:
+            print_table(r)
+            fabric_sweep.print_table(r)
+    status = finish(report, args, show, series)
     if args.plot:   # after finish: the plots draw report["stats"]
         plots.tcp(report, args.plot)
+        if args.fabric_latency:
+            fabric_sweep.plot(report, args.plot)
     return status
