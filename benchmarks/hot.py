@@ -1,6 +1,7 @@
 """`splitrack bench hot`: the hot paths that need no rack, timed in this process.
 
-    header     fit_rpc.header.parse of a 128 B request frame
+    header     fit_rpc.header.parse_traced of a 128 B request frame (what an
+               endpoint parses each message with)
     codec      fit_rpc.codec encode + decode of a small args dict
     read_hit   extCache read of a cached line (64 B and 4 KiB), C through cffi
     write_hit  extCache write of the same
@@ -37,7 +38,7 @@ def _ops(cache: ExtCache, slot: int) -> dict[tuple[str, int], Callable[[], Any]]
     frame = header.pack(header.REQUEST, 1, 7, 128) + b"\0" * 128
     args = {"path": "a/b", "offset": 0, "length": 4096}
     ops: dict[tuple[str, int], Callable[[], Any]] = {
-        ("header", 128): lambda: header.parse(frame),
+        ("header", 128): lambda: header.parse_traced(frame),
         ("codec", len(codec.encode(args))): lambda: codec.decode(codec.encode(args))}
     for size in (64, LINE):
         buf, data = bytearray(size), b"\2" * size

@@ -16,22 +16,26 @@ Interface:
 send() from one thread at a time and recv() from one thread at a time (maybe
 another); close() when neither runs. What was sent before close() still
 reaches the peer (shm: it is in the ring; zmq: for `linger_s`). A malformed
-frame is counted and skipped.
+frame is counted and skipped. Traced as an endpoint's one-way messages are
+(fit_rpc/tracing.py): sent in a trace context, a message carries it; a traced
+one is recorded when it arrives (its reader goes on in its own context).
 """
 
 from typing import Any
 
-from fit_rpc import header
+from fit_rpc import header, tracing
 from fit_rpc.errors import FitError, MessageTooLarge
 from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, VERSION
 from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 _pack_header = header.HEADER.pack
+_current = tracing.current
 
 
 class Channel:
     def __init__(self, receiver: Any, sender: Any, peer: str, linger_s: float):
         self.peer = peer
+        self._id = receiver.id   # (its sender's is the same: one process, one id)
         self._link = receiver.transport.channel(peer, linger_s, sender.transport)
         self._rx_counters, self._tx_counters = receiver.counters, sender.counters
         self.address: str = self._link.address
@@ -46,8 +50,13 @@ class Channel:
         n = len(head) + len(payload)
         if n > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
-        self._link.send(payload, timeout_s, _pack_header(MAGIC, VERSION, ONEWAY, op, 0, 0, n)
-                        + head)
+        ctx = _current.ctx
+        trace = event = 0
+        if ctx is not None:
+            trace = ctx.trace
+            event = tracing.sent(ctx, self._id, self.peer, ONEWAY, op, n + HEADER_SIZE)
+        self._link.send(payload, timeout_s,
+                        _pack_header(MAGIC, VERSION, ONEWAY, op, 0, 0, n, trace, event) + head)
         self._tx_counters.tx(self.peer, op, n + HEADER_SIZE)
 
     def recv(self, timeout_s: float) -> tuple[int, memoryview] | None:
@@ -57,11 +66,13 @@ class Channel:
         if frame is None:
             return None
         try:
-            _, op, _, _, payload = header.parse(frame)
+            _, op, _, _, trace, event, payload = header.parse_traced(frame)
         except FitError:
             self._rx_counters.error("malformed")
             return None
         self._rx_counters.rx(self.peer, op, len(frame))
+        if trace:
+            tracing.arrived(self._id, self.peer, trace, event)
         return op, payload
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ Interface:
                                                       # join `into`'s (e.g. "p0.*")
     c.snapshot() -> {"links": {peer: {op_name: {tx_msgs, tx_bytes, rx_msgs, rx_bytes}}},
                      "errors": {name: n}}
-Byte counts include the 16-byte header. Counters only grow; folding keeps every
+Byte counts include the FIT header. Counters only grow; folding keeps every
 count and bounds the table by live peers (a rack that ran a thousand programs
 keeps one line per pComponent for them, not a thousand).
 """

@@ -28,6 +28,12 @@ Invariants:
   request) and a counter, never an exception out of serve().
 - A handler's `msg.payload` is a view into the transport's frame, in place
   (shm: in the ring); it is valid while the handler runs. Copy what must stay.
+- Tracing (fit_rpc/tracing.py, `splitrack trace`): a message sent while
+  `tracing.current.ctx` is set carries its trace id and a number of its own
+  in the header, and is recorded; a traced message that arrives (a reply
+  too) is recorded, and its handler, its reply and whatever is sent
+  meanwhile run in its context. Off, that is one read per message sent and
+  one compare per message received.
 - Identity: `msg.src` is the sender's id, `msg.pid` its pid as the kernel
   vouched for it (None on zmq). Before the first message of each link is
   handled, `vouch(src, pid)` must agree (monitors/identity.py); a link it
@@ -47,7 +53,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fit_rpc import codec, header
+from fit_rpc import codec, header, tracing
 from fit_rpc import transport as transports
 from fit_rpc.channel import Channel
 from fit_rpc.counters import Counters
@@ -71,6 +77,8 @@ log = logging.getLogger("fit_rpc")
 _unpack_header = header.HEADER.unpack_from
 _pack_header = header.HEADER.pack
 _pack_header_into = header.HEADER.pack_into
+_parse = header.parse_traced
+_current = tracing.current   # .ctx: the trace context messages are sent in (None: untraced)
 
 GLOBAL_ID = "global"
 
@@ -222,11 +230,15 @@ class Endpoint:
         n = len(payload) - HEADER_SIZE if room else len(payload)
         if n > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
+        ctx = _current.ctx
+        trace = event = 0
+        if ctx is not None:
+            trace, event = ctx.trace, tracing.sent(ctx, self.id, peer, kind, op, n + HEADER_SIZE)
         if room:
-            _pack_header_into(payload, 0, MAGIC, VERSION, kind, op, 0, seq, n)
+            _pack_header_into(payload, 0, MAGIC, VERSION, kind, op, 0, seq, n, trace, event)
             head = b""
         else:
-            head = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n)
+            head = _pack_header(MAGIC, VERSION, kind, op, 0, seq, n, trace, event)
         address = self._addresses.get(peer)
         try:
             self.transport.send(peer, address or self.resolve(peer, timeout, serve), payload,
@@ -265,8 +277,10 @@ class Endpoint:
                 self.counters.error("stale_reply")
 
     def _take_reply(self, peer: str, frame: Frame) -> memoryview:
-        kind, op, err, _, payload = header.parse(frame)
+        kind, op, err, _, trace, event, payload = _parse(frame)
         self.counters.rx(peer, op, len(frame))
+        if trace:
+            tracing.arrived(self.id, peer, trace, event)
         if kind != REPLY:
             raise MalformedMessage(f"expected a reply from {peer}, got kind {kind}")
         if err:
@@ -310,11 +324,14 @@ class Endpoint:
         src, route, frames = arrival.peer, arrival.route, arrival.frames
         op = seq = 0
         kind = REQUEST
+        outer: Any = _UNTRACED
         try:
             if len(frames) != 1:
                 raise MalformedMessage(f"message of {len(frames)} frames")
-            kind, op, _, seq, payload = header.parse(frames[0])
+            kind, op, _, seq, trace, event, payload = _parse(frames[0])
             self.counters.rx(src, op, len(frames[0]))
+            if trace:   # handled, answered and followed up in its trace's context
+                outer, _current.ctx = _current.ctx, tracing.arrived(self.id, src, trace, event)
             if kind == REPLY:
                 raise MalformedMessage("a reply sent to an inbox")
             link = arrival.link
@@ -347,6 +364,9 @@ class Endpoint:
             log.exception("%s: handler for %s failed", self.id, op_name(op))
             self._fail(route, src, kind, op, seq, OSError(errno.EIO, f"internal error: {exc!r}"),
                        "handler_error")
+        finally:
+            if outer is not _UNTRACED:
+                _current.ctx = outer
 
     def _fail(self, route: Any, src: str, kind: int, op: int, seq: int,
               exc: OSError, counter: str) -> None:
@@ -359,8 +379,13 @@ class Endpoint:
                err: int = 0) -> None:
         if len(payload) > FIT_MAX_PAYLOAD_BYTES:
             err, payload = errno.EMSGSIZE, b"reply exceeds the FIT payload limit"
-        self.transport.reply(route, payload,
-                             _pack_header(MAGIC, VERSION, REPLY, op, err, seq, len(payload)))
+        ctx = _current.ctx
+        trace = event = 0
+        if ctx is not None:
+            trace = ctx.trace
+            event = tracing.sent(ctx, self.id, src, REPLY, op, len(payload) + HEADER_SIZE)
+        self.transport.reply(route, payload, _pack_header(MAGIC, VERSION, REPLY, op, err, seq,
+                                                          len(payload), trace, event))
         self.counters.tx(src, op, len(payload) + HEADER_SIZE)
 
     # ---- regions, channels, the end ----------------------------------------------
@@ -411,6 +436,9 @@ class Endpoint:
         self.close()
 
 
+_UNTRACED = object()   # _handle: no trace context to restore
+
+
 def _echo(msg: Message) -> memoryview:
     return msg.payload
 
@@ -429,7 +457,7 @@ def _salvage(frames: list) -> tuple[int, int, int]:
     so that even a malformed request's sender gets its error reply matched."""
     frame = frames[0] if len(frames) == 1 else b""
     if len(frame) >= HEADER_SIZE:
-        _, _, kind, op, _, seq, _ = _unpack_header(frame)
+        _, _, kind, op, _, seq, _, _, _ = _unpack_header(frame)
         if kind in (REQUEST, ONEWAY):
             return kind, op, seq
     return REQUEST, 0, 0
