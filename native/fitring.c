@@ -323,6 +323,14 @@ int fr_disarm(uint32_t *bell, int efd) {
     return drain_efd(efd);
 }
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 int fr_spin_yield(void) {
     uint64_t t = now_ns();
     sched_yield();
@@ -375,13 +383,14 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             uint64_t now = now_ns();
             if (now >= deadline)
                 return -ETIMEDOUT;
-            int near = due != FR_NEVER && due - now <= FR_DUE_SPIN_NS;
-            if (contended || (!near && now - t0 >= (uint64_t)spin_ns))
-                break;
-            if (!fr_spin_yield()) {
-                contended = 1;   /* another task wants this CPU: sleep, to the due time */
-                break;
+            if (due != FR_NEVER && due - now <= FR_DUE_SPIN_NS) {
+                cpu_relax();   /* near: to the due time, not giving the CPU away (a yield */
+                continue;      /* to a busy task comes back a time slice later) */
             }
+            if (contended || now - t0 >= (uint64_t)spin_ns)
+                break;
+            if (!fr_spin_yield())
+                contended = 1;   /* another task wants this CPU: sleep */
         }
         __atomic_store_n(bell, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -390,8 +399,8 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             return i;
         }
         uint64_t wake = deadline;   /* a due time: FR_DUE_SPIN_NS early, then spin */
-        if (due != FR_NEVER && due - (contended ? 0 : FR_DUE_SPIN_NS) < wake)
-            wake = due - (contended ? 0 : FR_DUE_SPIN_NS);
+        if (due != FR_NEVER && due - FR_DUE_SPIN_NS < wake)
+            wake = due - FR_DUE_SPIN_NS;
         int err, rc = sleep_on(efd, fds, nfds, wake, wake != deadline, &err);
         fr_disarm(bell, efd);
         if (n > 0 && (i = look(rings, n, start, &due)) >= 0)

@@ -60,10 +60,11 @@
  * the record's payload), so messages stay in order and a ring carries no more
  * than its bandwidth. The consumer's side treats a record that is not yet due
  * as not there (fr_peek, fr_ready), and every wait wakes at its due time: it
- * spins within FR_DUE_SPIN_NS of it (yielding the CPU; it sleeps to the due
- * time instead when the CPU is contended) and sleeps when farther (fr_wait;
- * fr_arm says when, for an outside loop's timer: fr_timer_at). A ring without
- * a model has no `due`, reads no clock, and behaves as before.
+ * spins within FR_DUE_SPIN_NS of it, without yielding the CPU (a yield to a
+ * busy task comes back a time slice later), and sleeps when farther, waking
+ * FR_DUE_SPIN_NS early (fr_wait; fr_arm says when, for an outside loop's
+ * timer: fr_timer_at). A ring without a model has no `due`, reads no clock,
+ * and behaves as before.
  *
  * Functions return a negative errno for what the caller must handle
  * (-EAGAIN: nothing now; -EBADMSG: the peer broke the ring; -EMSGSIZE: a
@@ -84,8 +85,8 @@
 #define FR_EARLY_WRAP 65536       /* an empty ring starts over at 0 past this offset */
 #define FR_CONTENDED_NS 20000     /* a sched_yield this long: another task wanted the CPU */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
-#define FR_DUE_SPIN_NS 200000     /* a waiter this close to a due time spins to it (a wake-up
-                                     from sleep is late by ~50-120 us on a VM) */
+#define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
+                                     from sleep, timer slack off, is ~50 us late on a VM) */
 #define FR_NEVER 0xFFFFFFFFFFFFFFFF  /* a due time: nothing is published */
 
 /* The shared part of one ring: each position on a cache line of its own. */
