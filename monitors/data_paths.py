@@ -52,6 +52,11 @@ parking what tx cannot take. A call to an mComponent is waited for without
 serving the nMonitor's inbox (an mComponent never calls back), so nothing
 else happens to the skeleton meanwhile. A copy that fails (the process's
 memory is gone) breaks the connection, not the nMonitor.
+
+Traced (`splitrack trace`): each delivery and each pull is recorded as one
+one-sided access (DDIO_WRITE, DMA_WRITE, DDIO_READ, DMA_READ: nN -> the
+component whose memory it is; a DDIO pull's evicted lines are a DMA_READ of
+their own), in the context it runs in (fit_rpc/tracing.py).
 """
 
 import bisect
@@ -62,7 +67,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from fit_rpc import Op
+from fit_rpc import Op, tracing
 from fit_rpc.netpath import (
     DMA_HOLD,
     DMA_LEASE,
@@ -116,6 +121,8 @@ class Ddio:
             skel._fail(exc.errno or errno.EIO)   # skeleton reads no more, so never delivers
             return
         self.rpos += n
+        if skel.trace is not None:
+            self._traced(skel, "WRITE", n, 0)
         self.net.push(skel, self.data_op, SK_N.pack(skel.stub, n))
 
     def _store(self, addr: int, data: memoryview) -> None:
@@ -176,6 +183,7 @@ class Ddio:
             del self.parked[:skel.tx.put(self.parked)]
         k = 0 if self.parked else min(self.pending, skel.tx.space)
         rest = self.pending - k if everything else 0
+        evicted = self.net.counts["ddio_mcomponent_bytes"] if skel.trace is not None else 0
         try:
             done = self.lines[1].fetch(skel.tx, self.tpos, k) if k and self.lines else 0
             self.net.counts["ddio_extcache_bytes"] += done
@@ -195,7 +203,22 @@ class Ddio:
             return 0
         self.tpos += k + rest
         self.pending -= k + rest
+        if skel.trace is not None and k + rest:
+            self._traced(skel, "READ", k + rest,
+                         self.net.counts["ddio_mcomponent_bytes"] - evicted)
         return k + rest
+
+    def _traced(self, skel: Any, way: str, n: int, evicted: int) -> None:
+        """Record a copy of n bytes to or from the process's memory (`evicted` of them
+        from its home: lines no longer cached)."""
+        ctx, at = tracing.current.ctx or skel.trace, self.net.id
+        ours = self.xc is not None   # dDDIO: the pComponent's extCache lines
+        if n - evicted:
+            where = skel.owner.partition(".")[0] if ours else self.home
+            tracing.event(ctx, at, at, where, f"{self.name.upper()}_{way}", n - evicted,
+                          "access")
+        if evicted:
+            tracing.event(ctx, at, at, self.home, f"DMA_{way}", evicted, "access")
 
     def _fetch(self, addr: int, out: memoryview) -> None:
         """out <- the process's bytes at addr: from its extCache lines, each line that

@@ -28,6 +28,10 @@ and it pushes to stubs STUB_DATA, STUB_DATA_DMA, STUB_ACCEPT, STUB_SENT,
 STUB_CLOSED, STUB_CONNECTED (0x07xx). A stub that cannot take a push within
 STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
 N_RELEASE. A request about another process's skeleton is EPERM; about none, EBADF.
+
+Traced (`splitrack trace`, fit_rpc/tracing.py): a skeleton keeps the context of
+the last traced message about it (`skel.trace`), and what its kernel events
+and its end cause is traced in it.
 """
 
 import contextlib
@@ -39,7 +43,7 @@ import struct
 import time
 from typing import Any
 
-from fit_rpc import Message, Op, codec
+from fit_rpc import Message, Op, codec, tracing
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK, SK_ERR, SK_N
@@ -142,6 +146,13 @@ class NMonitor(Monitor):
         skel = self.by_fd.get(fd)
         if skel is None:
             return
+        if skel.trace is not None:   # traced: what the event causes continues its trace
+            with tracing.within(skel.trace):
+                self._skeleton_event(skel, fd, ev)
+        else:
+            self._skeleton_event(skel, fd, ev)
+
+    def _skeleton_event(self, skel: Skeleton, fd: int, ev: int) -> None:
         try:
             if ev & _IN or (ev & _ERR and skel.wants_read()):
                 skel.readable(fd)
@@ -241,7 +252,8 @@ class NMonitor(Monitor):
         if skel.rx is not None:
             self.proxy.free(skel.rx, skel.tx)
         if skel.path is not None:
-            skel.path.close()   # its rings' dDMA mappings are released
+            with tracing.within(skel.trace):
+                skel.path.close()   # its rings' dDMA mappings are released
         del self.skels[skel.sk]
         if skel.parent is not None:
             skel.parent.waiting.discard(skel.sk)
@@ -346,6 +358,7 @@ class NMonitor(Monitor):
         (sk,) = SK.unpack_from(msg.payload)
         skel = self.skels.get(sk)
         if skel is not None and skel.owner == msg.src:
+            skel.trace = tracing.current.ctx or skel.trace
             skel.close()
         return b""
 
@@ -439,6 +452,9 @@ class NMonitor(Monitor):
             raise OSError(errno.EBADF, f"no socket {sk} on {self.id}")
         if skel.owner != msg.src:
             raise OSError(errno.EPERM, f"socket {sk} belongs to {skel.owner}, not {msg.src}")
+        ctx = tracing.current.ctx
+        if ctx is not None:   # traced: this message is the skeleton's context now
+            skel.trace = ctx
         return skel
 
     def _mask(self, fd: int, mask: int) -> None:

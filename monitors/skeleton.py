@@ -18,6 +18,11 @@ Flow control, both ways bounded:
   bytes, and confirms (STUB_SENT) what it pulled in batches of
   SOCKET_SENT_BYTES. A slow peer leaves the bytes in the stub's ring.
 
+Traced (`splitrack trace`, fit_rpc/tracing.py): `trace` is the context of
+the last traced message about the skeleton (the one that made it, at first);
+its kernel sends and receives are recorded in it, and bytes that arrive start
+a recv of their own (the paper's Fig. 5: recv step 1, send step 5).
+
 States: a listener (accepts; its connections wait for N_START), a connection,
 or closing (N_CLOSE: no more reading; tx drains to the kernel, then the kernel
 socket closes; SKELETON_LINGER_S at most).
@@ -28,12 +33,15 @@ import socket
 import time
 from typing import Any, Protocol
 
+from fit_rpc import tracing
 from native.nring import NRing
 from splitrack.params import SKELETON_LINGER_S, SKELETON_RECV_CHUNK_BYTES, SOCKET_SENT_BYTES
 
 
 class Net(Protocol):
     """What a skeleton needs from its nMonitor."""
+
+    id: str   # the nComponent's FIT id (a trace's events name it)
 
     def push(self, skel: "Skeleton", op: int, payload: bytes) -> None: ...
     def watch(self, skel: "Skeleton") -> None: ...
@@ -69,6 +77,7 @@ class Skeleton:
         self.bytes_in = self.bytes_out = 0
         self.dead = False               # closed and its rings freed
         self.broken = False             # the connection failed: what the stub sends is dropped
+        self.trace = tracing.current.ctx   # traced: the last traced message's context
 
     @property
     def sock(self) -> socket.socket:
@@ -116,7 +125,12 @@ class Skeleton:
             return
         self.window -= n
         self.bytes_in += n
-        self.path.deliver(self, n)
+        if self.trace is None:
+            self.path.deliver(self, n)
+        else:   # traced: the bytes' arrival is a recv of its own
+            with tracing.within(tracing.event(tracing.root(self.trace, "recv"), self.net.id,
+                                              "net", self.net.id, "KERNEL_RECV", n, "kernel")):
+                self.path.deliver(self, n)
         if self.window == 0:
             self.net.watch(self)
 
@@ -145,6 +159,9 @@ class Skeleton:
                 self._fail(exc.errno or errno.EIO)
                 return
             self.bytes_out += sent
+            if sent and self.trace is not None:
+                tracing.event(self.trace, self.net.id, self.net.id, "net", "KERNEL_SEND", sent,
+                              "kernel")
             if sent < used or not sent or not self.path.busy():
                 break   # the kernel is full, or nothing more waits
         if self.unconfirmed >= SOCKET_SENT_BYTES:  # the stub blocks only at a full ring

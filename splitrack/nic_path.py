@@ -35,6 +35,10 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   waits in select(), not on the socket, and a reply it wrote in two sends
   would wait for the flusher.
 
+Traced (`splitrack trace`, fit_rpc/tracing.py): held bytes are announced in
+the context of the send that began holding them (`held_trace`), whoever
+announces them (a later call, the flusher).
+
 Every method runs with the stub's lock held (stub.py), except the waits,
 which take it themselves; the VirtualMemory lock is taken inside, always
 after it.
@@ -45,7 +49,7 @@ import socket as _socket_module
 import time
 from typing import Any
 
-from fit_rpc import Op
+from fit_rpc import Op, tracing
 from fit_rpc.netpath import SK_N, ring_pieces
 from splitrack.params import (
     PACK_DELAY_S,
@@ -79,6 +83,7 @@ class NicPath:
         self.credit = SOCKET_SEND_BUFFER_BYTES       # send window left
         self.held = 0                                # ... written, not yet announced (packing)
         self.held_since = 0.0                        # ... when the first of them was written
+        self.held_trace: tracing.Context | None = None   # ... in which send (traced)
         self.announced = 0.0                         # ... when bytes last went to the skeleton
         self.packing = self.rt.packing
 
@@ -135,6 +140,7 @@ class NicPath:
                     and now - self.announced < PACK_GAP_S
                 if hold:
                     self.held_since = now
+                    self.held_trace = tracing.current.ctx
                     self.rt.hold(self)
             if hold:
                 self._keep(chunk)
@@ -196,7 +202,11 @@ class NicPath:
         the connection, and the program's next call on the socket says so."""
         if self.held and self.buffers is not None:
             try:
-                self._announce()
+                if self.held_trace is None:
+                    self._announce()
+                else:
+                    with tracing.within(self.held_trace):
+                        self._announce()
             except OSError as exc:
                 self.stub._error = self.stub._error or exc.errno or errno.EIO
                 self.stub._ring()

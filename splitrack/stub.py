@@ -21,6 +21,10 @@ and asyncio work. It is always writable; a send that finds no window raises
 BlockingIOError on a non-blocking socket. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
 Not supported (EOPNOTSUPP): dup, detach, ancillary data, MSG_OOB.
+
+In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
+(the methods in `_OPERATIONS`) is recorded, and what it sends is caused by it.
+Untraced, the class is as written here.
 """
 
 import errno
@@ -32,7 +36,7 @@ import time
 from collections import deque
 from typing import Any
 
-from fit_rpc import Op, codec
+from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
 from splitrack import shortcuts
 from splitrack.nic_path import NicPath
@@ -639,5 +643,16 @@ def _poll(fd: int, timeout_s: float | None) -> bool:
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
 
+
+# the socket calls a trace records: method -> operation (`splitrack trace --ops`)
+_OPERATIONS = {"__init__": "socket", "bind": "bind", "listen": "listen", "accept": "accept",
+               "connect": "connect", "connect_ex": "connect", "send": "send",
+               "sendall": "send", "sendmsg": "send", "recv": "recv", "recv_into": "recv",
+               "recvfrom": "recv", "recvfrom_into": "recv", "recvmsg": "recv",
+               "shutdown": "shutdown", "_real_close": "close", "setsockopt": "setsockopt",
+               "getsockopt": "getsockopt"}
+if tracing.TRACE:
+    tracing.operations(BsdSocketStub, _OPERATIONS,
+                       f"{os.environ.get('SPLITRACK_PCOMPONENT', 'p')}.{os.getpid()}")
 
 __all__ = ["BsdSocketStub"]
