@@ -9,6 +9,10 @@
     splitrack selftest [--fuzz N] [--faults] [-v]    check a throwaway rack, a line a check
     splitrack run [--on pN] [-v] -- PROGRAM [ARGS...]
                                                      run a program as a process on the rack
+    splitrack trace [--json F] [--plot F] [--mermaid F] [--ops OPS] [--first N]
+                    [run options] -- PROGRAM [ARGS...]
+                                                     run it, and list the FIT messages its
+                                                     socket calls caused (splitrack/trace.py)
     splitrack cp LOCAL sN:PATH | sN:PATH LOCAL       copy a file to or from an sComponent
     splitrack logs [--name N] [-f] [ID]              the monitors' logs, or ID's
     splitrack top [--name N] [--interval S] [--once] [--json]
@@ -36,7 +40,7 @@ from typing import Any
 import splitrack
 from benchmarks import verbs
 from fit_rpc import Op
-from splitrack import argtypes, logs, top, transfer
+from splitrack import argtypes, logs, top, trace, transfer
 from splitrack.launch import LaunchError, run_program
 from splitrack.logs import LOG_LEVEL_ENV
 from splitrack.params import UP_POLL_INTERVAL_S
@@ -178,10 +182,15 @@ def _running_rack(args: argparse.Namespace) -> tuple[str, Rack | None]:
         return up[0], Rack.attach(up[0])
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: argparse.Namespace, env: dict[str, str] | None = None,
+            finished: Any = None) -> int:
+    """`splitrack run` (and `trace`'s run): `env` is added to the program's
+    environment; finished(rack), if given, runs once the program has ended, before
+    a rack this command started stops."""
     command = args.command_argv[1:] if args.command_argv[:1] == ["--"] else args.command_argv
     if not command:
-        raise RackError("no program given: splitrack run [--on pN] -- PROGRAM [ARGS...]")
+        raise RackError(f"no program given: splitrack {args.command} [--on pN] -- PROGRAM "
+                        "[ARGS...]")
     name, rack = _running_rack(args)
     owned = rack is None
     if rack is None:
@@ -193,8 +202,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                             f"(it has {', '.join(pcomps)})")
         with rack.endpoint() as ep:
             on = args.on or ep.call_args("global", Op.GPM_PLACE)[0]["id"]
-        return run_program(rack.run.path, on, command, mode=args.mode,
-                           shortcuts=not args.no_shortcuts, packing=not args.no_packing)
+        status = run_program(rack.run.path, on, command, mode=args.mode,
+                             shortcuts=not args.no_shortcuts, packing=not args.no_packing,
+                             env=env)
+        if finished is not None:
+            finished(rack)
+        return status
     except LaunchError as exc:
         raise RackError(str(exc)) from None
     finally:
@@ -332,6 +345,38 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def rack_args(p: argparse.ArgumentParser, spec_help: str) -> None:
+    p.add_argument("--spec", metavar="FILE", help=spec_help)
+    p.add_argument("--name", type=argtypes.rack_name,
+                   help="rack name (default: the spec's, else 'default')")
+
+
+def verbose_arg(p: argparse.ArgumentParser, monitors: str) -> None:
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help=f"log at DEBUG: this command on stderr, and {monitors}")
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of `splitrack run`, which `splitrack trace` takes too (cmd_run reads
+    them): the rack, where and how the program runs, -v, and -- PROGRAM [ARGS...]."""
+    rack_args(p, "TOML rack spec (default: the embedded default rack)")
+    p.add_argument("--on", metavar="pN", help="the pComponent to run on (default: GPM picks)")
+    p.add_argument("--mode", choices=["dma", "ddio"],
+                   help="the program's socket data path (default: the spec's rack.mode)")
+    p.add_argument("--no-shortcuts", action="store_true",
+                   help="its connections to listeners on the rack take the nComponent too "
+                        "(default: the spec's rack.shortcuts: a pipe on the same pComponent, "
+                        "FIT between pComponents)")
+    p.add_argument("--no-packing", action="store_true",
+                   help="send every small send() on its own (default: consecutive small "
+                        "sends of a socket without TCP_NODELAY are packed into one message "
+                        "to the nComponent; SPLITRACK_PACKING=0 does the same)")
+    verbose_arg(p, "the monitors of a rack it starts in their logs, which it keeps when it "
+                   "stops that rack, and says where")
+    p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
+                   help="the program and its arguments, after --")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="splitrack",
@@ -342,15 +387,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"splitrack {splitrack.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def rack_args(p: argparse.ArgumentParser, spec_help: str) -> None:
-        p.add_argument("--spec", metavar="FILE", help=spec_help)
-        p.add_argument("--name", type=argtypes.rack_name,
-                       help="rack name (default: the spec's, else 'default')")
-
-    def verbose_arg(p: argparse.ArgumentParser, monitors: str) -> None:
-        p.add_argument("-v", "--verbose", action="store_true",
-                       help=f"log at DEBUG: this command on stderr, and {monitors}")
 
     p = sub.add_parser("up", help="start a rack; runs until Ctrl-C unless --detach")
     rack_args(p, "TOML rack spec (default: the embedded default rack)")
@@ -404,22 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "socket module is the rack's: its TCP sockets are "
                                    "bsdSocketStubs whose kernel sockets live on an "
                                    "nComponent's NIC.")
-    rack_args(p, "TOML rack spec (default: the embedded default rack)")
-    p.add_argument("--on", metavar="pN", help="the pComponent to run on (default: GPM picks)")
-    p.add_argument("--mode", choices=["dma", "ddio"],
-                   help="the program's socket data path (default: the spec's rack.mode)")
-    p.add_argument("--no-shortcuts", action="store_true",
-                   help="its connections to listeners on the rack take the nComponent too "
-                        "(default: the spec's rack.shortcuts: a pipe on the same pComponent, "
-                        "FIT between pComponents)")
-    p.add_argument("--no-packing", action="store_true",
-                   help="send every small send() on its own (default: consecutive small "
-                        "sends of a socket without TCP_NODELAY are packed into one message "
-                        "to the nComponent; SPLITRACK_PACKING=0 does the same)")
-    verbose_arg(p, "the monitors of a rack it starts in their logs, which it keeps when it "
-                   "stops that rack, and says where")
-    p.add_argument("command_argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
-                   help="the program and its arguments, after --")
+    add_run_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("cp", help="copy a file to or from an sComponent of a running rack",
@@ -470,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_selftest)
 
     top.add_parser(sub)
+    trace.add_parser(sub)
     verbs.add_parser(sub)
     return parser
 

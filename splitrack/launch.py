@@ -2,7 +2,7 @@
 
 Interface:
     run_program(run_dir, "p0", ["python", "prog.py"], mode=None, shortcuts=True,
-                packing=True) -> status
+                packing=True, env=None) -> status
 
 The client side of the pMonitor's launch socket (RUN_DIR/pN.spawn, see
 monitors/pmonitor.py): it sends argv, environment and working directory as one
@@ -29,12 +29,15 @@ class LaunchError(RuntimeError):
 
 
 def run_program(run_dir: str, pcomponent: str, argv: Sequence[str],
-                mode: str | None = None, shortcuts: bool = True, packing: bool = True) -> int:
+                mode: str | None = None, shortcuts: bool = True, packing: bool = True,
+                env: dict[str, str] | None = None) -> int:
     """`mode` ("dma" | "ddio") overrides the rack's socket data path for the program;
     shortcuts=False turns the rack's intra-rack shortcuts off for it, packing=False
-    its message packing (splitrack/nic_path.py)."""
+    its message packing (splitrack/nic_path.py); `env` is added to the environment
+    it gets (this process's)."""
     path = os.path.join(run_dir, f"{pcomponent}.spawn")
-    request = json.dumps({"argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd(),
+    request = json.dumps({"argv": list(argv), "env": {**os.environ, **(env or {})},
+                          "cwd": os.getcwd(),
                           "mode": mode, "shortcuts": shortcuts,
                           "packing": packing}).encode()
     message = len(request).to_bytes(4, "little") + request

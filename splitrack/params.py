@@ -56,6 +56,11 @@ NCOMPONENT_DRAM_DEFAULT = "512MiB"        # nComponent DRAM for socket buffers (
 NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
 GNM_STICKY_MAX = 4096                     # processes whose NIC GNM remembers
 
+# --- splitrack trace ------------------------------------------------------------
+TRACE_SETTLE_S = 0.1                      # after the program: done once no record came in this
+TRACE_SETTLE_MAX_S = 3.0                  # ... or after this at most
+TRACE_PLOT_MAX_EVENTS = 400               # --plot draws at most this many events
+
 # --- benchmarks ----------------------------------------------------------------
 BENCH_FIT_SIZES_BYTES = (128, 4096)
 BENCH_FIT_ROUNDS = 5000                   # round trips per repetition
