@@ -97,7 +97,8 @@ def test_bench_fit_measures_shm_and_zmq_against_the_floors(run_root, tmp_path):
         for key in ("fit_p50_us", "fit_p99_us"):
             assert isinstance(r[key], float) and r[key] > 0
         assert r["fit_p99_us"] >= r["fit_p50_us"]
-        assert r["over_linux_tcp"] == pytest.approx(r["fit_p50_us"] / tcp[r["size"]], rel=1e-3, abs=2e-3)
+        assert r["over_linux_tcp"] == pytest.approx(r["fit_p50_us"] / tcp[r["size"]],
+                                                    rel=1e-3, abs=2e-3)
         assert r["over_shm_eventfd"] > 0 and r["over_raw_zmq"] > 0
     check_targets(report, ["FIT shm RTT p50 / Linux TCP p50 at 128 B",
                            "FIT shm RTT p50 / Linux TCP p50 at 4 KiB", "shm rack up, seconds"])
