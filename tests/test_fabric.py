@@ -16,13 +16,14 @@ import textwrap
 import threading
 
 import pytest
+from test_fitring import pair
 
 from benchmarks.verbs import latencies
 from fit_rpc import Endpoint, Op, codec
 from fit_rpc.fabric import Fabric, Model, link_class
 from fit_rpc.shm_transport import ShmTransport
 from helpers import SPLITRACK, running_rack, small_spec
-from native.fitring import NEVER, Bell, Segment, WaitSet, now_ns
+from native.fitring import NEVER, Segment, WaitSet, now_ns
 from netprogs import ECHO_CLIENT, ECHO_SERVER, SELECTORS_ECHO, environ, on_rack, run_on_rack
 from splitrack.cli import main
 from splitrack.spec import SpecError, load_spec
@@ -144,14 +145,7 @@ def test_bench_fabric_latencies_take_the_last_unit():
 def model_pair(latency_ns: int, bytes_per_s: int = 0):
     """(producer, consumer, wait set, bell) of ring 0 of a fresh segment with a model
     (the bell must live as long as the wait set: its word is in the bell's page)."""
-    seg, fd = Segment.create(256 * 1024)
-    seg.set_model(latency_ns, bytes_per_s)
-    other = Segment.open(fd)
-    os.close(fd)
-    bell = Bell()
-    word = Bell.peer_word(bell.page_fd)
-    tx = seg.ring(0, word.ptr, bell.efd, word)
-    rx = other.ring(0, None, bell.efd)
+    tx, rx, bell = pair(256 * 1024, latency_ns, bytes_per_s)
     ws = WaitSet(bell.word, bell.efd)
     ws.rings = [rx]
     return tx, rx, ws, bell

@@ -20,9 +20,12 @@ from native.fitring import TIMEOUT, Bell, RingBroken, Segment, WaitSet, check_se
 CAP = 64 * 1024
 
 
-def pair(cap: int = CAP):
-    """(producer ring, consumer ring, consumer's bell) of ring 0 of a fresh segment."""
+def pair(cap: int = CAP, latency_ns: int = 0, bytes_per_s: int = 0):
+    """(producer ring, consumer ring, consumer's bell) of ring 0 of a fresh segment;
+    with latency_ns or bytes_per_s, its rings carry that interconnect model."""
     seg, fd = Segment.create(cap)
+    if latency_ns or bytes_per_s:
+        seg.set_model(latency_ns, bytes_per_s)
     other = Segment.open(fd)
     os.close(fd)
     bell = Bell()
