@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import floors
-from benchmarks.limits import FIT_RTT_OVER_LINUX, RACK_UP_S
+from benchmarks.limits import FABRIC_BAND, FABRIC_FROM_US, FIT_RTT_OVER_LINUX, RACK_UP_S
 from benchmarks.progress import progress
 from benchmarks.report import finish, print_stats
 from benchmarks.stats import Series, point, ratio_of, repetitions, spanning, target
@@ -76,8 +76,6 @@ TRANSPORTS = ("shm", "zmq")
 _SIZE_LABELS = {128: "128 B", 4096: "4 KiB"}
 BW_SIZE = 1 << 20          # the bandwidth's ECHO size (PING_PEER's largest)
 BW_WARMUP = 5              # ... its warm-up round trips
-FABRIC_BAND = (0.9, 1.1)   # the model's targets: 2L and the bandwidth within 10 %
-FABRIC_FROM_US = 10        # ... for latencies from this on
 
 
 def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,

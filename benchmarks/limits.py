@@ -10,6 +10,9 @@ FIT_RTT_OVER_LINUX = {128: 1.0, 4096: 1.3}   # bench fit: FIT shm p50 / Linux TC
 MISS_OVER_FLOOR = 1.5      # bench extcache: read_miss p50 / (shm_eventfd p50 + a 4 KiB copy)
 READ_HIT_US = 1.0          # bench extcache: read_hit p50 of a whole line, µs
 RACK_UP_S = 2.0            # bench fit: starting the shm rack, seconds
+FABRIC_BAND = (0.9, 1.1)   # bench fit --fabric-*: the model's RTT increase / 2L and its
+                           # bandwidth / the set one, within 10 %
+FABRIC_FROM_US = 10        # ... judged for latencies from this on (µs)
 DDIO_RTT_OVER_LINUX = 3.0  # bench tcp: DDIO RTT p50 / Linux p50 ...
 DDIO_RTT_UP_TO = 2048      # ... at sizes up to this
 SHORTCUT_RTT = 1.5         # fit shortcut / Linux, pipe shortcut / raw os.pipe (RTT p50)
