@@ -33,6 +33,11 @@ Contract:
                      until fileno() is readable; then disarm() and take what
                      waits with recv_inbound(0) until None. arm() False: do not
                      sleep, take what waits. pending(): whether anything waits.
+                     With a fabric model ([fabric], fabric.py) a record is not
+                     there until its delivery time: fileno() is then a Waker
+                     (the doorbell's eventfd and a timerfd that arm() sets to
+                     the next record's due time), so it turns readable when a
+                     record is due, not when it was written.
     forget(peer)     drop the link to `peer` and whatever is queued on it
     channel(peer, linger_s, sender) -> a channel end (below)
     new_region(name, size) -> (mmap, handle)
