@@ -29,6 +29,10 @@ class Op(IntEnum):
     GNM_OWNER = 0x0241
     GNM_IS_RACK_IP = 0x0242
     GNM_ALLOCATE = 0x0243      # which NIC a process's unbound sockets use
+    SLICE_GRANT = 0x0251       # grant free components to a named slice
+    SLICE_RELEASE = 0x0252     # free a slice's components
+    SLICE_LIST = 0x0253        # the slices and every component's slice
+    SLICE_TABLE = 0x0254       # global -> each monitor: every component's slice
     # pComponent: its processes
     P_ATTACH = 0x0301
     P_PROCESSES = 0x0302

@@ -12,11 +12,15 @@ picks one per process (GNM_ALLOCATE, docs/gnm.md). Policies (rack.nic_policy):
                   (so a burst of new processes spreads before the next report).
     explicit      the pComponent's configured NIC ([[pcomponent]] nic).
 A pComponent with a configured NIC uses it under every policy; the policy
-chooses for the others.
+chooses for the others. Slices (monitors/slices.py): the caller names the
+nComponents the process may use (`within`: those of its slice; None: all), and
+the policy chooses among their NICs only; a configured NIC outside them, or
+none at all, is EADDRNOTAVAIL.
 
 Interface:
     alloc = NicAllocator("round-robin", nics, explicit={"p0": "127.0.0.11"})
     alloc.allocate("p1.12345") -> "127.0.0.12"      # process id: pComponent.PID
+    alloc.allocate("p1.12345", within={"n1"})       # only NICs of these nComponents
     alloc.report("n0", {"127.0.0.11": {"sockets": 3, "bytes": 1234}})
     alloc.loads() -> {"127.0.0.11": {"sockets": 3, "bytes": 1234, "pending": 0}, ...}
 
@@ -33,6 +37,7 @@ import errno
 import ipaddress
 import re
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import Any
 
 from gnm.nic_registry import NicRegistry, parse_ip
@@ -66,11 +71,12 @@ class NicAllocator:
         self._pending: dict[str, int] = {}   # NIC -> processes allocated since its last report
         self._cursor = 0                     # round-robin: index of the next NIC
 
-    def allocate(self, process_id: str) -> str:
+    def allocate(self, process_id: str, within: Collection[str] | None = None) -> str:
         pcomponent, _ = split_process_id(process_id)
+        nics = self._nics(within)
         ip = self._sticky.get(process_id)
-        if ip is None or not self.registry.is_rack_ip(ip):
-            ip = self._choose(pcomponent)
+        if ip is None or ip not in nics:
+            ip = self._choose(pcomponent, nics)
             self._pending[ip] = self._pending.get(ip, 0) + 1
         self._sticky[process_id] = ip
         self._sticky.move_to_end(process_id)
@@ -104,17 +110,20 @@ class NicAllocator:
             out[ip] = {"sockets": sockets, "bytes": nbytes, "pending": self._pending.get(ip, 0)}
         return out
 
-    def _nics(self) -> list[str]:
-        return [ip for ips in self.registry.by_component().values() for ip in ips]
+    def _nics(self, within: Collection[str] | None = None) -> list[str]:
+        return [ip for n, ips in self.registry.by_component().items()
+                if within is None or n in within for ip in ips]
 
-    def _choose(self, pcomponent: str) -> str:
-        nics = self._nics()
+    def _choose(self, pcomponent: str, nics: list[str]) -> str:
         if not nics:
-            raise OSError(errno.EADDRNOTAVAIL, "this rack has no NIC")
+            raise OSError(errno.EADDRNOTAVAIL, "this rack has no NIC" if not self._nics()
+                          else f"no NIC of this rack may serve {pcomponent}'s processes: "
+                          "none is of their slice (or free, for a free pComponent)")
         pinned = self.explicit.get(pcomponent)
         if pinned is not None:
             if pinned not in nics:
-                raise OSError(errno.EADDRNOTAVAIL, f"{pcomponent}'s NIC {pinned} is not registered")
+                where = "in its slice" if pinned in self._nics() else "registered"
+                raise OSError(errno.EADDRNOTAVAIL, f"{pcomponent}'s NIC {pinned} is not {where}")
             return pinned
         if self.policy == "explicit":
             raise OSError(errno.EADDRNOTAVAIL, f"no NIC is configured for {pcomponent}")

@@ -5,6 +5,7 @@
     pmonitor.py    pComponent (extCache, processes)
     mmonitor.py    mComponent (address_space.py: regions and page tables)
     nmonitor.py    nComponent      smonitor.py  sComponent (storage_root.py)
+    slices.py      the slice table (pure data): which component is granted to which slice
     __main__.py    `python -m monitors --run-dir D --id ID`
 
 Monitors never import each other; they talk through FIT (fit_rpc/).

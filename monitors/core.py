@@ -18,12 +18,23 @@ pid for it, an emulated process pN.PID if pN says PID is its process
 (P_VOUCH, asked once per link), and a client (cli.PID.N) on the kernel's word
 alone. Every rule that authorizes on msg.src thus rests on the kernel.
 
+Slices (monitors/slices.py): every monitor keeps the table of which component
+is granted to which slice (`self.slices`): it asks global for it (SLICE_LIST)
+once registered, and global pushes it (SLICE_TABLE) at every grant and
+release. `check_slice(who)` refuses a process the use of this component unless
+both are of one slice (or both free): EPERM, counted as `slice`. A process's
+slice is its pComponent's, and its id pN.PID rests on the kernel (above); a
+client whose process descends from a pMonitor is taken for a process of that
+pComponent (`as_process`), so a program cannot leave its slice by opening an
+endpoint as a client.
+
 Logs go to stderr, each line tagged with the component id.
 """
 
 import array
 import contextlib
 import errno
+import json
 import logging
 import os
 import resource
@@ -33,9 +44,13 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import psutil
+
 from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
-from fit_rpc.identity import address_pid, kind_of, process_of
+from fit_rpc.codec import need
+from fit_rpc.identity import address_pid, claimed_pid, kind_of, process_of
 from fit_rpc.ops import op_name
+from monitors.slices import Table, allowed, describe, slice_of
 from splitrack.params import MONITOR_IDLE_CHECK_S
 from splitrack.rundir import RunDir
 
@@ -66,6 +81,10 @@ class Monitor:
         self.ep.on(Op.HEALTH, self._health)
         self.ep.on(Op.STATS, self._stats)
         self.ep.on(Op.PING_PEER, self._ping_peer)
+        self.slices: Table = {}       # component id -> its slice (None: free)
+        self._boards: dict[str, str | None] = {}   # client -> the pComponent it runs under
+        self.ep.on(Op.SLICE_TABLE, self._slice_table)
+        self.ep.on_peer_gone.append(lambda peer: self._boards.pop(peer, None))
 
     def _logged(self, op: int, handler: Callable[[Message], Any]) -> Callable[[Message], Any]:
         name, log = op_name(op), self.log
@@ -96,6 +115,7 @@ class Monitor:
             return True
         kind = kind_of(peer)
         if kind == "client":   # its pid was checked at the rendezvous: that is all it claims
+            self._boards[peer] = self._board_of(pid)
             return True
         if kind == "process":
             return self.vouch_process(peer, pid)
@@ -140,6 +160,63 @@ class Monitor:
             "id": self.id, "kind": self.kind, "address": self.ep.address,
             "pid": os.getpid(), "resources": self.resources(),
         })
+        answer, _ = self.ep.call_args(GLOBAL_ID, Op.SLICE_LIST)
+        self.slices = {c["id"]: c["slice"] for c in answer["components"]}
+
+    # ---- slices ------------------------------------------------------------------
+    def as_process(self, who: str) -> str:
+        """The id a sender is confined as: a client whose process runs under a pMonitor
+        (a rack program that opened an endpoint of its own) is a process of that
+        pComponent, pN.PID; anyone else is who it is."""
+        board = self._boards.get(who)
+        return who if board is None else f"{board}.{claimed_pid(who)}"
+
+    def slice_of_sender(self, who: str) -> str | None:
+        """The slice whose components alone `who` may use (None: free ones, or any, for
+        a component or a client outside the pComponents)."""
+        return slice_of(self.slices, self.as_process(who))
+
+    def check_slice(self, who: str, err: int = errno.EPERM, component: str | None = None
+                    ) -> None:
+        """Refuse `who`, a process of another slice than this component's (or than
+        `component`'s), with `err`."""
+        who, component = self.as_process(who), component or self.id
+        if allowed(self.slices, who, component):
+            return
+        self.ep.counters.error("slice")
+        raise OSError(err, f"{who} of {describe(slice_of(self.slices, who))} may not use "
+                           f"{component} of {describe(self.slices.get(component))}")
+
+    def pmonitors(self) -> dict[int, str]:
+        """pid -> id of every pMonitor of the rack's spec this monitor can resolve."""
+        try:
+            with open("spec.json") as f:   # monitors run in the run directory
+                ids = [c["id"] for c in json.load(f)["components"] if c["kind"] == "p"]
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for p in ids:
+            with contextlib.suppress(OSError):
+                found[address_pid(self.ep.resolve(p))] = p
+        return found
+
+    def _board_of(self, pid: int) -> str | None:
+        """The pComponent whose pMonitor `pid` descends from, if any (the pMonitor is
+        a child subreaper: every descendant of its programs stays below it)."""
+        try:
+            ancestors = psutil.Process(pid).parents()
+        except psutil.Error:
+            return None
+        boards = self.pmonitors()
+        return next((boards[a.pid] for a in ancestors if a.pid in boards), None)
+
+    def _slice_table(self, msg: Message) -> bytes:
+        if msg.src != GLOBAL_ID:
+            raise OSError(errno.EPERM, f"{msg.src} may not set the slice table")
+        args, _ = msg.args()
+        table = need(args, "components", dict)
+        self.slices = {cid: s if isinstance(s, str) else None for cid, s in table.items()}
+        return codec.encode()
 
     # ---- lifecycle ---------------------------------------------------------------
     def run(self) -> int:

@@ -11,6 +11,12 @@ live components from the launcher's record in the run directory. The address
 a component registers names its own pid (shm://PATH#PID), which is what every
 other endpoint then checks a link from that id against. A client's
 registration ends with its process.
+Slices (monitors/slices.py): SLICE_GRANT, SLICE_RELEASE and SLICE_LIST keep
+which components are granted to which job, in the run directory's
+slices.json (a restarted global reloads it); every grant and release is
+pushed to the monitors (SLICE_TABLE, a call each), which enforce it. GPM, GMM
+and GNM place a process's things only on components of its slice (a free
+process: on free ones); a client asking GPM names the slice.
 Placement policies live in registry.py (GPM, GMM, GSM) and gnm/ (GNM); this
 file only maps ops (docs/protocol.md, 0x02xx) onto them.
 """
@@ -20,30 +26,40 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 
 from fit_rpc import GLOBAL_ID, Message, Op, codec
 from fit_rpc.codec import handler, need
-from fit_rpc.identity import address_pid, is_component
+from fit_rpc.identity import address_pid, is_component, kind_of, process_of
 from gnm import NicAllocator, NicRegistry
 from monitors.core import Monitor
-from monitors.registry import Component, Registry
+from monitors.registry import Component, Registry, id_key
+from monitors.slices import KINDS, Slices, slice_of
 from splitrack.rundir import RunDir, identify, running
 
 _KINDS = ("p", "m", "n", "s")
 _RESOURCES = {"p": ("extcache", "ways"), "m": ("memory",), "n": ("nics",), "s": ("root",)}
+_PUSH_TIMEOUT_S = 1.0   # a monitor that cannot take the slice table in this is not serving
 
 
 class GlobalMonitor(Monitor):
     kind = "global"
 
     def setup(self) -> None:
-        self.registry = Registry()
+        spec = self._spec()["components"]
+        self.registry = Registry({c["id"]: c["cores"] for c in spec if "cores" in c})
         self.nics = NicRegistry()
         self.allocator = NicAllocator(self.rack["nic_policy"], self.nics, self._configured_nics())
-        self.spec_ids = {c["id"] for c in self._spec()["components"]}
+        self.spec_ids = {c["id"] for c in spec}
+        self.slices_path = os.path.join(os.getcwd(), "slices.json")
+        self.grants = Slices.load(self.slices_path,
+                                  {k: [c["id"] for c in spec if c["kind"] == k] for k in KINDS},
+                                  {c["id"]: c["nics"] for c in spec if c["kind"] == "n"})
+        self.slices = self.grants.table()
         self.ep.on(Op.REGISTER, self.register_component)
         self.ep.on(Op.LOAD_REPORT, self.load_report)
         self.ep.on(Op.UNREGISTER, self.unregister_client)
@@ -53,11 +69,14 @@ class GlobalMonitor(Monitor):
         self.ep.on_peer_gone.append(self._peer_gone)
         for op, fn in (
             (Op.RESOLVE, self.resolve), (Op.LIST, self.list_components),
-            (Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
             (Op.GSM_LOOKUP, self.gsm_lookup), (Op.GNM_OWNER, self.gnm_owner),
-            (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip), (Op.GNM_ALLOCATE, self.gnm_allocate),
+            (Op.GNM_IS_RACK_IP, self.gnm_is_rack_ip), (Op.SLICE_LIST, self.slice_list),
         ):
             self.ep.on(op, handler(fn))
+        for op, fn in ((Op.GPM_PLACE, self.gpm_place), (Op.GMM_PLACE, self.gmm_place),
+                       (Op.GNM_ALLOCATE, self.gnm_allocate), (Op.SLICE_GRANT, self.slice_grant),
+                       (Op.SLICE_RELEASE, self.slice_release)):
+            self.ep.on(op, _from(fn))
 
     def register(self) -> None:
         self.registry.add(Component(GLOBAL_ID, "global", self.ep.address, os.getpid()))
@@ -93,6 +112,9 @@ class GlobalMonitor(Monitor):
         if known is None or (known.pid != pid and not running(known.pid)):
             return None   # not yet, or no more (a restart): REGISTER checks it
         return known.pid == pid
+
+    def pmonitors(self) -> dict[int, str]:
+        return {c.pid: c.id for c in self.registry.components.values() if c.kind == "p"}
 
     def vouch_process(self, peer: str, pid: int) -> bool:
         """A process asks global before it attaches to its pComponent (where is pN?):
@@ -220,11 +242,33 @@ class GlobalMonitor(Monitor):
             self.allocator.report(component.id, load["nics"])
         component.load.update(load)
 
-    def gpm_place(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
-        return {"id": self.registry.place_process()}
+    def gpm_place(self, src: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A process places within its own slice; anyone else in the slice it names."""
+        src = self.as_process(src)
+        name = slice_of(self.slices, src) if kind_of(src) == "process" else args.get("slice")
+        if name is not None and not isinstance(name, str):
+            raise OSError(errno.EINVAL, "argument 'slice' is not a string or null")
+        if name is not None:
+            self.grants.get(name)   # ENOENT if there is none such
+        hints = args.get("hints") or {}
+        if not isinstance(hints, dict):
+            raise OSError(errno.EINVAL, "argument 'hints' is not an object")
+        ids = self.registry.place_processes(args.get("count", 1),
+                                            args.get("placement") or "least-loaded", hints,
+                                            *self._members("p", name))
+        return {"id": ids[0], "ids": ids}
 
-    def gmm_place(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
-        return {"id": self.registry.place_memory(need(args, "size", int))}
+    def gmm_place(self, src: str, args: dict[str, Any]) -> dict[str, Any]:
+        name = self.slice_of_sender(src)
+        return {"id": self.registry.place_memory(need(args, "size", int),
+                                                 *self._members("m", name))}
+
+    def _members(self, kind: str, name: str | None) -> tuple[set[str], str]:
+        """The components of a kind in slice `name` (None: the free ones), and where
+        that is, for an error that finds none."""
+        among = {c for c, s in self.slices.items() if s == name and c[0] == kind}
+        where = f"in slice {name}" if name else "free" if self.grants.slices else "registered"
+        return among, where
 
     def gsm_lookup(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"id": self.registry.storage_for(need(args, "path", str))}
@@ -235,9 +279,63 @@ class GlobalMonitor(Monitor):
     def gnm_is_rack_ip(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
         return {"rack": self.nics.is_rack_ip(need(args, "ip", str))}
 
-    def gnm_allocate(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
-        ip = self.allocator.allocate(need(args, "process", str))
+    def gnm_allocate(self, src: str, args: dict[str, Any]) -> dict[str, Any]:
+        process = need(args, "process", str)
+        among, _ = self._members("n", slice_of(self.slices, process))
+        ip = self.allocator.allocate(process, among)
         return {"ip": ip, "id": self.nics.owner(ip)}
+
+    # ---- slices ------------------------------------------------------------------------
+    def slice_grant(self, src: str, args: dict[str, Any]) -> dict[str, Any]:
+        self._may_change_slices(src)
+        up = {c.id for c in self.registry.components.values() if running(c.pid)}
+        granted = self.grants.grant(args.get("name"), {k: args.get(k) for k in KINDS}, up,
+                                    time.time())
+        self._slices_changed(f"granted slice {granted['name']}: {granted['components']}")
+        return {"slice": granted}
+
+    def slice_release(self, src: str, args: dict[str, Any]) -> dict[str, Any]:
+        self._may_change_slices(src)
+        released = self.grants.release(need(args, "name", str))
+        self._slices_changed(f"released slice {released['name']}")
+        return {"slice": released}
+
+    def slice_list(self, args: dict[str, Any], data: memoryview) -> dict[str, Any]:
+        components = sorted((c for c in self.registry.components.values() if c.kind in _KINDS),
+                            key=lambda c: (_KINDS.index(c.kind), id_key(c.id)))
+        return {"slices": list(self.grants.slices.values()),
+                "components": [{"id": c.id, "kind": c.kind, "slice": self.slices.get(c.id)}
+                               for c in components]}
+
+    def _may_change_slices(self, src: str) -> None:
+        if process_of(self.as_process(src)) is not None:
+            raise OSError(errno.EPERM, f"{src} is a process: only clients and components "
+                                       "grant and release slices")
+
+    def _slices_changed(self, what: str) -> None:
+        """Keep the slices (slices.json), then tell every monitor (SLICE_TABLE)."""
+        self.grants.save(self.slices_path)
+        self.slices = self.grants.table()
+        self.log.info("%s", what)
+        payload = codec.encode({"components": self.slices})
+        for c in list(self.registry.components.values()):
+            if c.kind in _KINDS and running(c.pid):
+                self.ep.add_peer(c.id, c.address)   # global is the directory: it knows
+                try:
+                    self.ep.call(c.id, Op.SLICE_TABLE, payload, timeout=_PUSH_TIMEOUT_S)
+                except OSError as exc:   # it asks for the table when it starts again
+                    self.log.warning("%s did not take the slice table: %s", c.id, exc)
+
+
+def _from(fn: Callable[[str, dict[str, Any]], dict[str, Any]]) -> Callable[[Message], bytes]:
+    """A handler of fn(caller's id, args) -> reply args (the caller's id is vouched)."""
+
+    def handle(msg: Message) -> bytes:
+        args, _ = msg.args()
+        return codec.encode(fn(msg.src, args))
+
+    handle.__name__ = fn.__name__
+    return handle
 
 
 def _parent(pid: int) -> int | None:

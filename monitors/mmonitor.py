@@ -21,6 +21,9 @@ Serves (docs/protocol.md, 0x04xx):
                       meanwhile) until M_DMA_DONE; DMA_LEASE_S at most, or, for a
                       held mapping (a socket's ring, mapped once as an RDMA NIC
                       registers memory), until the process is released.
+A process places memory here only if it is of this mComponent's slice (both
+may be free; monitors/slices.py): M_ALLOC is EPERM otherwise, counted as
+`slice`; every other op of a process reaches only what it allocated.
 A process reaches only its own pages: the request's pid must be the sender's
 (endpoint id "pN.PID", its pid vouched for by the kernel and its pComponent),
 and an address outside its regions is EFAULT. An nComponent's M_MISS may name
@@ -111,6 +114,7 @@ class MMonitor(Monitor):
     def m_alloc(self, msg: Message) -> bytes:
         args, _ = msg.args()
         pid = self._own_pid(msg, need(args, "pid", int))
+        self.check_slice(msg.src)
         start, length = need(args, "start", int), need(args, "length", int)
         if self._reserved() + length > self.memory:
             self._report_load()  # GMM reserved these bytes when it chose us: set it right

@@ -25,7 +25,11 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
                 shortcut, issue 5); ECONNREFUSED if nobody. Counted as a pipe or FIT
                 shortcut by whether the asker is on the listener's pComponent
 and it pushes to stubs STUB_DATA, STUB_DATA_DMA, STUB_ACCEPT, STUB_SENT,
-STUB_CLOSED, STUB_CONNECTED (0x07xx). A stub that cannot take a push within
+STUB_CLOSED, STUB_CONNECTED (0x07xx). Slices (monitors/slices.py): a process
+makes sockets here (N_BIND, N_CONNECT) and asks who listens (N_LOOKUP) only
+if it is of this nComponent's slice (both may be free), and its rings' home
+must be an mComponent of its slice too: EPERM otherwise, EADDRNOTAVAIL for a
+bind, counted as `slice`. A stub that cannot take a push within
 STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
 N_RELEASE. A request about another process's skeleton is EPERM; about none, EBADF.
 
@@ -265,6 +269,7 @@ class NMonitor(Monitor):
     # ---- ops: creating skeletons -----------------------------------------------------------
     def n_bind(self, msg: Message) -> bytes:
         args, _ = msg.args()
+        self.check_slice(msg.src, errno.EADDRNOTAVAIL)   # a NIC of another slice: not ours
         self._inbox(msg, args)
         socks, port = self.proxy.bound(need(args, "ip", str), need(args, "port", int),
                                        args.get("opts", []), bool(args.get("loopback")))
@@ -292,6 +297,7 @@ class NMonitor(Monitor):
 
     def _connect(self, msg: Message, args: dict[str, Any], stub: int) -> Skeleton:
         ip, port = need(args, "dst", list)
+        self.check_slice(msg.src)
         self._inbox(msg, args)
         if "sk" in args:
             skel = self._own(msg, need(args, "sk", int))
@@ -373,6 +379,7 @@ class NMonitor(Monitor):
         return codec.encode({"value": self.proxy.query(skel.sock, level, opt)})
 
     def n_lookup(self, msg: Message) -> bytes:
+        self.check_slice(msg.src)   # the stub takes the ordinary path, through its own NIC
         args, _ = msg.args()
         where = (need(args, "ip", str), need(args, "port", int))
         for skel in self.skels.values():
@@ -436,6 +443,7 @@ class NMonitor(Monitor):
         home = need(buffers, "home", str)
         if home not in self.memory.m_ids:
             raise OSError(errno.EINVAL, f"{home!r} is no mComponent")
+        self.check_slice(skel.owner, component=home)
         rbuf, tbuf = (tuple(need(buffers, k, list)) for k in ("rbuf", "tbuf"))
         for ring in (rbuf, tbuf):
             if len(ring) != 2 or not all(type(v) is int for v in ring) or ring[0] < 0 \

@@ -14,7 +14,12 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   PYTHONPATH), answers its PID, and, when it
   ends, its exit status. One thread per launched program does only that. A
   program dies with its pMonitor (PR_SET_PDEATHSIG, SIGKILL): a pComponent that
-  fails takes its processes with it, as a board does.
+  fails takes its processes with it, as a board does. With `cpus` in its spec
+  entry, the pMonitor pins its programs to those host CPUs (sched_setaffinity).
+- slices (monitors/slices.py): a pComponent granted to a slice launches only
+  a request that names that slice ("slice": NAME, as the rack manager's job
+  submit does), and a request naming a slice only on a pComponent of it; the
+  refusal says why. There only its own programs' descendants may attach.
 - track: a process announces itself with P_ATTACH when it first uses rack
   memory (a launched one, or any local process that attaches explicitly; not
   one that descends from another pComponent's pMonitor; the pMonitor is a
@@ -90,6 +95,7 @@ class PMonitor(Monitor):
         self._reported = 0    # the process count GPM last heard
         self._gone: set[str] = set()  # components that did not take a release (when stopping)
         self._pmonitors: set[int] | None = None   # the other pComponents' pids
+        self.cpus = self.config.get("cpus")   # host CPUs its programs run on (None: any)
         self.ep.on(Op.P_ATTACH, self.p_attach)
         self.ep.on(Op.P_PROCESSES, self.p_processes)
         self.ep.on(Op.P_VOUCH, self.p_vouch)
@@ -139,6 +145,13 @@ class PMonitor(Monitor):
         owner = process_of(peer)
         return owner is not None and owner[0] == self.id and (pid is None or pid in self.tracked)
 
+    def _ours(self, pid: int) -> bool:
+        """Does pid descend from this pMonitor (a program it launched, or theirs)?"""
+        try:
+            return any(a.pid == os.getpid() for a in psutil.Process(pid).parents())
+        except psutil.Error:
+            return False
+
     def _other_pmonitor(self, pid: int) -> bool:
         """Does pid descend from another pComponent's pMonitor?"""
         if self._pmonitors is None:
@@ -164,6 +177,10 @@ class PMonitor(Monitor):
         if pid not in self.tracked and msg.pid is not None and self._other_pmonitor(pid):
             self.ep.counters.error("forged")
             raise OSError(errno.EPERM, f"process {pid} runs on another pComponent")
+        if pid not in self.tracked and self.slices.get(self.id) and not self._ours(pid):
+            self.ep.counters.error("slice")
+            raise OSError(errno.EPERM, f"{self.id} is granted to slice "
+                          f"{self.slices[self.id]}: only its programs may attach")
         try:
             self.tracked[pid] = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:
@@ -262,15 +279,17 @@ class PMonitor(Monitor):
                 _send(conn, {"error": f"bad launch request: {exc}"})
                 return
             try:
+                self._check_slice(request.get("slice"))
                 # A session of its own: the caller's terminal is not its controlling
                 # terminal, so it may read and write it without job control stopping it.
                 with self._launching:
                     proc = subprocess.Popen(
                         request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
                         cwd=request.get("cwd"), env=self._runtime_env(request),
-                        start_new_session=True, preexec_fn=_die_with_the_pmonitor)
+                        start_new_session=True, preexec_fn=self._in_child)
                     self.children[proc.pid] = proc
-            except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, IndexError,
+                    subprocess.SubprocessError) as exc:
                 _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
                 return
             finally:
@@ -285,6 +304,26 @@ class PMonitor(Monitor):
                 _send(conn, {"exit": status})
             except OSError:
                 pass  # the launcher is gone; the process's end is still released by tick()
+
+    def _check_slice(self, name: Any) -> None:
+        """A launch must name the slice this pComponent is granted to, or none if free."""
+        mine = self.slices.get(self.id)
+        if name == mine:
+            return
+        self.ep.counters.error("slice")
+        if name is None:
+            why = (f"{self.id} is granted to slice {mine}: a launch there must name it "
+                   f"(splitrack job submit --slice {mine})")
+        else:
+            why = f"{self.id} is {f'granted to slice {mine}' if mine else 'free'}, " \
+                  f"not of slice {name}"
+        raise PermissionError(errno.EPERM, why)
+
+    def _in_child(self) -> None:
+        """Between fork and exec: die with us; run on our CPUs, if the spec says."""
+        _die_with_the_pmonitor()
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
 
     def _runtime_env(self, request: dict[str, Any]) -> dict[str, str]:
         """The program's environment: the caller's, plus what the rack runtime reads,

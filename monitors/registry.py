@@ -1,22 +1,36 @@
 """The global process's component registry and LegoOS's placement policies.
 
 GPM, GMM and GSM are views of one registry of components (id, kind, address,
-pid, resources, load):
-- GPM.place()      the least-loaded pComponent (fewest processes; ties: lowest
-                   id); the placement counts as load until the pMonitor reports.
+pid, resources, load). GPM and GMM choose among the components a caller may
+use (`among`: its slice's, monitors/slices.py; None: all):
+- GPM.place(count, placement, hints)   `count` pComponents, one a process, by
+                   Scylla's policies; each placement counts as load until the
+                   pMonitor reports:
+      least-loaded  each process on the least-loaded one (fewest processes;
+                    ties: lowest id);
+      pack          on as few as fit, `cores` processes each (Registry(cores)),
+                    the emptiest first, so their sockets take the pipe shortcut;
+                    what does not fit goes least-loaded;
+      spread        one on each, least-loaded first; round-robin past them all;
+      auto          pack for a network-heavy job (hints.network and neither
+                    hints.cpu nor hints.memory), else spread.
 - GMM.place(size)  the least-loaded mComponent (used/total) that still has
                    `size` bytes free; the bytes are reserved. ENOMEM if none.
 - GSM.lookup(path) the sComponent that holds `path`: a stable hash of the
                    path's first component over the sComponents, so a directory
                    tree stays on one sComponent and every caller agrees.
-No component of the kind: ENODEV. Pure data; no FIT here.
+No component of the kind (among those allowed): ENODEV; a bad placement or
+count: EINVAL. Pure data; no FIT here.
 """
 
 import errno
 import re
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
+
+from splitrack.params import CORES_DEFAULT
 
 _ID = re.compile(r"([a-z]+)(\d*)")
 
@@ -42,11 +56,14 @@ class Component:
 
 
 _INITIAL_LOAD = {"p": {"processes": 0}, "m": {"used": 0}}
+PLACEMENTS = ("least-loaded", "pack", "spread", "auto")
+PLACE_MAX = 4096       # processes one GPM_PLACE may place
 
 
 class Registry:
-    def __init__(self) -> None:
+    def __init__(self, cores: dict[str, int] | None = None) -> None:
         self.components: dict[str, Component] = {}
+        self.cores = cores or {}   # pComponent -> processes "pack" puts there (spec: cores)
 
     def add(self, component: Component) -> None:
         component.load = dict(_INITIAL_LOAD.get(component.kind, {}))
@@ -58,24 +75,57 @@ class Registry:
             raise OSError(errno.ENXIO, f"no component {cid!r} in this rack")
         return component
 
-    def of_kind(self, kind: str) -> list[Component]:
-        found = sorted((c for c in self.components.values() if c.kind == kind),
-                       key=lambda c: id_key(c.id))
+    def of_kind(self, kind: str, among: Collection[str] | None = None,
+                where: str = "registered") -> list[Component]:
+        """The components of a kind (those in `among`, if given), in natural order."""
+        found = sorted((c for c in self.components.values() if c.kind == kind
+                        and (among is None or c.id in among)), key=lambda c: id_key(c.id))
         if not found:
-            raise OSError(errno.ENODEV, f"no {kind}Component registered")
+            raise OSError(errno.ENODEV, f"no {kind}Component {where}")
         return found
 
     # GPM
     def place_process(self) -> str:
-        chosen = min(self.of_kind("p"), key=lambda c: c.load["processes"])
-        chosen.load["processes"] += 1
-        return chosen.id
+        return self.place_processes()[0]
+
+    def place_processes(self, count: int = 1, placement: str = "least-loaded",
+                        hints: dict[str, bool] | None = None,
+                        among: Collection[str] | None = None,
+                        where: str = "registered") -> list[str]:
+        if placement not in PLACEMENTS:
+            raise OSError(errno.EINVAL, f"placement {placement!r} is not one of "
+                                        f"{', '.join(PLACEMENTS)}")
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= PLACE_MAX:
+            raise OSError(errno.EINVAL, f"count {count!r} is not an integer in 1..{PLACE_MAX}")
+        candidates = self.of_kind("p", among, where)
+        if placement == "auto":
+            hints = hints or {}
+            placement = "pack" if hints.get("network") and not (
+                hints.get("cpu") or hints.get("memory")) else "spread"
+        chosen = (self._pack(candidates, count) if placement == "pack" else
+                  _spread(candidates, count) if placement == "spread" else [])
+        while len(chosen) < count:   # least-loaded, and what "pack" could not fit
+            chosen.append(min(candidates, key=lambda c: c.load["processes"]))
+            chosen[-1].load["processes"] += 1
+        return [c.id for c in chosen]
+
+    def _pack(self, candidates: list[Component], count: int) -> list[Component]:
+        """Fill the emptiest pComponents first, `cores` processes each (ties: lowest id)."""
+        chosen: list[Component] = []
+        for c in sorted(candidates, key=lambda c: c.load["processes"]):
+            room = max(0, self.cores.get(c.id, CORES_DEFAULT) - c.load["processes"])
+            take = min(room, count - len(chosen))
+            c.load["processes"] += take
+            chosen += [c] * take
+        return chosen
 
     # GMM
-    def place_memory(self, size: int) -> str:
+    def place_memory(self, size: int, among: Collection[str] | None = None,
+                     where: str = "registered") -> str:
         if size <= 0:
             raise OSError(errno.EINVAL, f"size must be positive, not {size}")
-        fits = [c for c in self.of_kind("m") if c.resources["memory"] - c.load["used"] >= size]
+        fits = [c for c in self.of_kind("m", among, where)
+                if c.resources["memory"] - c.load["used"] >= size]
         if not fits:
             raise OSError(errno.ENOMEM, f"no mComponent has {size} bytes free")
         chosen = min(fits, key=lambda c: c.load["used"] / c.resources["memory"])
@@ -87,3 +137,12 @@ class Registry:
         holders = self.of_kind("s")
         first = path.strip("/").split("/", 1)[0]
         return holders[zlib.crc32(first.encode()) % len(holders)].id
+
+
+def _spread(candidates: list[Component], count: int) -> list[Component]:
+    """One on each, least-loaded first (ties: lowest id), round-robin past them all."""
+    order = sorted(candidates, key=lambda c: c.load["processes"])
+    chosen = [order[i % len(order)] for i in range(count)]
+    for c in chosen:
+        c.load["processes"] += 1
+    return chosen

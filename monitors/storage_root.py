@@ -9,6 +9,8 @@ does not trust user code. Rules:
 - resolve(path, follow=False) is for calls that act on the name itself
   (unlink, rmdir, rename, mkdir): the parent must resolve inside the root and
   the root itself cannot be the target.
+- StorageRoot(root, hidden="slices"): the directory root/slices is outside too
+  (a free process's view: the slices' own roots are there, monitors/smonitor.py).
 FIT clients cannot create symlinks (no op does), so a link under the root was
 put there by the rack's operator; the check still refuses it if it leads out.
 """
@@ -18,13 +20,14 @@ import os
 
 
 class StorageRoot:
-    def __init__(self, root: str):
+    def __init__(self, root: str, hidden: str | None = None):
         try:
             os.makedirs(root, exist_ok=True)
         except OSError as exc:   # e.g. a file is there
             raise OSError(exc.errno, f"storage root {root}: cannot be a directory: "
                                      f"{exc.strerror}") from None
         self.root = os.path.realpath(root)
+        self.hidden = os.path.join(self.root, hidden) if hidden else None
 
     def resolve(self, path: object, *, follow: bool = True) -> str:
         if not isinstance(path, str):
@@ -47,4 +50,6 @@ class StorageRoot:
         return os.path.join(parent, os.path.basename(full))
 
     def _inside(self, path: str) -> bool:
+        if self.hidden and (path == self.hidden or path.startswith(self.hidden + os.sep)):
+            return False
         return path == self.root or path.startswith(self.root + os.sep)

@@ -2,7 +2,7 @@
 
 Interface:
     run_program(run_dir, "p0", ["python", "prog.py"], mode=None, shortcuts=True,
-                packing=True, env=None) -> status
+                packing=True, env=None, slice=None) -> status
 
 The client side of the pMonitor's launch socket (RUN_DIR/pN.spawn, see
 monitors/pmonitor.py): it sends argv, environment and working directory as one
@@ -10,7 +10,9 @@ length-prefixed JSON message with this process's stdin, stdout and stderr
 attached (SCM_RIGHTS), so the program reads and writes the caller's terminal
 or pipes although the pMonitor is its parent. It reads back the PID, forwards
 SIGINT, SIGTERM and SIGHUP to it, and returns its exit status, shell style:
-128+N for a program killed by signal N, 127 if it cannot be started.
+128+N for a program killed by signal N, 127 if it cannot be started (also
+when the pComponent refuses it: one granted to a slice runs only programs
+launched with `slice` set to that slice's name, monitors/slices.py).
 """
 
 import json
@@ -30,16 +32,16 @@ class LaunchError(RuntimeError):
 
 def run_program(run_dir: str, pcomponent: str, argv: Sequence[str],
                 mode: str | None = None, shortcuts: bool = True, packing: bool = True,
-                env: dict[str, str] | None = None) -> int:
+                env: dict[str, str] | None = None, slice: str | None = None) -> int:
     """`mode` ("dma" | "ddio") overrides the rack's socket data path for the program;
     shortcuts=False turns the rack's intra-rack shortcuts off for it, packing=False
     its message packing (splitrack/nic_path.py); `env` is added to the environment
-    it gets (this process's)."""
+    it gets (this process's); `slice` names the slice it runs in (None: free)."""
     path = os.path.join(run_dir, f"{pcomponent}.spawn")
     request = json.dumps({"argv": list(argv), "env": {**os.environ, **(env or {})},
                           "cwd": os.getcwd(),
                           "mode": mode, "shortcuts": shortcuts,
-                          "packing": packing}).encode()
+                          "packing": packing, "slice": slice}).encode()
     message = len(request).to_bytes(4, "little") + request
     # Signals are caught from before the launch, so none is lost in the window
     # between the program's start and the moment its PID is known here.

@@ -67,3 +67,5 @@ BENCH_FIT_ROUNDS = 5000                   # round trips per repetition
 BENCH_FIT_REPS = 5                        # repetitions, FIT and raw interleaved
 BENCH_WARMUP_ROUNDS = 500
 BENCH_SIZE_MAX_BYTES = 1 << 16             # bench tcp --sizes: at most this per message
+CORES_DEFAULT = 4                         # processes GPM's "pack" puts on a pComponent
+                                          # whose spec gives no `cores`

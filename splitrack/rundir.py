@@ -9,6 +9,7 @@ Layout of RUN_ROOT/NAME/ (RUN_ROOT = $SPLITRACK_RUN_ROOT or /tmp/splitrack-UID):
     ID.sock          each component's FIT inbox (zmq transport, ipc endpoints)
     pN.spawn         pN's launch socket (`splitrack run`)
     logs/ID.log      each component's stderr
+    slices.json      the slices global granted (monitors/slices.py), once there is one
     trace/ID-PID.jsonl  what each process recorded of a `splitrack trace`
                      (fit_rpc/tracing.py; the trace removes them)
     curve.key        the rack's CURVE key pair, 0600 (zmq transport, tcp endpoints)

@@ -31,6 +31,11 @@ sockets, docs/gnm.md), rack.loopback (the alias in 127.0.0.0/8 on which an
 nComponent serves the rack's 127.0.0.1), pcomponent.nic (that pComponent's
 NIC; required for every pComponent under nic_policy "explicit"),
 ncomponent.dram (its DRAM for socket buffers).
+
+Placement keys (slices, monitors/slices.py): pcomponent.cpus (the host CPUs its
+programs are pinned to, e.g. [0]; default: not pinned), pcomponent.cores (how
+many processes GPM's "pack" puts on it, default 4; a placement capacity,
+independent of cpus).
 """
 
 import ipaddress
@@ -46,7 +51,12 @@ import psutil
 
 from fit_rpc.fabric import CLASSES as LINK_CLASSES
 from gnm import POLICIES as NIC_POLICIES
-from splitrack.params import FIT_POLL_US, NCOMPONENT_DRAM_DEFAULT, NCOMPONENT_DRAM_MIN_BYTES
+from splitrack.params import (
+    CORES_DEFAULT,
+    FIT_POLL_US,
+    NCOMPONENT_DRAM_DEFAULT,
+    NCOMPONENT_DRAM_MIN_BYTES,
+)
 
 _RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "endpoints": "ipc",
               "mode": "ddio", "shortcuts": True, "line": 4096, "nic_policy": "round-robin",
@@ -54,7 +64,8 @@ _RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "en
 _POLL_US_MAX = 100_000
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
-    "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "nic": False},
+    "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "nic": False,
+          "cpus": False, "cores": False},
     "m": {"id": True, "memory": True},
     "n": {"id": True, "nics": True, "dram": False},
     "s": {"id": True, "root": True},
@@ -226,6 +237,8 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
         if out["eviction"] not in ("lru", "fifo"):
             raise _Bad(f"{where}.eviction", f"{out['eviction']!r} is not one of lru, fifo")
         out["nic"] = _ip(entry["nic"], f"{where}.nic") if "nic" in entry else None
+        out["cores"] = _positive_int(entry.get("cores", CORES_DEFAULT), f"{where}.cores")
+        out["cpus"] = _cpus(entry["cpus"], f"{where}.cpus") if "cpus" in entry else None
     elif kind == "m":
         out["memory"] = _size(entry["memory"], f"{where}.memory")
     elif kind == "n":
@@ -343,6 +356,20 @@ def _positive_int(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise _Bad(where, f"{value!r} is not a positive integer")
     return value
+
+
+def _cpus(value: Any, where: str) -> list[int]:
+    """Host CPU numbers, each one this process may run on (sched_getaffinity)."""
+    if not isinstance(value, list) or not value:
+        raise _Bad(where, "must be a non-empty list of host CPU numbers, e.g. [0]")
+    host = os.sched_getaffinity(0)
+    for i, cpu in enumerate(value):
+        if not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 0:
+            raise _Bad(f"{where}[{i}]", f"{cpu!r} is not a CPU number (an integer >= 0)")
+        if cpu not in host:
+            raise _Bad(f"{where}[{i}]", f"no CPU {cpu} on this host (it has "
+                       f"{', '.join(map(str, sorted(host)))})")
+    return sorted(set(value))
 
 
 def _nics(value: Any, where: str) -> list[str]:
