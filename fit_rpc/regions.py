@@ -57,7 +57,11 @@ class Regions:
         return codec.encode({"key": key, "size": size, **extra})
 
     def map(self, peer: str, name: str, timeout: float | None) -> Any:
-        answer, _ = self._ep.call_args(peer, Op.REGION_MAP, {"name": name}, timeout=timeout)
+        # serve=False: the owner answers without calling back, and a mapping is made in
+        # the middle of whatever needs it (an nComponent's dDMA copy), which a nested
+        # handler must not re-enter
+        answer, _ = codec.decode(self._ep.call(peer, Op.REGION_MAP, codec.encode({"name": name}),
+                                               timeout, serve=False))
         return self._ep.transport.map_region(peer, answer, codec.need(answer, "size", int))
 
     def close(self) -> None:
