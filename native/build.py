@@ -6,6 +6,9 @@
                                                                and extCache lines: ddio.c
                                                                calls extcache.c, built in too)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings)
+    stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
+                                                               the nComponent, in its extCache
+                                                               lines: extcache.c built in too)
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.
@@ -45,8 +48,10 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 extcache_ffi = _ffi("extcache", ["pthread"])
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio",), sources=("extcache",))
 fitring_ffi = _ffi("fitring", [])
+stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
 
 if __name__ == "__main__":
     extcache_ffi.compile(verbose=True)
     nring_ffi.compile(verbose=True)
     fitring_ffi.compile(verbose=True)
+    stubpath_ffi.compile(verbose=True)

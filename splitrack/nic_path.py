@@ -14,6 +14,12 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   lines itself (dDDIO) and says how many (STUB_DATA); the read hits them. DMA:
   the skeleton wrote them into the mComponent (STUB_DATA_DMA); the stale lines
   are dropped and the read misses to it.
+- the hot path is C (native/stubpath.c): one native call per send() (the
+  packing rule, the stage, the copy into the send ring's lines) and per recv()
+  (the copy out of the receive ring's lines), over this path's whole state
+  (`self.c`, whose fields the rest of this file reads and sets). A line that
+  is not cached changes nothing there: it is faulted in (vm.fault) and the
+  call made again.
 - windows: at most a ring's worth unconsumed each way; consumed bytes go
   back as N_CREDIT in batches, sent ones come back as STUB_SENT once the
   skeleton has them in nComponent DRAM.
@@ -46,21 +52,24 @@ after it.
 
 import errno
 import socket as _socket_module
-import time
 from typing import Any
 
 from fit_rpc import Op, tracing
 from fit_rpc.netpath import SK_N, ring_pieces
+from native import stubpath
 from splitrack.params import (
     PACK_DELAY_S,
     PACK_GAP_S,
     PACK_MAX_BYTES,
     SOCKET_CREDIT_BYTES,
-    SOCKET_SEND_BUFFER_BYTES,
 )
 
 _NODELAY = (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)
-_clock = time.monotonic
+_lib, _from_buffer = stubpath.lib, stubpath.ffi.from_buffer
+_put, _take, _unstage, _announced = _lib.sp_put, _lib.sp_take, _lib.sp_unstage, \
+    _lib.sp_announced
+_SENT, _HELD, _HOLDING, _FULL, _MISS, _MISSED = stubpath.SENT, stubpath.HELD, \
+    stubpath.HOLDING, stubpath.FULL, stubpath.MISS, stubpath.MISSED
 
 
 class NicPath:
@@ -71,136 +80,113 @@ class NicPath:
         self.name = mode
         self.buffers = self.rt.buffers(mode)
         self._rbuf, self._tbuf = tuple(self.buffers["rbuf"]), tuple(self.buffers["tbuf"])
-        xc = self.vm.xc
-        self._hit_read, self._hit_write = xc.read_into, xc.write_from
-        self._slot, self._pid = self.vm.slot, self.vm.pid
+        self._send_op = Op.N_SEND_DMA if mode == "dma" else Op.N_SEND
         self.n: str | None = None     # the nComponent holding the skeleton
         self.sk = 0                   # the skeleton's id there
-        self.rhead = self.rtail = self.unacked = 0   # receive ring: read, arrived, to credit
-        self.tpos = 0                                # send ring: written
-        self.stage = bytearray()                     # ... small held sends, not in it yet
-        self._line = self.vm.line
-        self.credit = SOCKET_SEND_BUFFER_BYTES       # send window left
-        self.held = 0                                # ... written, not yet announced (packing)
-        self.held_since = 0.0                        # ... when the first of them was written
-        self.held_trace: tracing.Context | None = None   # ... in which send (traced)
-        self.announced = 0.0                         # ... when bytes last went to the skeleton
-        self.packing = self.rt.packing
+        self.c = stubpath.new_path(self.vm.xc, self.vm.slot, self.vm.pid, self._rbuf,
+                                   self._tbuf, PACK_MAX_BYTES, PACK_DELAY_S, PACK_GAP_S)
+        self._taken = stubpath.ffi.new("uint64_t *")
+        self.held_trace: tracing.Context | None = None   # held bytes: in which send (traced)
+        self.sync_packing()
+
+    def sync_packing(self) -> None:
+        """Whether sends may be held (packing): on for this process, no TCP_NODELAY, and
+        the program does not select (the runtime is not threaded). Called whenever one
+        of those changes."""
+        self.c.pack = bool(self.rt.packing and not self.rt.threaded
+                           and not self.stub._opts.get(_NODELAY))
+
+    # ---- the flusher reads these without the stub's lock (runtime._flush_held) ----------
+    @property
+    def held(self) -> int:
+        """Bytes written or staged, not yet announced."""
+        return self.c.held
+
+    @property
+    def held_since(self) -> float:
+        """When the first of them was taken (time.monotonic())."""
+        return self.c.held_since / 1e9
 
     # ---- receiving ------------------------------------------------------------------------
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         """Up to `want` buffered bytes (bytes, or a count read into `view`); None: none."""
-        avail = self.rtail - self.rhead
+        c = self.c
+        avail = c.rtail - c.rhead
         if not avail:
             return None
         k = min(want, avail)
         out = bytearray(k) if view is None else view[:k]
-        self._ring_io(self._rbuf, self.rhead, memoryview(out), self._hit_read, self.vm.read_into)
+        buf = _from_buffer(out)
+        done = _take(c, buf, k, 0, peek)
+        while done < k:   # a line that is not cached: fault it in (reading ahead), go on
+            self.vm.fault(c.miss, _left(self._rbuf, c.miss, k - done))
+            done += _take(c, buf + done, k - done, done if peek else 0, peek)
         if not peek:
-            self.rhead += k
-            self.unacked += k
-            if self.unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
-                self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, self.unacked))
-                self.unacked = 0
-            if self.rhead == self.rtail:
+            if c.unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
+                self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, c.unacked))
+                c.unacked = 0
+            if c.rhead == c.rtail:
                 self.stub._drained()
         return k if view is not None else bytes(out)
 
     def pushed(self, op: int, payload: memoryview) -> None:
         if op == Op.STUB_DATA:   # n more bytes in the receive ring's lines (dDDIO wrote them)
-            self.rtail += SK_N.unpack_from(payload)[1]
+            self.c.rtail += SK_N.unpack_from(payload)[1]
             self.stub._ring()
         elif op == Op.STUB_DATA_DMA:   # ... at the home (dDMA): the cached lines are stale
             n = SK_N.unpack_from(payload)[1]
-            for addr, k in ring_pieces(self._rbuf, self.rtail, n):
+            for addr, k in ring_pieces(self._rbuf, self.c.rtail, n):
                 self.vm.written_elsewhere(addr, k)
-            self.rtail += n
+            self.c.rtail += n
             self.stub._ring()
         elif op == Op.STUB_SENT:
-            self.credit += SK_N.unpack_from(payload)[1]
+            self.c.credit += SK_N.unpack_from(payload)[1]
             self.announce_held()
             self.stub._cond.notify_all()
 
     # ---- sending ------------------------------------------------------------------------------
     def put(self, chunk: bytes | memoryview) -> int:
         """Send what the window allows now; returns how many bytes (0: the window is full)."""
-        n, credit = len(chunk), self.credit
-        if n > credit:
-            if not credit:
-                return 0
-            n, chunk = credit, chunk[:credit]
-        held = self.held + n
-        if self.packing and held < PACK_MAX_BYTES and not self.rt.threaded \
-                and not self.stub._opts.get(_NODELAY):
-            now = _clock()
-            if held > n:   # a batch is held: it goes on unless it is due
-                hold = now - self.held_since < PACK_DELAY_S
-            else:          # a new batch, if bytes are in flight and the last went just now
-                hold = bool(SOCKET_SEND_BUFFER_BYTES - credit - self.held) \
-                    and now - self.announced < PACK_GAP_S
-                if hold:
-                    self.held_since = now
-                    self.held_trace = tracing.current.ctx
-                    self.rt.hold(self)
-            if hold:
-                self._keep(chunk)
-                self.credit, self.held = credit - n, held
-                return n
-        self._unstage()
-        self._write(chunk)
-        self.credit, self.held = credit - n, held
-        try:
-            self._announce()
-        except BaseException:   # not sent: as if this send() had not happened
-            self.tpos -= n
-            self.credit += n
-            self.held -= n
-            raise
-        return n
+        c, taken = self.c, self._taken
+        verdict = _put(c, chunk if type(chunk) is bytes else _from_buffer(chunk), len(chunk),
+                       taken)
+        if verdict == _HELD:   # the hot case: a held batch goes on
+            return taken[0]
+        done = 0
+        while True:
+            if verdict == _FULL:
+                return done
+            if verdict != _MISS:
+                n = taken[0]
+                done += n
+                self._took(verdict & ~_MISSED, n)
+                if not verdict & _MISSED or done == len(chunk):   # (a line's worth may
+                    return done                                   # stay staged: it goes
+                                                                  # before the next bytes)
+            self.vm.fault(c.miss, _left(self._tbuf, c.miss, len(chunk) - done))
+            verdict = _put(c, _from_buffer(chunk) + done, len(chunk) - done, taken)
 
-    def _keep(self, chunk: bytes | memoryview) -> None:
-        """A held send: a small one waits in the stub's own buffer (`stage`) until a
-        line's worth is there, then goes into the send ring in one copy; a large
-        one goes in at once, after what is staged."""
-        stage = self.stage
-        if len(chunk) >= self._line:
-            self._unstage()
-            self._write(chunk)
-            return
-        stage += chunk
-        if len(stage) >= self._line:
+    def _took(self, verdict: int, n: int) -> None:
+        """What sp_put decided for the n bytes it took: announce them now, or note that
+        a new batch is held (the flusher sends it at most PACK_DELAY_S from now)."""
+        if verdict == _SENT:
             try:
-                self._unstage()
-            except BaseException:   # not taken: as if this send() had not happened
-                self.stage = self.stage[:-len(chunk)]   # a new one (see _unstage)
+                self._announce()
+            except BaseException:   # not sent: as if these bytes had not come
+                c = self.c
+                c.tpos -= n
+                c.credit += n
+                c.held -= n
                 raise
-
-    def _unstage(self) -> None:
-        """The staged bytes into the send ring. The stage is replaced, never resized
-        after a copy: a failed copy's traceback may still hold views of it."""
-        if self.stage:
-            data, self.stage = self.stage, bytearray()
-            try:
-                self._write(data)
-            except BaseException:
-                self.stage = bytearray(data)
-                raise
-
-    def _write(self, chunk: bytes | bytearray | memoryview) -> None:
-        """chunk into the send ring's lines at tpos (through the extCache: C while the
-        lines are cached; vm, which faults them in, from the first that is not)."""
-        n = len(chunk)
-        start, size = self._tbuf
-        at = self.tpos % size
-        if at + n > size or self._hit_write(self._slot, self._pid, start + at, chunk) < n:
-            self._ring_io(self._tbuf, self.tpos, chunk, self._hit_write, self.vm.write)
-        self.tpos += n
+        elif verdict == _HOLDING:
+            self.held_trace = tracing.current.ctx
+            self.rt.hold(self)
 
     def announce_held(self) -> None:
         """The held bytes (packing) to the skeleton now, if any. Called where nobody
         could take an error (the flusher, a push, before a wait): a failure breaks
         the connection, and the program's next call on the socket says so."""
-        if self.held and self.buffers is not None:
+        if self.c.held and self.buffers is not None:
             try:
                 if self.held_trace is None:
                     self._announce()
@@ -216,17 +202,18 @@ class NicPath:
         """The held bytes to the skeleton, in one message: DDIO, N_SEND (the skeleton
         reads them from the send ring's extCache lines); DMA, the lines are flushed
         to the mComponent first, then N_SEND_DMA (the skeleton loads them from there)."""
-        self._unstage()
-        total, dma = self.held, self.buffers["mode"] == "dma"
-        if dma:
-            for addr, k in ring_pieces(self._tbuf, self.tpos - total, total):
+        c = self.c
+        while _unstage(c) == _MISS:
+            self.vm.fault(c.miss, _left(self._tbuf, c.miss, c.staged))
+        total = c.held
+        if self._send_op == Op.N_SEND_DMA:
+            for addr, k in ring_pieces(self._tbuf, c.tpos - total, total):
                 self.vm.flush(addr, k)
-        self.rt.send(self.n, Op.N_SEND_DMA if dma else Op.N_SEND, SK_N.pack(self.sk, total))
-        self.held = 0
-        self.announced = _clock()
+        self.rt.send(self.n, self._send_op, SK_N.pack(self.sk, total))
+        _announced(c)
 
     def can_send(self) -> bool:
-        return self.credit > 0
+        return self.c.credit > 0
 
     # ---- waiting: the process's inbox brings what the skeleton says (runtime.wait) -----------
     def wait_readable(self, deadline: float | None) -> bool:
@@ -238,7 +225,7 @@ class NicPath:
         return self.rt.wait(self.stub._can_send, deadline, self.stub._park_writable)
 
     def _before_waiting(self) -> None:
-        if self.held:   # a stub that waits holds nothing back (the answer may depend on it)
+        if self.c.held:   # a stub that waits holds nothing back (the answer may depend on it)
             with self.stub._lock:
                 self.announce_held()
 
@@ -249,19 +236,7 @@ class NicPath:
             self.rt.free_buffers(self.buffers)
             self.buffers = None
 
-    def _ring_io(self, ring: tuple[int, int], pos: int, view: memoryview, hit: Any,
-                 copy: Any) -> None:
-        """view to or from a ring at stream offset pos: straight through the extCache (C,
-        `hit`; the set's lock is all it takes) while the lines are cached, through vm
-        (`copy`, which faults lines in) from the first line that is not."""
-        start, size = ring
-        at = pos % size
-        if at + len(view) <= size:   # the usual case: no wrap
-            done = hit(self._slot, self._pid, start + at, view)
-            if done < len(view):
-                copy(start + at + done, view[done:])
-            return
-        at = 0
-        for addr, k in ring_pieces(ring, pos, len(view)):
-            copy(addr, view[at:at + k])
-            at += k
+
+def _left(ring: tuple[int, int], addr: int, n: int) -> int:
+    """At most n bytes from addr, not past the ring's end (what a fault may read ahead)."""
+    return max(1, min(n, ring[0] + ring[1] - addr))

@@ -279,7 +279,7 @@ class Runtime:
             self.threaded = True
             threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
         for stub in list(self.stubs.values()):
-            stub._sync_bell()
+            stub._sync_bell()   # its fileno() rings from now on, and it holds no sends back
 
     def watch(self, path: Any) -> None:
         """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""

@@ -216,9 +216,14 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     pass   # rung before the switch to threaded: no byte was written
 
     def _sync_bell(self) -> None:
+        """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
+        the path holds no sends back (nic_path.py, packing)."""
         with self._lock:
             if self._rung and not self._closed and self._bell is not None:
                 self._bell.send(b"!")
+            sync = getattr(self._path, "sync_packing", None)
+            if sync is not None:
+                sync()
 
     # ---- bind, listen, accept, connect -------------------------------------------------------
     def bind(self, address: Any) -> None:
@@ -548,9 +553,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                                       "value": value})
         self._opts[(level, optname)] = value
         if (level, optname) == (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY) \
-                and value and self._path is not None and self._n is not None:
-            with self._lock:   # as Linux, what waits goes now
-                self._path.announce_held()
+                and self._path is not None and self._n is not None:
+            with self._lock:
+                self._path.sync_packing()
+                if value:   # as Linux, what waits goes now
+                    self._path.announce_held()
 
     def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> int:
         if buflen:

@@ -154,6 +154,13 @@ class VirtualMemory:
             self._fault(addr + done, len(view) - done)
             done += copy(self.slot, self.pid, addr + done, view[done:])
 
+    def fault(self, addr: int, n: int = 1) -> None:
+        """Bring the line holding `addr` into the extCache, as an access of the n bytes
+        from it would (a zero-fill, or a miss to its home that may read ahead): for a
+        caller that copies through the extCache's hit path itself (nic_path.py)."""
+        with self.lock:
+            self._fault(addr, n)
+
     def flush(self, addr: int, n: int) -> int:
         """Write the dirty lines of [addr, addr+n) back to their home; returns how many."""
         with self.lock:

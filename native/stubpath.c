@@ -1,0 +1,116 @@
+/*
+ * stubpath.c -- a bsdSocketStub's rings through the nComponent. Contract: stubpath.h.
+ *
+ * Every copy is between a flat buffer and one of the process's rings, in at
+ * most two pieces (where the ring wraps), each through the extCache's hit
+ * path (xc_read / xc_write: each line under its set's lock), which stops at
+ * the first line that is not cached.
+ */
+#include "stubpath.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "extcache.h"
+
+uint64_t sp_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Up to n bytes between buf and the ring [start, start + size) from stream
+ * offset pos: the bytes copied, all n or up to the first address that is not
+ * cached (then in p->miss). */
+static uint64_t ring_copy(sp_path *p, uint64_t start, uint64_t size, uint64_t pos, char *buf,
+                          uint64_t n, int write) {
+    uint64_t done = 0;
+    while (done < n) {
+        uint64_t at = (pos + done) % size, k = n - done;
+        if (k > size - at)
+            k = size - at;
+        int64_t got = write ? xc_write(p->xc, p->slot, p->pid, start + at, buf + done, k)
+                            : xc_read(p->xc, p->slot, p->pid, start + at, buf + done, k);
+        if (got < 0)
+            got = 0;   /* (a broken segment: the caller's fault path says why) */
+        done += (uint64_t)got;
+        if ((uint64_t)got < k) {
+            p->miss = start + at + (uint64_t)got;
+            break;
+        }
+    }
+    return done;
+}
+
+int sp_unstage(sp_path *p) {
+    if (!p->staged)
+        return 0;
+    uint64_t done = ring_copy(p, p->tstart, p->tsize, p->tpos, p->stage, p->staged, 1);
+    p->tpos += done;
+    p->staged -= (uint32_t)done;
+    if (p->staged) {
+        memmove(p->stage, p->stage + done, p->staged);
+        return SP_MISS;
+    }
+    return 0;
+}
+
+int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken) {
+    uint64_t credit = p->credit, now = 0;
+    int hold = 0, fresh = 0;
+    *taken = 0;
+    if (!credit)
+        return SP_FULL;
+    if (n > credit)
+        n = credit;
+    if (p->pack && p->held + n < p->pack_max) {
+        now = sp_now();
+        if (p->held)        /* a batch is held: it goes on unless it is due */
+            hold = now - p->held_since < p->pack_delay;
+        else                /* a new one, if bytes are in flight and the last went just now */
+            hold = fresh = p->tsize - credit > 0 && now - p->announced < p->pack_gap;
+    }
+    int missed = 0;
+    if (hold && n < p->line && p->staged < p->line) {
+        /* a small held send: into the stage, the stage into the ring at a line's worth */
+        memcpy(p->stage + p->staged, buf, n);
+        p->staged += (uint32_t)n;
+        if (p->staged >= p->line && sp_unstage(p) == SP_MISS)
+            missed = SP_MISSED;   /* taken all the same: it is staged */
+    } else {
+        if (sp_unstage(p) == SP_MISS)
+            return SP_MISS;
+        uint64_t k = ring_copy(p, p->tstart, p->tsize, p->tpos, (char *)buf, n, 1);
+        if (!k && n)
+            return SP_MISS;
+        if (k < n) {
+            n = k;
+            missed = SP_MISSED;
+        }
+        p->tpos += n;
+    }
+    if (fresh)
+        p->held_since = now;
+    p->credit = credit - n;
+    p->held += n;
+    *taken = n;
+    return (hold ? (fresh ? SP_HOLDING : SP_HELD) : SP_SENT) | missed;
+}
+
+void sp_announced(sp_path *p) {
+    p->held = 0;
+    p->announced = sp_now();
+}
+
+uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek) {
+    uint64_t avail = p->rtail - p->rhead;
+    if (skip >= avail)
+        return 0;
+    uint64_t k = want < avail - skip ? want : avail - skip;
+    k = ring_copy(p, p->rstart, p->rsize, p->rhead + skip, dst, k, 0);
+    if (!peek) {
+        p->rhead += k;
+        p->unacked += k;
+    }
+    return k;
+}

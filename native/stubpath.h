@@ -1,0 +1,106 @@
+/*
+ * stubpath.h -- a bsdSocketStub's two rings through the nComponent, in C: the
+ * hot path of splitrack/nic_path.py.
+ *
+ * A connected stub whose bytes cross a NIC keeps a receive ring and a send
+ * ring in its process's rack memory, cached in the pComponent's extCache
+ * lines; its bsdSocketSkeleton walks the same rings (monitors/data_paths.py).
+ * An sp_path is that connection's whole state on the stub's side; these
+ * functions are its hot path, one native call per send() or recv(), made
+ * with the stub's lock held (one caller at a time).
+ *
+ * Stream offsets: byte `pos` of a direction's stream lives at
+ * start + pos % size of its ring.
+ *
+ * Receive: the skeleton says how many bytes it put into the ring's lines
+ * (STUB_DATA: the caller adds them to rtail); sp_take copies them out. The
+ * caller gives read bytes back to the skeleton (N_CREDIT) once `unacked`
+ * reaches its credit size.
+ *
+ * Send: sp_put writes bytes into the send ring's lines, within the window
+ * (`credit`: the ring's bytes the skeleton has not confirmed, STUB_SENT), and
+ * decides by the packing rule whether they go to the skeleton now (SP_SENT:
+ * the caller announces the `held` bytes, N_SEND, then calls sp_announced) or
+ * are held back (SP_HELD, SP_HOLDING). A send is held when packing is on
+ * (`pack`), fewer than pack_max bytes would then be held, and either a batch
+ * is held that is younger than pack_delay_ns, or bytes are in flight
+ * (announced, not confirmed) and the last announcement was less than
+ * pack_gap_ns ago. A held send smaller than a line waits in `stage` (room for
+ * two lines) until a line's worth is there; the staged bytes go into the ring
+ * before anything after them, and before any announcement (sp_unstage).
+ *
+ * Misses. The copies go only through cached lines (the set's lock held, as
+ * every extCache hit), and stop at the first that is not cached, its address
+ * in `miss`: the caller faults that line in (splitrack/vm.py: a zero-fill, or
+ * an M_MISS to its home, reading ahead) and calls again for the rest. What a
+ * call copied before the miss counts; so every call makes progress, however
+ * small the extCache.
+ *
+ * Times are CLOCK_MONOTONIC nanoseconds, the clock of Python's
+ * time.monotonic().
+ */
+#ifndef SPLITRACK_STUBPATH_H
+#define SPLITRACK_STUBPATH_H
+
+#include <stdint.h>
+
+#define SP_SENT 0       /* the bytes are in the ring: announce the held bytes now */
+#define SP_HELD 1       /* held back, in a batch already held */
+#define SP_HOLDING 2    /* held back, the first of a new batch (held_since is now) */
+#define SP_FULL 3       /* the window is full: nothing taken */
+#define SP_MISS -1      /* a line is not cached (its address: miss): nothing taken */
+#define SP_MISSED 8     /* or'ed into a verdict: a miss stopped the copy after *taken bytes */
+
+typedef struct {
+    /* the process's view of the extCache */
+    void *xc;               /* the pComponent's segment, mapped */
+    int32_t slot;           /* the process's counter slot */
+    uint32_t pid;
+    uint32_t line;          /* bytes of a line */
+    uint32_t pack;          /* 1: a send may be held back (packing on, no TCP_NODELAY) */
+    /* the rings, [start, start + size) of the process's virtual memory */
+    uint64_t rstart, rsize, tstart, tsize;
+    /* receive */
+    uint64_t rhead;         /* read by the program */
+    uint64_t rtail;         /* put there by the skeleton (STUB_DATA) */
+    uint64_t unacked;       /* read, not yet given back (N_CREDIT) */
+    /* send */
+    uint64_t tpos;          /* written into the ring (the staged bytes not yet) */
+    uint64_t credit;        /* send window left: tsize - unconfirmed */
+    uint64_t held;          /* written or staged, not yet announced */
+    uint64_t held_since;    /* when the first held byte was taken (ns) */
+    uint64_t announced;     /* when bytes last went to the skeleton (ns) */
+    uint32_t staged;        /* bytes in stage */
+    uint32_t pad;
+    char *stage;            /* 2 * line bytes */
+    /* packing */
+    uint64_t pack_max;      /* bytes held at most */
+    uint64_t pack_delay;    /* ns a batch is held at most */
+    uint64_t pack_gap;      /* ns after an announcement in which a new batch may start */
+    /* out */
+    uint64_t miss;          /* SP_MISS: the first address that is not cached */
+} sp_path;
+
+/* Now, in ns (CLOCK_MONOTONIC). */
+uint64_t sp_now(void);
+
+/* Send: take up to n bytes of buf, as far as the window goes, into the ring or
+ * the stage (*taken of them). Returns the verdict for them, SP_SENT, SP_HELD or
+ * SP_HOLDING, with SP_MISSED or'ed in if a miss stopped the copy before n; or
+ * SP_FULL (the window is full) or SP_MISS, both with nothing taken. */
+int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken);
+
+/* The staged bytes into the ring (before an announcement): 0 when none is left,
+ * SP_MISS when a miss stopped it (the rest is still staged). */
+int sp_unstage(sp_path *p);
+
+/* The held bytes have gone to the skeleton: none is held, announced is now. */
+void sp_announced(sp_path *p);
+
+/* Receive: copy up to `want` received bytes into dst, from `skip` bytes past
+ * the first unread one; unless peek, the bytes copied are read (rhead moves;
+ * skip must then be 0). Returns the bytes copied: fewer than were there if a
+ * miss stopped it (0: none waits, or the first line missed). */
+uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek);
+
+#endif

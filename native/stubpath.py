@@ -1,0 +1,41 @@
+"""The Python binding of a bsdSocketStub's rings through the nComponent (stubpath.h).
+
+Interface:
+    path = new_path(xc, slot, pid, rbuf, tbuf, pack_max, pack_delay_s, pack_gap_s)
+                            the C state of one connection (a cdata `sp_path *`, whose
+                            fields splitrack/nic_path.py reads and sets), over the
+                            process's extCache xc (ExtCache) and its two rings, each
+                            (start, size) of its virtual memory; empty, window open
+    lib.sp_put / sp_unstage / sp_announced / sp_take / sp_now
+                            the C functions themselves (called straight from
+                            nic_path.py: this is the hot path); their results:
+    SENT, HELD, HOLDING, FULL, MISS, MISSED
+The functions return codes, never raise: a miss (MISS, MISSED, a short take)
+is not an error but a line to fault in (vm.fault) before the call is made
+again for the rest.
+"""
+
+from typing import Any
+
+from native import load
+
+_c = load("_stubpath", "stub's ring path")
+ffi, lib = _c.ffi, _c.lib
+
+SENT, HELD, HOLDING, FULL, MISS, MISSED = lib.SP_SENT, lib.SP_HELD, lib.SP_HOLDING, \
+    lib.SP_FULL, lib.SP_MISS, lib.SP_MISSED
+
+__all__ = ["FULL", "HELD", "HOLDING", "MISS", "MISSED", "SENT", "ffi", "lib", "new_path"]
+
+
+def new_path(xc: Any, slot: int, pid: int, rbuf: tuple[int, int], tbuf: tuple[int, int],
+             pack_max: int, pack_delay_s: float, pack_gap_s: float) -> Any:
+    """A connection's state: both rings empty, the send window the whole send ring.
+    The stage (two lines) is owned by the returned cdata (kept alive with it)."""
+    stage = ffi.new("char[]", 2 * xc.line_size)
+    path = ffi.new("sp_path *", {
+        "xc": xc.base, "slot": slot, "pid": pid, "line": xc.line_size,
+        "rstart": rbuf[0], "rsize": rbuf[1], "tstart": tbuf[0], "tsize": tbuf[1],
+        "credit": tbuf[1], "stage": stage, "pack_max": pack_max,
+        "pack_delay": int(pack_delay_s * 1e9), "pack_gap": int(pack_gap_s * 1e9)})
+    return ffi.gc(path, lambda _p, _keep=(stage, xc): None)
