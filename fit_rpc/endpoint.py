@@ -9,6 +9,7 @@ Interface:
     ep.fileno(), ep.arm(), ep.disarm(), ep.pending()
                                        # readiness, for a loop that also waits on other
                                        # fds (transport.py says how)
+    ep.rings()                         # shm: the rings, for a native data plane (or None)
     ep.vouch = fn                      # fn(peer, pid) -> True | False | None (not yet:
                                        # ask again next message), on a link's first message
     ep.region(name, size, grant)       # memory peers may map (regions.py)
@@ -183,6 +184,11 @@ class Endpoint:
 
     def pending(self) -> bool:
         return self.transport.pending()
+
+    def rings(self) -> Any:
+        """The transport itself if it has rings a native data plane may read and write
+        (shm: inbox_rings(), out_ring(peer), link_closed; transport.py), else None."""
+        return self.transport if hasattr(self.transport, "inbox_rings") else None
 
     # ---- calling -------------------------------------------------------------
     def call(self, peer: str, op: int, payload: Frame = b"",

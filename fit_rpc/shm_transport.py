@@ -21,6 +21,12 @@
   at once: PeerUnreachable.
 - A handler reads its request in place, in the ring (zero copy); the slot is
   freed when the endpoint says it is done (done()). A reply is copied out.
+- A native data plane (the nComponent's, native/skelpath.c) may read the
+  inbound rings and write to a peer's ring itself, in this thread, between
+  calls into this transport: inbox_rings() says which rings there are (and
+  which links are vouched for), out_ring(peer) which ring reaches a peer's
+  inbox now, and link_closed(peer) is called before the ring of a link to
+  peer goes (so nobody writes into a segment that is unmapped).
 - Channels (channel()): shm_channel.py; the rendezvous here hands them their
   segments.
 - Regions (new_region, grant_region, map_region): memfds of their owner; a
@@ -55,6 +61,7 @@ from native.fitring import (
     NEVER,
     WOKEN,
     Bell,
+    Ring,
     RingBroken,
     Segment,
     WaitSet,
@@ -118,6 +125,7 @@ class ShmTransport(Transport):
         self._inbox_gen = -1
         self.count = _no_count                      # error counters (the endpoint's)
         self.peer_gone = _no_peer                   # a peer's last link closed
+        self.link_closed = _no_peer                 # an outbound link's ring is about to go
         self.listener: rendezvous.Listener | None = None
         self.address: str | None = None
         if path is not None:
@@ -250,6 +258,18 @@ class ShmTransport(Transport):
         if link is not None:
             self._close(link, gone=False)
 
+    # ---- for a native data plane ---------------------------------------------------------------
+    def inbox_rings(self) -> tuple[int, list[tuple[str, Ring, bool]]]:
+        """(generation, [(peer, ring, vouched)]) of the inbound links; the generation
+        changes whenever the list does (a ring in an older list may be unmapped)."""
+        self._sync()
+        return self._gen, [(x.peer, x.rx, x.verdict is True) for x in self.inbound]
+
+    def out_ring(self, peer: str) -> Ring | None:
+        """The ring that carries our messages to `peer`'s inbox now (None: no link up)."""
+        link = self.out.get(peer)
+        return None if link is None or link.hung or link.closed else link.tx
+
     # ---- channels and regions -------------------------------------------------------------------
     def channel(self, peer: str, linger_s: float, sender: Any = None) -> ShmChannel:
         if self.address is None:
@@ -295,6 +315,8 @@ class ShmTransport(Transport):
             self.listener.close()
             self.listener = None
         self._sync()
+        for peer in self.out:
+            self.link_closed(peer)
         for link in [*self.inbound, *self.out.values()]:
             link.close()
         self.inbound.clear()
@@ -427,6 +449,8 @@ class ShmTransport(Transport):
             self.inbound.remove(link)
             self._gen += 1
         peer = link.peer
+        if link.outbound:
+            self.link_closed(peer)
         link.close()
         if gone and peer not in self.out and not any(x.peer == peer for x in self.inbound):
             self.peer_gone(peer)
