@@ -89,38 +89,50 @@ class Ddio:
     send_op = Op.N_SEND
     data_op = Op.STUB_DATA
 
-    def __init__(self, net: Any, pid: int, pcomponent: str, home: str, rbuf: tuple[int, int],
-                 tbuf: tuple[int, int]):
+    def __init__(self, net: Any, conn: Any, pid: int, pcomponent: str, home: str,
+                 rbuf: tuple[int, int], tbuf: tuple[int, int]):
         self.net = net
+        self.c = conn                  # the data plane's state: rpos, tpos, pending live there
         self.pid, self.home = pid, home
         self.rbuf, self.tbuf = rbuf, tbuf
-        self.rpos = self.tpos = 0      # stream offsets in each ring
         self.first_lap = True          # this delivery lands where rx was never written
-        self.pending = 0               # bytes in the stub's send ring, not pulled yet
         self.parked = bytearray()      # bytes pulled out of the ring that tx had no room for
         self.memory: RackMemory = net.memory
         self.home_index = self.memory.m_ids.index(home)
         self.xc = self.memory.extcache(pcomponent) if self.name == "ddio" else None
         self.lines = None if self.xc is None else (   # dDDIO's hit path, in C
             DdioRing(self.xc, pid, *rbuf), DdioRing(self.xc, pid, *tbuf))
+        if self.lines is not None:     # ... and the data plane's (native/skelpath.c)
+            conn.rbuf, conn.tbuf = self.lines[0].ring, self.lines[1].ring
         self._maps: dict[tuple[int, int], RingMap] = {}   # a ring -> its mapping at home
 
+    # stream offsets in each ring, and the bytes in the stub's send ring not pulled yet
+    rpos = property(lambda self: self.c.rpos, lambda self, v: setattr(self.c, "rpos", v))
+    tpos = property(lambda self: self.c.tpos, lambda self, v: setattr(self.c, "tpos", v))
+    pending = property(lambda self: self.c.pending,
+                       lambda self, v: setattr(self.c, "pending", v))
+
     # ---- receive --------------------------------------------------------------------
-    def deliver(self, skel: Any, n: int) -> None:
-        """n bytes arrived in rx: into the process's receive ring, then the stub hears."""
-        self.first_lap = self.rpos + n <= self.rbuf[1]
+    def deliver(self, skel: Any, n: int, stored: int = 0) -> None:
+        """n bytes arrived in rx: into the process's receive ring, then the stub hears.
+        `stored`: the first of them are there already (the data plane put them there and
+        moved rpos past them: native/skelpath.c); the rest wait in rx."""
+        rpos = self.rpos - stored
+        self.first_lap = rpos + n <= self.rbuf[1]
         try:
-            done = self.lines[0].store(skel.rx, self.rpos, n) if self.lines else 0
-            self.net.counts["ddio_extcache_bytes"] += done
+            done = stored
+            if self.lines and done < n:
+                done += self.lines[0].store(skel.rx, rpos + done, n - done)
+                self.net.counts["ddio_extcache_bytes"] += done - stored
             if done < n:   # a line that is not cached, or dDMA
                 rest = n - done
-                _walk(ring_pieces(self.rbuf, self.rpos + done, rest), skel.rx.used_views(rest),
+                _walk(ring_pieces(self.rbuf, rpos + done, rest), skel.rx.used_views(rest),
                       self._store)
                 skel.rx.drop(rest)
         except OSError as exc:   # the process's memory is gone (it ended), or m is; the
             skel._fail(exc.errno or errno.EIO)   # skeleton reads no more, so never delivers
             return
-        self.rpos += n
+        self.rpos = rpos + n
         if skel.trace is not None:
             self._traced(skel, "WRITE", n, 0)
         self.net.push(skel, self.data_op, SK_N.pack(skel.stub, n))

@@ -9,6 +9,15 @@ readiness fd (arm, sleep, disarm: fit_rpc/transport.py), after spinning for
 rack.poll_us like every FIT waiter. A stub's message and a kernel event are
 handled by the same thread, in arrival order.
 
+The data plane (native/skelpath.c) does the per-byte work of that loop in C:
+for each DDIO connection in its plain state (Skeleton.plain) it handles the
+kernel socket's events, N_SEND and N_CREDIT (read straight off the inbox's
+FIT rings, on shm) and the pushes they cause, and hands everything else back
+here as events, where the Python code below goes on from where it stopped
+(`refresh` says which connections are its; `_plane_events` takes what it
+hands back). What it reads and writes is counted in the endpoint's counters
+as if this file had.
+
 Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it;
                 `inbox` must be the sender's own: EPERM otherwise)
@@ -49,19 +58,34 @@ from typing import Any
 
 from fit_rpc import Message, Op, codec, tracing
 from fit_rpc.codec import need
+from fit_rpc.counters import Counters
+from fit_rpc.header import MAGIC, ONEWAY, VERSION
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.core import Monitor
 from monitors.data_paths import Ddio, Dma, RackMemory
 from monitors.proxy import Proxy
 from monitors.skeleton import Skeleton
+from native import skelpath
 from native.fitring import spin_yield
-from splitrack.params import CONNECT_TIMEOUT_S, MONITOR_IDLE_CHECK_S, STUB_PUSH_TIMEOUT_S
+from native.skelpath import EVENT, FAIL, FLUSH, MAX_FDS, MAX_PEERS, NO_PEER, PUSH, RECEIVED
+from splitrack.params import (
+    CONNECT_TIMEOUT_S,
+    MONITOR_IDLE_CHECK_S,
+    SKELETON_RECV_CHUNK_BYTES,
+    SOCKET_SENT_BYTES,
+    STUB_PUSH_TIMEOUT_S,
+)
 
 _RESET = struct.pack("ii", 1, 0)   # SO_LINGER on, 0 s: close() sends RST
 
 _IN, _OUT, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR  # plain ints: hot path
 _INBOX_BATCH = 64   # inbox messages per poll round, so kernel sockets are not starved
+_PLANE_OPS = {"n_send": Op.N_SEND, "n_credit": Op.N_CREDIT, "stub_data": Op.STUB_DATA,
+              "stub_sent": Op.STUB_SENT, "magic": MAGIC, "version": VERSION, "oneway": ONEWAY}
+# the data plane's counts (skelpath.take_counts) -> the endpoint's counters
+_PLANE_COUNTS = (("rx", Op.N_SEND, "rx_send"), ("rx", Op.N_CREDIT, "rx_credit"),
+                 ("tx", Op.STUB_DATA, "tx_data"), ("tx", Op.STUB_SENT, "tx_sent"))
 
 
 class NMonitor(Monitor):
@@ -71,11 +95,21 @@ class NMonitor(Monitor):
         self.proxy = Proxy(self.config["nics"], self.rack["loopback"], self.config["dram"])
         self.skels: dict[int, Skeleton] = {}
         self.by_fd: dict[int, Skeleton] = {}
-        self.masks: dict[int, int] = {}
+        self.masks: dict[int, int] = {}    # what the epoll watches of fds the plane cannot
         self.epoll = select.epoll()
+        self.plane = skelpath.Plane(self.epoll.fileno(), _PLANE_OPS)
+        self.rings = self.ep.rings()       # shm: the plane reads the inbox itself (zmq: None)
+        if self.rings is not None:
+            self.rings.link_closed = self._link_closed
+        self._ring_gen = -1                # the inbox rings the plane has (their generation)
+        self._unvouched = False            # ... some not vouched for yet: look again
+        self._peer_nos: dict[str, int] = {}   # the plane's numbers for peers (processes)
+        self._free_nos = list(range(MAX_PEERS - 1, -1, -1))
+        self.ep.counters.sources.append(self._plane_counts)
         self.memory = RackMemory(self.ep, os.getcwd())   # monitors run in the run directory
         # a dead board: its programs' connections first, then its regions go
         self.ep.on_peer_gone.extend((self._board_gone, self.memory.forget))
+        self.ep.on_peer_gone.append(self._forget_peer)
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
@@ -83,6 +117,7 @@ class NMonitor(Monitor):
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
                        "shortcuts_pipe": 0, "shortcuts_fit": 0,
                        "ddio_extcache_bytes": 0, "ddio_mcomponent_bytes": 0}
+        self._lines_bytes = 0   # what the plane's closed connections copied to or from lines
         for op, fn in ((Op.N_BIND, self.n_bind), (Op.N_LISTEN, self.n_listen),
                        (Op.N_CONNECT, self.n_connect), (Op.N_START, self.n_start),
                        (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send),
@@ -96,55 +131,147 @@ class NMonitor(Monitor):
 
     def extra_stats(self) -> dict[str, Any]:
         live = list(self.skels.values())
+        counts = dict(self.counts)
+        counts["ddio_extcache_bytes"] += self._lines_bytes + sum(s.c.lines_bytes for s in live)
         return {"network": {
-            **self.counts, "skeletons": len(live),
+            **counts, "skeletons": len(live),
             "listeners": sum(s.listening for s in live),
             "bytes_in": sum(s.bytes_in for s in live), "bytes_out": sum(s.bytes_out for s in live),
             "dram_buffers_used": self.proxy.slots_used, "dram_buffers": self.proxy.slots_total,
             "connections_max": self.proxy.connections_max,
+            "plane": {"connections": sum(1 for s in live if s.c.fast), **self.plane.stats()},
             "by_mode": {m: sum(1 for s in live if s.path is not None and s.path.name == m)
                         for m in ("ddio", "dma")}}}
 
     # ---- the loop: FIT inbox and kernel sockets ------------------------------------------
     def serve(self) -> None:
-        ep, clock, yield_cpu = self.ep, time.monotonic, spin_yield
+        ep, plane, clock = self.ep, self.plane, time.monotonic
         bell = ep.fileno()
-        self.epoll.register(bell, _IN)
-        poll, spin = self.epoll.poll, self.rack["poll_us"] / 1e6
+        self._mask(bell, _IN)
+        spin = self.rack["poll_us"] / 1e6
+        plane_reads_inbox = self.rings is not None   # else (zmq) the spin is this loop's
         next_tick = clock() + MONITOR_IDLE_CHECK_S
         idle_since: float | None = None
         while True:
+            if plane_reads_inbox:
+                self._sync_inbox()
+            n = plane.run(spin if plane_reads_inbox else 0.0, int(next_tick * 1e9))
+            if n:                                       # (time.monotonic: CLOCK_MONOTONIC)
+                self._plane_events(n, bell)
             served = 0
-            while served < _INBOX_BATCH and ep.serve(0):
-                served += 1
-            busy = served > 0 or self._kernel_events(poll(0), bell)
+            if plane.inbox or not plane_reads_inbox:
+                while served < _INBOX_BATCH and ep.serve(0):
+                    served += 1
             now = clock()
             if now >= next_tick:
                 if self._tick():
                     return
                 next_tick = now + MONITOR_IDLE_CHECK_S
-            if busy:
+            if n or served or plane.inbox:
                 idle_since = None
                 continue
-            if idle_since is None:
-                idle_since = now
-            if now - idle_since < spin and yield_cpu():   # a message or a kernel event is likely
-                continue                                   # soon, and nobody else wants the CPU
-            if ep.arm():   # nothing waits in the inbox: sleep on both
-                events = poll(max(0.0, next_tick - now))
-                ep.disarm()
-                self._kernel_events(events, bell)
+            if not plane_reads_inbox:   # spin while a message or a kernel event is likely
+                idle_since = idle_since or now             # soon, and nobody else wants
+                if now - idle_since < spin and spin_yield():   # the CPU
+                    continue
             idle_since = None
+            if ep.arm():   # idle after the spin: sleep on the inbox and the sockets
+                self.epoll.poll(max(0.0, next_tick - now))   # (level-triggered: the
+                ep.disarm()                                   # plane reads the events)
 
-    def _kernel_events(self, events: list[tuple[int, int]], bell: int) -> bool:
-        """Handle one poll round's events; whether there was any (the bell's too)."""
+    def _plane_events(self, n: int, bell: int) -> None:
+        """What the data plane handed back from one run: epoll events of what is not
+        its, and the connections where the common case ended (skelpath.h)."""
         self.stale.clear()
-        for fd, ev in events:
-            if fd == bell:
-                self.ep.disarm()   # rung while we were awake: drain it, look again
-            elif fd not in self.stale:
-                self._kernel_event(fd, ev)
-        return bool(events)
+        events = self.plane.events
+        for i in range(n):
+            ev = events[i]
+            kind = ev.kind
+            if kind == EVENT:
+                fd = ev.fd
+                if fd == bell:
+                    self.ep.disarm()   # rung while we were awake: drain it, look again
+                elif fd not in self.stale:
+                    self._kernel_event(fd, ev.events)
+                continue
+            skel = self.skels.get(ev.sk)
+            if skel is None or skel.dead:
+                continue
+            value, stored, op = ev.value, ev.stored, ev.op
+            try:
+                if kind == RECEIVED:
+                    skel.received(value, stored)
+                elif kind == FLUSH:
+                    skel.flush()
+                elif kind == FAIL:
+                    skel._fail(value)
+                elif kind == PUSH:
+                    self.push(skel, op, SK_N.pack(skel.stub, value))
+            except Exception:   # one broken skeleton must not stop the nComponent
+                self.log.exception("skeleton %d of %s failed; closing it", skel.sk, skel.owner)
+                skel._fail(errno.EIO)
+                self.closed(skel)
+
+    def _sync_inbox(self) -> None:
+        """The plane reads the inbox rings there are now (before it runs: a ring of a
+        list it had may be gone)."""
+        gen, rings = self.rings.inbox_rings()
+        if gen == self._ring_gen and not self._unvouched:
+            return
+        self._ring_gen = gen
+        self._unvouched = any(not vouched for _, _, vouched in rings)
+        self.plane.set_inbox([ring for _, ring, _ in rings],
+                             [self._peer_no(peer) if vouched else NO_PEER
+                              for peer, _, vouched in rings])
+
+    def refresh(self, skel: Skeleton) -> None:
+        """Whether the data plane runs skel now (skeleton.Net): a plain DDIO connection
+        (Skeleton.plain) of a stub not found dead, on a transport with rings."""
+        c = skel.c
+        fast = self.rings is not None and skel.plain() and skel.owner not in self.gone
+        if fast and not c.fast:
+            c.owner = self._peer_no(skel.owner)
+            c.stub = skel.stub
+            c.recv_chunk, c.sent_batch = SKELETON_RECV_CHUNK_BYTES, SOCKET_SENT_BYTES
+            c.push = skelpath.ring_ptr(self.rings.out_ring(skel.owner))
+            fast = c.owner != NO_PEER
+        c.fast = fast
+
+    def _peer_no(self, peer: str) -> int:
+        """The plane's number for a peer (NO_PEER when all are taken)."""
+        no = self._peer_nos.get(peer)
+        if no is None:
+            if not self._free_nos:
+                return NO_PEER
+            no = self._peer_nos[peer] = self._free_nos.pop()
+        return no
+
+    def _forget_peer(self, peer: str) -> None:
+        """A peer's process ended (its last link closed): its counts were taken in (the
+        endpoint folds them), and its number is free again, for nobody to speak for
+        its connections."""
+        no = self._peer_nos.pop(peer, None)
+        if no is None:
+            return
+        for skel in self.skels.values():
+            if skel.owner == peer:
+                skel.c.fast, skel.c.owner = False, NO_PEER
+        self.plane.take_counts(no)
+        self._free_nos.append(no)
+        self._ring_gen = -1   # its rings are gone: the plane gets the list again
+
+    def _link_closed(self, peer: str) -> None:
+        """The ring to peer's inbox is about to go: the plane pushes there no more."""
+        for skel in self.skels.values():
+            if skel.owner == peer:
+                skel.c.push = skelpath.ffi.NULL
+
+    def _plane_counts(self, counters: Counters) -> None:
+        """What the plane read and wrote, into the endpoint's counters."""
+        for peer, no in self._peer_nos.items():
+            got = self.plane.take_counts(no)
+            for direction, op, key in _PLANE_COUNTS:
+                counters.add(direction, peer, op, got[key], got[f"{key}_bytes"])
 
     def _kernel_event(self, fd: int, ev: int) -> None:
         skel = self.by_fd.get(fd)
@@ -197,8 +324,19 @@ class NMonitor(Monitor):
             self.ep.send(skel.owner, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
         except OSError as exc:
             self.log.info("stub %s is gone (%s); closing its sockets", skel.owner, exc)
-            self.gone.add(skel.owner)
+            self._gone(skel.owner)
             self.counts["stubs_lost"] += 1
+            return
+        if skel.c.fast:   # the link may be new: the plane pushes on it from now on
+            skel.c.push = skelpath.ring_ptr(self.rings.out_ring(skel.owner))
+
+    def _gone(self, owner: str) -> None:
+        """A stub process found dead (or released): nothing more is pushed to it, and
+        its skeletons close at the next tick."""
+        self.gone.add(owner)
+        for skel in self.skels.values():
+            if skel.owner == owner:
+                self.refresh(skel)
 
     def watch(self, skel: Skeleton) -> None:
         if skel.dead:
@@ -222,6 +360,7 @@ class NMonitor(Monitor):
 
     def connect_done(self, skel: Skeleton, err: int) -> None:
         skel.connecting = False
+        self.refresh(skel)
         if err:
             self._tell_connect(skel.owner, skel.stub, {"errno": err})
             self.closed(skel)
@@ -238,13 +377,16 @@ class NMonitor(Monitor):
             self.ep.send(owner, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer),
                          timeout=STUB_PUSH_TIMEOUT_S)
         except OSError:
-            self.gone.add(owner)
+            self._gone(owner)
 
     def closed(self, skel: Skeleton) -> None:
         """The end of a skeleton: kernel sockets closed, rings back to DRAM."""
         if skel.dead:
             return
         skel.dead = True
+        skel.c.fast = False
+        self.plane.drop(skel.c)   # before its rings and mappings go
+        self._lines_bytes += skel.c.lines_bytes
         if skel.connecting:
             skel.connecting = False
             self._tell_connect(skel.owner, skel.stub, {"errno": errno.ECONNABORTED})
@@ -318,6 +460,7 @@ class NMonitor(Monitor):
             err = _handshake(skel.sock)
         if err is None:   # the handshake goes on: writable once it is done (connect_done)
             skel.connecting = True
+            self.refresh(skel)
             timeout = args.get("timeout")
             skel.connect_deadline = time.monotonic() + (
                 CONNECT_TIMEOUT_S if timeout is None else float(timeout))
@@ -394,7 +537,7 @@ class NMonitor(Monitor):
     def n_release(self, msg: Message) -> None:
         args, _ = msg.args()
         owner = f"{msg.src}.{need(args, 'pid', int)}"   # only its own pMonitor may
-        self.gone.add(owner)   # no more pushes; tick() closes what is left
+        self._gone(owner)   # no more pushes; tick() closes what is left
         for skel in [s for s in self.skels.values() if s.owner == owner]:
             self._orphaned(skel)
 
@@ -404,7 +547,7 @@ class NMonitor(Monitor):
         if kind_of(peer) != "p":
             return
         for skel in [s for s in self.skels.values() if s.owner.startswith(f"{peer}.")]:
-            self.gone.add(skel.owner)
+            self._gone(skel.owner)
             for sock in skel.socks:
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
@@ -428,8 +571,16 @@ class NMonitor(Monitor):
         return inbox
 
     def _new(self, owner: str, socks: list[socket.socket]) -> Skeleton:
-        self._next_sk = self._next_sk % 0xFFFFFFFF + 1
-        skel = Skeleton(self, self._next_sk, owner, socks)
+        """A skeleton over socks; its id names its first socket's fd in its low 16 bits,
+        so that the data plane finds it from a message (skelpath.h)."""
+        fd = socks[0].fileno()
+        while True:
+            self._next_sk = (self._next_sk + 1) & 0xFFFF
+            sk = self._next_sk << 16 | (fd if fd < MAX_FDS else 0xFFFF)
+            if sk and sk not in self.skels:
+                break
+        skel = Skeleton(self, sk, owner, socks, self.plane.conn(fd, sk))
+        self.plane.add(skel.c)
         self.skels[skel.sk] = skel
         for s in socks:
             self.by_fd[s.fileno()] = skel
@@ -450,7 +601,7 @@ class NMonitor(Monitor):
                     or ring[1] <= 0:
                 raise OSError(errno.EINVAL, f"a ring is [start, size], not {list(ring)!r}")
         pcomponent, _, pid = skel.owner.partition(".")
-        path = kinds[mode](self, int(pid), pcomponent, home, rbuf, tbuf)
+        path = kinds[mode](self, skel.c, int(pid), pcomponent, home, rbuf, tbuf)
         rx, tx = self.proxy.rings()
         skel.start(rx, tx, path, need(buffers, "window", int))
 
@@ -463,9 +614,17 @@ class NMonitor(Monitor):
         ctx = tracing.current.ctx
         if ctx is not None:   # traced: this message is the skeleton's context now
             skel.trace = ctx
+            self.refresh(skel)   # (the data plane traces nothing: it is this file's now)
         return skel
 
     def _mask(self, fd: int, mask: int) -> None:
+        """What the epoll watches of fd: through the plane (which watches with it), or
+        here for an fd past what the plane can."""
+        rc = self.plane.watch(fd, mask)
+        if rc == 0:
+            return
+        if rc != -errno.EBADF or fd < MAX_FDS:
+            raise OSError(-rc, os.strerror(-rc))
         if self.masks.get(fd, 0) == mask:
             return
         if mask and fd in self.masks:

@@ -45,15 +45,18 @@ class Net(Protocol):
 
     def push(self, skel: "Skeleton", op: int, payload: bytes) -> None: ...
     def watch(self, skel: "Skeleton") -> None: ...
+    def refresh(self, skel: "Skeleton") -> None: ...   # its state changed: fast or not
     def accepted(self, listener: "Skeleton", conn: socket.socket) -> None: ...
     def closed(self, skel: "Skeleton") -> None: ...
     def connect_done(self, skel: "Skeleton", err: int) -> None: ...
 
 
 class Skeleton:
-    def __init__(self, net: Net, sk: int, owner: str, socks: list[socket.socket]):
+    def __init__(self, net: Net, sk: int, owner: str, socks: list[socket.socket], conn: Any):
         self.net = net
         self.sk = sk
+        self.c = conn                   # the data plane's state (native/skelpath.h): the
+        #                                 window, counts and stream offsets live there
         self.owner = owner              # the stub's process endpoint id, "pN.PID"
         self.stub = 0                   # the stub's id in its process (pushes name it)
         self.inbox = ""                 # the stub's process's FIT inbox (a listener's: lookups)
@@ -67,14 +70,11 @@ class Skeleton:
         self.rx: NRing | None = None
         self.tx: NRing | None = None
         self.path: Any = None           # data_paths.Ddio or data_paths.Dma, set at start()
-        self.window = 0                 # bytes the stub can still take
-        self.unconfirmed = 0            # pulled from the stub's ring, not yet confirmed to it
         self.eof = False                # nothing more will be read from the kernel
         self.shut_wr = False            # SHUT_WR asked: once tx is drained
         self.closing_since: float | None = None
         self.connecting = False         # N_CONNECT waits for the kernel's handshake
         self.connect_deadline = 0.0
-        self.bytes_in = self.bytes_out = 0
         self.dead = False               # closed and its rings freed
         self.broken = False             # the connection failed: what the stub sends is dropped
         self.trace = tracing.current.ctx   # traced: the last traced message's context
@@ -82,6 +82,24 @@ class Skeleton:
     @property
     def sock(self) -> socket.socket:
         return self.socks[0]
+
+    # ---- the state the data plane shares (kp_conn) --------------------------------------
+    window = property(lambda self: self.c.window,          # bytes the stub can still take
+                      lambda self, v: setattr(self.c, "window", v))
+    unconfirmed = property(lambda self: self.c.unconfirmed,   # pulled from the stub's ring,
+                           lambda self, v: setattr(self.c, "unconfirmed", v))   # not confirmed
+    bytes_in = property(lambda self: self.c.bytes_in,
+                        lambda self, v: setattr(self.c, "bytes_in", v))
+    bytes_out = property(lambda self: self.c.bytes_out,
+                         lambda self, v: setattr(self.c, "bytes_out", v))
+
+    def plain(self) -> bool:
+        """Whether the data plane may run it (NMonitor.refresh): a DDIO connection in its
+        plain state, not traced -- every other state and mode is this file's."""
+        return (self.path is not None and self.path.name == "ddio" and self.trace is None
+                and not (self.listening or self.connecting or self.eof or self.broken
+                         or self.shut_wr or self.dead or self.path.parked)
+                and self.closing_since is None)
 
     # ---- what the nMonitor polls for ---------------------------------------------------
     def wants_read(self) -> bool:
@@ -100,6 +118,8 @@ class Skeleton:
     # ---- start: the stub's buffer is known ---------------------------------------------
     def start(self, rx: NRing, tx: NRing, path: Any, window: int) -> None:
         self.rx, self.tx, self.path, self.window = rx, tx, path, window
+        self.c.rx, self.c.tx = rx._r, tx._r
+        self.net.refresh(self)
         self.net.watch(self)
 
     # ---- kernel readiness -------------------------------------------------------------
@@ -116,21 +136,29 @@ class Skeleton:
         except BlockingIOError:
             return
         except OSError as exc:
-            self._fail(exc.errno or errno.EIO)
+            n = -(exc.errno or errno.EIO)
+        self.received(n)
+
+    def received(self, n: int, stored: int = 0) -> None:
+        """What a kernel recv into rx returned: n bytes (of which the data plane already
+        put `stored` into the stub's lines: KP_RECEIVED), 0 at EOF, or -errno."""
+        if n < 0:
+            self._fail(-n)
             return
         if n == 0:
             self.eof = True
+            self.net.refresh(self)
             self.net.watch(self)
             self.path.closed(self, 0)
             return
         self.window -= n
         self.bytes_in += n
         if self.trace is None:
-            self.path.deliver(self, n)
+            self.path.deliver(self, n, stored)
         else:   # traced: the bytes' arrival is a recv of its own
             with tracing.within(tracing.event(tracing.root(self.trace, "recv"), self.net.id,
                                               "net", self.net.id, "KERNEL_RECV", n, "kernel")):
-                self.path.deliver(self, n)
+                self.path.deliver(self, n, stored)
         if self.window == 0:
             self.net.watch(self)
 
@@ -194,18 +222,21 @@ class Skeleton:
     def shutdown(self, how: int) -> None:
         if how in (socket.SHUT_RD, socket.SHUT_RDWR):
             self.eof = True
+            self.net.refresh(self)
             self.net.watch(self)
         if how in (socket.SHUT_WR, socket.SHUT_RDWR):
             self.shut_wr = True
+            self.net.refresh(self)
             if self.tx is None or self.tx.used == 0:
                 self._drained()
 
     def close(self) -> None:
         """N_CLOSE (or N_RELEASE): stop reading, take every byte out of the stub's send
         ring (which goes away now), drain them to the kernel, then close the socket."""
+        self.closing_since = time.monotonic()
+        self.net.refresh(self)
         if self.path is not None and not self.broken:
             self.unconfirmed += self.path.pull(self, everything=True)
-        self.closing_since = time.monotonic()
         if (self.tx is None or self.tx.used == 0) and not self.busy():
             self.net.closed(self)
         else:
@@ -232,6 +263,7 @@ class Skeleton:
         if self.broken:
             return
         self.eof = self.broken = True
+        self.net.refresh(self)
         self.net.watch(self)
         if self.path is not None:
             self.path.closed(self, err)

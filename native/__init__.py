@@ -8,6 +8,10 @@
     ddio.py                     its Python binding
     fitring.h / fitring.c       FIT's message rings and doorbells in shared memory
     fitring.py                  its Python binding
+    stubpath.h / stubpath.c     a bsdSocketStub's hot path: a send or a recv in one call
+    stubpath.py                 its Python binding
+    skelpath.h / skelpath.c     the nComponent's data plane: its DDIO skeletons' hot path
+    skelpath.py                 its Python binding
     build.py                    the cffi build script (setup.py: cffi_modules)
 """
 

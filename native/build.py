@@ -2,9 +2,12 @@
 
     extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache)
     nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring,
-                   native/ddio.{h,c}                           and dDDIO's copies between it
-                                                               and extCache lines: ddio.c
-                                                               calls extcache.c, built in too)
+                   native/ddio.{h,c}                           dDDIO's copies between it and
+                   native/skelpath.{h,c}                       extCache lines, and the data
+                                                               plane that runs its skeletons:
+                                                               ddio.c calls extcache.c,
+                                                               skelpath.c fitring.c, both
+                                                               built in too)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
@@ -46,7 +49,8 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 
 
 extcache_ffi = _ffi("extcache", ["pthread"])
-nring_ffi = _ffi("nring", ["pthread"], also=("ddio",), sources=("extcache",))
+nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelpath"),
+                 sources=("extcache",))
 fitring_ffi = _ffi("fitring", [])
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
 

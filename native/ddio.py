@@ -35,6 +35,11 @@ class DdioRing:
         self._ring = ffi.new("dd_ring *", {"xc": ffi.cast("void *", self._segment),
                                            "pid": pid, "start": start, "size": size})
 
+    @property
+    def ring(self) -> object:
+        """The C description of the ring (a `dd_ring`, by value: the data plane copies it)."""
+        return self._ring[0]
+
     def store(self, rx: NRing, pos: int, n: int) -> int:
         if self._xc.base is None:
             raise OSError(errno.EBADF, "dDDIO store: the extCache is closed")
