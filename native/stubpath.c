@@ -8,8 +8,12 @@
  */
 #include "stubpath.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "extcache.h"
 
@@ -113,4 +117,107 @@ uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek) 
         p->unacked += k;
     }
     return k;
+}
+
+/* ---- the watch ----------------------------------------------------------- */
+
+struct sp_watch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* on CLOCK_MONOTONIC */
+    sp_path **paths;
+    uint32_t n, cap;
+    int efd;
+    int idle;                 /* the thread waits with nothing to wait for */
+    pthread_t thread;
+};
+
+static void *watch_main(void *arg) {
+    sp_watch *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        uint64_t now = sp_now(), next = UINT64_MAX;
+        int overdue = 0;
+        for (uint32_t i = 0; i < w->n; i++) {
+            sp_path *p = w->paths[i];
+            if (!__atomic_load_n(&p->held, __ATOMIC_RELAXED))
+                continue;
+            uint64_t due = __atomic_load_n(&p->held_since, __ATOMIC_RELAXED) + p->pack_delay;
+            if (due <= now) {   /* still held past its time: the flusher's, then again later */
+                overdue = 1;
+                due = now + p->pack_delay / 4;
+            }
+            if (due < next)
+                next = due;
+        }
+        if (overdue) {
+            uint64_t one = 1;
+            if (write(w->efd, &one, sizeof one) < 0) {
+                /* a full eventfd: the flusher has been rung already */
+            }
+        }
+        if (next == UINT64_MAX) {
+            w->idle = 1;
+            pthread_cond_wait(&w->cv, &w->mu);
+            w->idle = 0;
+        } else {
+            struct timespec at = {(time_t)(next / 1000000000u), (long)(next % 1000000000u)};
+            pthread_cond_timedwait(&w->cv, &w->mu, &at);
+        }
+    }
+    return NULL;
+}
+
+sp_watch *sp_watch_start(int efd) {
+    sp_watch *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&w->mu, NULL);
+    w->efd = efd;
+    int rc = pthread_create(&w->thread, NULL, watch_main, w);
+    if (rc) {
+        free(w);
+        errno = rc;
+        return NULL;
+    }
+    pthread_detach(w->thread);   /* it lives as long as the process */
+    return w;
+}
+
+void sp_watch_add(sp_watch *w, sp_path *p) {
+    pthread_mutex_lock(&w->mu);
+    if (!p->watched) {
+        if (w->n == w->cap) {
+            uint32_t cap = w->cap ? 2 * w->cap : 16;
+            sp_path **grown = realloc(w->paths, cap * sizeof *grown);
+            if (!grown) {   /* unwatched: its batch leaves with the program's next call */
+                pthread_mutex_unlock(&w->mu);
+                return;
+            }
+            w->paths = grown;
+            w->cap = cap;
+        }
+        w->paths[w->n++] = p;
+        p->watched = 1;
+        pthread_cond_signal(&w->cv);
+    } else if (w->idle) {
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void sp_watch_remove(sp_watch *w, sp_path *p) {
+    pthread_mutex_lock(&w->mu);
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (w->paths[i] == p) {
+            w->paths[i] = w->paths[--w->n];
+            break;
+        }
+    }
+    p->watched = 0;
+    pthread_mutex_unlock(&w->mu);
 }

@@ -71,7 +71,7 @@ typedef struct {
     uint64_t held_since;    /* when the first held byte was taken (ns) */
     uint64_t announced;     /* when bytes last went to the skeleton (ns) */
     uint32_t staged;        /* bytes in stage */
-    uint32_t pad;
+    uint32_t watched;       /* on an sp_watch's list */
     char *stage;            /* 2 * line bytes */
     /* packing */
     uint64_t pack_max;      /* bytes held at most */
@@ -102,5 +102,26 @@ void sp_announced(sp_path *p);
  * skip must then be 0). Returns the bytes copied: fewer than were there if a
  * miss stopped it (0: none waits, or the first line missed). */
 uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek);
+
+/* ---- the watch: held batches that nobody sends ------------------------------ */
+
+/* A thread of its own (no Python, so no interpreter lock) that sleeps until the
+ * first held batch of the paths it watches is pack_delay old and then, if that
+ * batch is still held (the program did not send it with a later send), rings
+ * `efd`, an eventfd the runtime's flusher thread reads; it rings again every
+ * pack_delay / 4 while a batch stays held past its time. A program that keeps
+ * sending announces its own batches, so the watch wakes only itself. Paths are
+ * read without their owner's lock (held and held_since are single words). */
+typedef struct sp_watch sp_watch;
+
+/* A running watch ringing efd; NULL if no thread could be made (errno). */
+sp_watch *sp_watch_start(int efd);
+
+/* p holds a new batch: watch it (and wake the watch if it had nothing to wait
+ * for). A path already watched stays once on the list. */
+void sp_watch_add(sp_watch *w, sp_path *p);
+
+/* Watch p no more (before it goes). */
+void sp_watch_remove(sp_watch *w, sp_path *p);
 
 #endif

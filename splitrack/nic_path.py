@@ -232,6 +232,7 @@ class NicPath:
     # ---- the end ------------------------------------------------------------------------------
     def release(self) -> None:
         """The buffers back to the runtime (the socket closed, or never connected)."""
+        self.rt.unhold(self)
         if self.buffers is not None:
             self.rt.free_buffers(self.buffers)
             self.buffers = None
