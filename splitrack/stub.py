@@ -394,11 +394,15 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if want == 0:
             return b"" if view is None else 0
         deadline = self._deadline()
+        lock = self._lock
         while True:
-            with self._lock:
+            lock.acquire()   # (not `with`: a hot path, and `with` costs 0.25 us more here)
+            try:
                 got = self._take(want, view, peek=bool(flags & _PEEK))
-                if got is not None:
-                    return got
+            finally:
+                lock.release()
+            if got is not None:
+                return got
             if flags & _DONTWAIT:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             self._wait_readable(deadline)
@@ -426,21 +430,25 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        return self._send_now(_bytes_view(data), flags)
+        return self._send_now(data if type(data) is bytes else _bytes_view(data), flags)
 
     def _send_now(self, view: bytes | memoryview, flags: int) -> int:
         """send(): one put if the socket can send and the window takes it all (the hot
         case); the general loop (`_send`) for the rest."""
         sent = 0
         if view and not flags:
-            with self._lock:
+            lock = self._lock
+            lock.acquire()   # (not `with`: the hot path, and `with` costs 0.25 us more)
+            try:
                 path = self._path
                 if path is not None and self._peer is not None and not (
                         self._error or self._shut_wr or self._broken or self._dead
                         or self._peer_gone):
                     sent = path.put(view)
-                    if sent == len(view) or (sent and self._timeout == 0.0):
-                        return sent
+            finally:
+                lock.release()
+            if sent == len(view) or (sent and self._timeout == 0.0):
+                return sent
         if not sent:
             return self._send(view, flags)
         try:   # the window took part of it: a blocking send waits for room for the rest
@@ -487,7 +495,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.ENOTCONN)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        view = _bytes_view(data)
+        view = data if type(data) is bytes else _bytes_view(data)
         done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
             done += self._send(memoryview(view)[done:], flags)
@@ -609,7 +617,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- pushes from the skeleton (the inbox reader), or a FIT shortcut's channel -------------
     def _pushed(self, op: int, payload: memoryview) -> None:
-        with self._lock:   # the Condition's own lock (a plain `with` is one call fewer)
+        lock = self._lock   # the Condition's own lock
+        lock.acquire()      # (not `with`: the hot path, and `with` costs 0.25 us more here)
+        try:
             if self._dead:
                 return
             if op in _DATA_OPS:   # the data path's own messages: the hot case first
@@ -634,6 +644,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     self._peer_gone = self._peer_gone or code == shortcuts.PEER_CLOSED
                 self._ring()
                 self._cond.notify_all()
+        finally:
+            lock.release()
 
 
 def _bytes_view(data: Any) -> bytes | memoryview:
