@@ -62,6 +62,7 @@ from splitrack.params import (
     PACK_GAP_S,
     PACK_MAX_BYTES,
     SOCKET_CREDIT_BYTES,
+    STUB_SEND_PUMP_S,
 )
 
 _NODELAY = (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)
@@ -70,6 +71,7 @@ _put, _take, _unstage, _announced = _lib.sp_put, _lib.sp_take, _lib.sp_unstage, 
     _lib.sp_announced
 _SENT, _HELD, _HOLDING, _FULL, _MISS, _MISSED = stubpath.SENT, stubpath.HELD, \
     stubpath.HOLDING, stubpath.FULL, stubpath.MISS, stubpath.MISSED
+_PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 
 
 class NicPath:
@@ -86,6 +88,8 @@ class NicPath:
         self.c = stubpath.new_path(self.vm.xc, self.vm.slot, self.vm.pid, self._rbuf,
                                    self._tbuf, PACK_MAX_BYTES, PACK_DELAY_S, PACK_GAP_S)
         self._taken = stubpath.ffi.new("uint64_t *")
+        self._pumped = 0                 # when the stub last read its inbox after a send (ns)
+        self.pump_due = False            # ... and should again, once its lock is let go
         self.held_trace: tracing.Context | None = None   # held bytes: in which send (traced)
         self.sync_packing()
 
@@ -211,9 +215,20 @@ class NicPath:
                 self.vm.flush(addr, k)
         self.rt.send(self.n, self._send_op, SK_N.pack(self.sk, total))
         _announced(c)
+        if c.announced - self._pumped > _PUMP_NS:   # a program that only sends hears its
+            self.pump_due = True                    # skeleton too (stub.py pumps, unlocked)
 
     def can_send(self) -> bool:
         return self.c.credit > 0
+
+    def pump(self) -> None:
+        """Read the process's inbox now (the stub's lock not held): a program that only
+        sends, never waiting, still hears its skeleton -- a reset makes its next send
+        fail within about STUB_SEND_PUMP_S, as a Linux send fails after a RST, rather
+        than once its whole window is spent."""
+        self.pump_due = False
+        self._pumped = _lib.sp_now()
+        self.rt.pump()
 
     # ---- waiting: the process's inbox brings what the skeleton says (runtime.wait) -----------
     def wait_readable(self, deadline: float | None) -> bool:

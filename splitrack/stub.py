@@ -447,6 +447,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     sent = path.put(view)
             finally:
                 lock.release()
+            if path is not None and path.pump_due:   # a program that only sends
+                path.pump()
             if sent == len(view) or (sent and self._timeout == 0.0):
                 return sent
         if not sent:
@@ -472,8 +474,10 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     self._check_sendable()
                 if sent < total:
                     sent += self._path.put(view if not sent else view[sent:])
-                if sent == total or (sent and nonblocking):
-                    return sent
+            if getattr(self._path, "pump_due", False):   # a program that only sends
+                self._path.pump()
+            if sent == total or (sent and nonblocking):
+                return sent
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             if deadline is None and self._timeout is not None:

@@ -39,6 +39,7 @@ from netprogs import (
     on_rack,
     run_on_rack,
 )
+from splitrack.params import SOCKET_SEND_BUFFER_BYTES
 
 NIC = "127.0.0.11"
 
@@ -549,6 +550,42 @@ def test_after_a_reset_sends_fail_and_closed_sockets_are_ebadf(net):
             lines.append(proc.stdout.readline().strip())
     outside.close()
     assert lines == ["BrokenPipeError 32", "b''", "closed 9", "pong"]
+
+
+# Sends 128 B at a time, unpacked (each send is a flush and an N_SEND_DMA in DMA mode),
+# until a send fails; then prints how many bytes its sends took.
+ONLY_SENDS = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+    print(s.getsockname()[1], flush=True)
+    c, _ = s.accept()
+    sent = 0
+    try:
+        while True:
+            c.sendall(b"x" * 128)
+            sent += 128
+    except OSError as exc:
+        print(type(exc).__name__, sent, flush=True)
+""")
+
+
+def test_a_program_that_only_sends_hears_of_a_reset_before_its_window_is_spent(net):
+    """It never waits on its socket (its window never fills: n0 pulls as it goes), yet
+    the reset its skeleton sees reaches it in about STUB_SEND_PUMP_S: its sends fail
+    soon after the peer is gone, as a Linux sender's do after the RST, instead of
+    filling its whole send ring (1 MiB) into a dead connection first."""
+    rack, env = net
+    with on_rack(env, ONLY_SENDS, NIC, mode="dma", flags=("--no-packing",)) as \
+            (proc, (port,)):
+        sock = connect(port)
+        received = len(recv_exactly(sock, 16 * 1024))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+        sock.close()   # a reset: what n0 sends next is refused
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "the sender never heard of the reset"
+        kind, sent = proc.stdout.readline().split()
+    assert kind in ("ConnectionResetError", "BrokenPipeError")
+    assert int(sent) - received < SOCKET_SEND_BUFFER_BYTES // 4, (sent, received)
 
 
 THOUSAND = textwrap.dedent("""
