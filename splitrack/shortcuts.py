@@ -202,6 +202,7 @@ class PipePath:
     """Same pComponent: a Unix-domain stream pair. The stub's fileno() becomes its end."""
 
     name = "pipe"
+    pump_due = False   # (a NicPath's: its sender reads the inbox; the kernel tells this one)
 
     def __init__(self, stub: Any, fd: int):
         self.stub = stub
@@ -284,6 +285,7 @@ class FitPath:
     path is released closes the channel (`let_go`)."""
 
     name = "fit"
+    pump_due = False   # (a NicPath's: its sender reads the inbox)
 
     def __init__(self, stub: Any, peer: str, peer_stub: int = 0, channel: str | None = None):
         self.stub, self.rt = stub, stub._rt

@@ -474,7 +474,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
                     self._check_sendable()
                 if sent < total:
                     sent += self._path.put(view if not sent else view[sent:])
-            if getattr(self._path, "pump_due", False):   # a program that only sends
+            if self._path.pump_due:   # a program that only sends
                 self._path.pump()
             if sent == total or (sent and nonblocking):
                 return sent

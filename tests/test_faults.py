@@ -24,12 +24,15 @@ from netprogs import SCRATCH, echo_server, environ, on_rack
 # connection to a plain server outside; each prints its errno and when it came.
 BLOCKED_ON_N0 = textwrap.dedent("""
     import socket, sys, threading, time
+    said = threading.Lock()   # one line at a time: two threads report at once
     def report(what, fn):
         try:
             fn()
-            print(what, 0, time.time(), flush=True)
+            code = 0
         except OSError as exc:
-            print(what, exc.errno, time.time(), flush=True)
+            code = exc.errno
+        with said:
+            print(what, code, time.time(), flush=True)
     listener = socket.socket()
     listener.bind(("127.0.0.11", 0))
     listener.listen()
