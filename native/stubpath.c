@@ -17,6 +17,25 @@
 
 #include "extcache.h"
 
+void sp_init(sp_path *p, void *xc, int32_t slot, uint32_t pid, uint32_t line,
+             uint64_t rstart, uint64_t rsize, uint64_t tstart, uint64_t tsize, char *stage,
+             uint64_t pack_max, uint64_t pack_delay, uint64_t pack_gap) {
+    memset(p, 0, sizeof *p);
+    p->xc = xc;
+    p->slot = slot;
+    p->pid = pid;
+    p->line = line;
+    p->rstart = rstart;
+    p->rsize = rsize;
+    p->tstart = tstart;
+    p->tsize = tsize;
+    p->credit = tsize;
+    p->stage = stage;
+    p->pack_max = pack_max;
+    p->pack_delay = pack_delay;
+    p->pack_gap = pack_gap;
+}
+
 uint64_t sp_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -81,6 +81,14 @@ typedef struct {
     uint64_t miss;          /* SP_MISS: the first address that is not cached */
 } sp_path;
 
+/* A fresh path over the extCache xc (segment base) for process pid (counter slot
+ * `slot`), its rings [rstart, rstart + rsize) and [tstart, tstart + tsize), both
+ * empty, the send window the whole send ring; `stage` is 2 * line bytes that
+ * outlive it; packing's limits in bytes and ns. Not packing until told (pack). */
+void sp_init(sp_path *p, void *xc, int32_t slot, uint32_t pid, uint32_t line,
+             uint64_t rstart, uint64_t rsize, uint64_t tstart, uint64_t tsize, char *stage,
+             uint64_t pack_max, uint64_t pack_delay, uint64_t pack_gap);
+
 /* Now, in ns (CLOCK_MONOTONIC). */
 uint64_t sp_now(void);
 

@@ -1,12 +1,13 @@
 """The Python binding of a bsdSocketStub's rings through the nComponent (stubpath.h).
 
 Interface:
-    path = new_path(xc, slot, pid, rbuf, tbuf, pack_max, pack_delay_s, pack_gap_s)
+    path, stage = new_path(xc, slot, pid, rbuf, tbuf, pack_max, pack_delay_s, pack_gap_s)
                             the C state of one connection (a cdata `sp_path *`, whose
                             fields splitrack/nic_path.py reads and sets), over the
                             process's extCache xc (ExtCache) and its two rings, each
-                            (start, size) of its virtual memory; empty, window open
-    lib.sp_put / sp_unstage / sp_announced / sp_take / sp_now
+                            (start, size) of its virtual memory; empty, window open;
+                            `stage` must live as long as `path`
+    lib.sp_put / sp_unstage / sp_announced / sp_take / sp_now / sp_watch_*
                             the C functions themselves (called straight from
                             nic_path.py: this is the hot path); their results:
     SENT, HELD, HOLDING, FULL, MISS, MISSED
@@ -28,14 +29,15 @@ SENT, HELD, HOLDING, FULL, MISS, MISSED = lib.SP_SENT, lib.SP_HELD, lib.SP_HOLDI
 __all__ = ["FULL", "HELD", "HOLDING", "MISS", "MISSED", "SENT", "ffi", "lib", "new_path"]
 
 
+_raw = ffi.new_allocator(should_clear_after_alloc=False)   # the stage: only written bytes
+
+
 def new_path(xc: Any, slot: int, pid: int, rbuf: tuple[int, int], tbuf: tuple[int, int],
-             pack_max: int, pack_delay_s: float, pack_gap_s: float) -> Any:
-    """A connection's state: both rings empty, the send window the whole send ring.
-    The stage (two lines) is owned by the returned cdata (kept alive with it)."""
-    stage = ffi.new("char[]", 2 * xc.line_size)
-    path = ffi.new("sp_path *", {
-        "xc": xc.base, "slot": slot, "pid": pid, "line": xc.line_size,
-        "rstart": rbuf[0], "rsize": rbuf[1], "tstart": tbuf[0], "tsize": tbuf[1],
-        "credit": tbuf[1], "stage": stage, "pack_max": pack_max,
-        "pack_delay": int(pack_delay_s * 1e9), "pack_gap": int(pack_gap_s * 1e9)})
-    return ffi.gc(path, lambda _p, _keep=(stage, xc): None)
+             pack_max: int, pack_delay_s: float, pack_gap_s: float) -> tuple[Any, Any]:
+    """A connection's state (both rings empty, the send window the whole send ring),
+    and its stage (two lines), which the caller keeps as long as the state."""
+    stage = _raw("char[]", 2 * xc.line_size)
+    path = ffi.new("sp_path *")
+    lib.sp_init(path, xc.base, slot, pid, xc.line_size, rbuf[0], rbuf[1], tbuf[0], tbuf[1],
+                stage, pack_max, int(pack_delay_s * 1e9), int(pack_gap_s * 1e9))
+    return path, stage

@@ -85,8 +85,9 @@ class NicPath:
         self._send_op = Op.N_SEND_DMA if mode == "dma" else Op.N_SEND
         self.n: str | None = None     # the nComponent holding the skeleton
         self.sk = 0                   # the skeleton's id there
-        self.c = stubpath.new_path(self.vm.xc, self.vm.slot, self.vm.pid, self._rbuf,
-                                   self._tbuf, PACK_MAX_BYTES, PACK_DELAY_S, PACK_GAP_S)
+        self.c, self._stage = stubpath.new_path(self.vm.xc, self.vm.slot, self.vm.pid,
+                                                self._rbuf, self._tbuf, PACK_MAX_BYTES,
+                                                PACK_DELAY_S, PACK_GAP_S)
         self._taken = stubpath.ffi.new("uint64_t *")
         self._pumped = 0                 # when the stub last read its inbox after a send (ns)
         self.pump_due = False            # ... and should again, once its lock is let go
