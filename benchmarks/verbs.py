@@ -1,6 +1,8 @@
 """`splitrack bench VERB`: each benchmark's command line, and the dispatch to it.
 
     fit, extcache, tcp, wordcount   measure (benchmarks/<verb>.py: main(args))
+    slices, placement               the rack manager: a stream of jobs in slices, and
+                                    Scylla's pack/spread trade-off (slices.py, placement.py)
     hot                             the hot paths that need no rack (hot.py)
     compare OLD.json NEW.json       what changed between two runs (compare.py)
 
@@ -116,6 +118,34 @@ def add_parser(sub: Any) -> None:
                      "hits), timed in this process", "samples per repetition, each the mean "
                      "of 1000 calls (default: 200)", "default: 5", rack=False)
 
+    p = verbs.add_parser(
+        "slices", allow_abbrev=False,
+        help="a stream of jobs, each in a slice of its own, through the rack manager",
+        description="A stream of jobs larger than the pool, each creating a slice, running "
+                    "one job in it and deleting it, from concurrent clients of `splitrack "
+                    "serve`: each job's FlowOS-RM steps, timed (its Figs. 4 and 5 with --plot)")
+    p.add_argument("--spec", metavar="FILE", type=argtypes.spec_file,
+                   help="rack spec (default: examples/slices_rack.toml)")
+    p.add_argument("--jobs", type=argtypes.count, default=None,
+                   help="jobs in the stream (default: 12)")
+    p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
+                   help="also write the report as JSON here (with the machine and the settings)")
+    p.add_argument("--plot", metavar="F.png", type=argtypes.out_file,
+                   help="draw FlowOS-RM's Figs. 4 and 5 into this PNG, and a table per job "
+                        "next to it (F.md)")
+    p.set_defaults(func=cmd_bench, busy=False)
+
+    p = measuring("placement", "Scylla's placement trade-off: a ring of processes passing "
+                               "messages (network) and computing (cpu), each job packed onto "
+                               "few pComponents and spread over many", None, "default: 3",
+                  rack=False)
+    p.add_argument("--spec", metavar="FILE", type=argtypes.spec_file,
+                   help="rack spec (default: examples/slices_rack.toml)")
+    p.add_argument("--procs", type=ring_size, default=None,
+                   help="processes of each job (default: 4)")
+    p.add_argument("--quick", action="store_true",
+                   help="a tenth of the work: 50 laps, 300000 iterations")
+
     p = verbs.add_parser("compare", help="compare two --json reports of the same benchmark",
                          description="A table of what changed between two runs of one "
                                      "benchmark (their --json files), with a verdict per row "
@@ -125,6 +155,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fail-above", type=argtypes.percent, default=None, metavar="PCT",
                    help="exit 1 if any row got worse by more than PCT percent (for CI)")
     p.set_defaults(func=cmd_bench)
+
+
+def ring_size(text: str) -> int:
+    """--procs: a ring needs two processes at least."""
+    if not re.fullmatch(r"\d+", text.strip()) or int(text) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 2 (a ring "
+                                         "needs two processes)")
+    return int(text)
 
 
 _BARE = re.compile(r"\s*\d+(?:\.\d+)?\s*")

@@ -17,8 +17,12 @@
     splitrack logs [--name N] [-f] [ID]              the monitors' logs, or ID's
     splitrack top [--name N] [--interval S] [--once] [--json]
                                                      live rates per link and component
+    splitrack serve [--name N] [--host H] [--port P] the rack manager's REST API
+    splitrack slice create|list|show|delete ...      slices, via serve
+    splitrack job submit|show|list ...               jobs in slices, via serve
+                                                     (splitrack/manager/verbs.py)
     splitrack --version                              splitrack X.Y.Z
-    splitrack bench fit|extcache|tcp|wordcount|hot|compare ...
+    splitrack bench fit|extcache|tcp|wordcount|slices|placement|hot|compare ...
                                                      benchmarks, baselines in the same run
                                                      (benchmarks/verbs.py)
 
@@ -43,6 +47,7 @@ from fit_rpc import Op
 from splitrack import argtypes, logs, top, trace, transfer
 from splitrack.launch import LaunchError, run_program
 from splitrack.logs import LOG_LEVEL_ENV
+from splitrack.manager import verbs as manager_verbs
 from splitrack.params import UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackAlreadyUp, RackError
 from splitrack.rundir import RunDir, RunRootError
@@ -492,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     top.add_parser(sub)
     trace.add_parser(sub)
+    manager_verbs.add_parser(sub)
     verbs.add_parser(sub)
     return parser
 

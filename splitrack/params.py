@@ -58,6 +58,22 @@ NCOMPONENT_DRAM_DEFAULT = "512MiB"        # nComponent DRAM for socket buffers (
 NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
 GNM_STICKY_MAX = 4096                     # processes whose NIC GNM remembers
 
+# --- the rack manager (`splitrack serve`, splitrack/manager/) ------------------------
+MANAGER_HOST = "127.0.0.1"                # serve binds loopback unless told otherwise
+MANAGER_PORT = 8765
+MANAGER_URL = f"http://{MANAGER_HOST}:{MANAGER_PORT}"
+JOB_STOP_GRACE_S = 2.0                    # a stopped job's programs: SIGTERM, then SIGKILL
+JOB_STOP_WAIT_S = 5.0                     # ... and their runners must have ended this later
+QUEUE_RETRY_S = 1.0                       # the FIFO queue's head is tried again this often
+#                                           (and whenever a slice is deleted)
+MACHINE_READY_TIMEOUT_S = 5.0             # launch-machine: a pComponent knows its grant by
+MACHINE_POLL_S = 0.05                     # ... asked this often
+WAIT_MAX_S = 60.0                         # the longest ?wait= a GET may ask for
+HISTORY_MAX = 1000                        # deleted slices and ended jobs kept in the record
+PROCS_MAX = 256                           # processes of one job
+HTTP_BODY_MAX_BYTES = 1 << 20             # a request body larger than this is refused (413)
+CLIENT_TIMEOUT_S = 30.0                   # the CLI's HTTP calls (a DELETE may stop jobs)
+
 # --- splitrack trace ------------------------------------------------------------
 TRACE_SETTLE_S = 0.1                      # after the program: done once no record came in this
 TRACE_SETTLE_MAX_S = 3.0                  # ... or after this at most
