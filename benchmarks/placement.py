@@ -1,7 +1,7 @@
 """`splitrack bench placement`: Scylla's trade-off, pack against spread, on two workloads.
 
-It starts a rack (examples/slices_rack.toml unless --spec), the rack manager
-on it (slices.serving), and one slice of min(--procs, the rack's
+It starts a rack (unless --spec, the embedded shared one, splitrack/slices_rack.toml),
+the rack manager on it (slices.serving), and one slice of min(--procs, the rack's
 pComponents) pComponents, 1 mComponent and 1 nComponent. Then, in each of
 --reps repetitions, the four pairs (workload, placement), their order
 rotating, each one job of --procs processes (POST /slices/NAME/jobs with
@@ -58,7 +58,7 @@ from benchmarks.slices import SPEC, serving, wait_job
 from benchmarks.stats import Series, repetitions
 from fit_rpc import GLOBAL_ID, Op
 from splitrack.manager.client import Client
-from splitrack.manager.settings import WAIT_MAX_S
+from splitrack.params import WAIT_MAX_S
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
@@ -66,8 +66,10 @@ WORKLOADS = ("network", "cpu")
 PLACEMENTS = ("pack", "spread")
 PROCS = 4                  # processes of a job (default)
 REPS = 3                   # repetitions (default)
-FULL = {"laps": 500, "bytes": 1024, "iterations": 3_000_000}
-QUICK = {"laps": 50, "bytes": 1024, "iterations": 300_000}
+# network: a job that exchanges data (64 KiB a message, as an MPI job's), so that what
+# crossing pComponents costs (the shared rack's p-p links: 10 Gb/s) is what it shows
+FULL = {"laps": 200, "bytes": 64 * 1024, "iterations": 3_000_000}
+QUICK = {"laps": 20, "bytes": 64 * 1024, "iterations": 300_000}
 PORTS = (20000, 32000)     # rank i of a run listens on base + i, below the ephemeral range
 ATTEMPTS = 3               # runs of one measurement before the bench gives up
 IDLE_POLL_S = 0.05         # GPM's process count asked this often before a run
@@ -77,7 +79,7 @@ SLICE = "placement"
 
 def run(spec: Any = None, procs: int = PROCS, reps: int = REPS, duration: float | None = None,
         sizes: dict[str, int] = FULL) -> tuple[dict[str, Any], dict[str, Series]]:
-    rack_spec = load_spec(spec or SPEC, name=f"bench-place-{os.getpid()}")
+    rack_spec = load_spec(spec, name=f"bench-place-{os.getpid()}", embedded=SPEC)
     cpus = {c["id"]: c.get("cpus") for c in rack_spec.components if c["kind"] == "p"}
     pairs = list(itertools.product(WORKLOADS, PLACEMENTS))
     seconds, runs = Series("s"), {pair: [] for pair in pairs}
@@ -248,5 +250,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"splitrack: error: {exc}", file=sys.stderr)
         return 1
     report["settings"] = {"procs": report["procs"], "reps": len(report["results"][0]["runs"]),
-                          "duration": args.duration, "spec": args.spec or SPEC, **sizes}
+                          "duration": args.duration,
+                          "spec": args.spec or f"<embedded {SPEC}>", **sizes}
     return finish(report, args, print_table, series)

@@ -1,7 +1,8 @@
 """`splitrack bench slices`: a stream of jobs through the rack manager, FlowOS-RM's Figs. 4, 5.
 
-It starts a rack (examples/slices_rack.toml unless --spec: 8 pComponents, 4
-mComponents, 2 nComponents, 1 sComponent), then `splitrack serve` on it (a
+It starts a rack (unless --spec, the embedded shared one, splitrack/slices_rack.toml:
+8 pComponents, 4 mComponents, 2 nComponents, 1 sComponent), then `splitrack
+serve` on it (a
 free port of 127.0.0.1), then sends a stream of --jobs jobs, one every
 INTERVAL_S, each from a client thread of its own (concurrent clients, as
 FlowOS-RM's users are). Job k asks for the slice MIX[k % len(MIX)] -- more
@@ -52,12 +53,11 @@ from benchmarks.progress import progress
 from benchmarks.report import finish
 from benchmarks.stats import Series
 from splitrack.manager.client import Client, ClientError
-from splitrack.manager.settings import WAIT_MAX_S
+from splitrack.params import WAIT_MAX_S
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
-SPEC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "examples", "slices_rack.toml")
+SPEC = "slices"   # the embedded shared rack (splitrack/slices_rack.toml) unless --spec
 STEPS = ("attach-device", "launch-machine", "prepare-task", "launch-task", "detach-device",
          "destroy-machine")
 MIX = ({"p": 2, "m": 1, "n": 1}, {"p": 3, "m": 1, "n": 0}, {"p": 4, "m": 1, "n": 1},
@@ -127,7 +127,7 @@ def _await_serving(api: Client, proc: subprocess.Popen, log: Any) -> None:
 # ---- the stream of jobs ------------------------------------------------------------------
 def run(spec: Any = None, jobs: int = JOBS, work: int = WORK,
         interval_s: float = INTERVAL_S) -> tuple[dict[str, Any], dict[str, Series]]:
-    rack_spec = load_spec(spec or SPEC, name=f"bench-slices-{os.getpid()}")
+    rack_spec = load_spec(spec, name=f"bench-slices-{os.getpid()}", embedded=SPEC)
     pool = {k: sum(c["kind"] == k for c in rack_spec.components) for k in "pmn"}
     with progress("bench slices", 2 + jobs) as advance, Rack(rack_spec) as rack:
         advance("rack up")
@@ -253,7 +253,8 @@ def main(args: argparse.Namespace) -> int:
     except RuntimeError as exc:   # the manager refused (ClientError), or did not start
         print(f"splitrack: error: {exc}", file=sys.stderr)
         return 1
-    report["settings"] = {"jobs": len(report["jobs"]), "spec": args.spec or SPEC,
+    report["settings"] = {"jobs": len(report["jobs"]),
+                          "spec": args.spec or f"<embedded {SPEC}>",
                           "work": report["work"], "interval_s": report["interval_s"]}
     status = finish(report, args, print_table, series)
     if args.plot:

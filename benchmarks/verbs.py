@@ -125,7 +125,7 @@ def add_parser(sub: Any) -> None:
                     "one job in it and deleting it, from concurrent clients of `splitrack "
                     "serve`: each job's FlowOS-RM steps, timed (its Figs. 4 and 5 with --plot)")
     p.add_argument("--spec", metavar="FILE", type=argtypes.spec_file,
-                   help="rack spec (default: examples/slices_rack.toml)")
+                   help="rack spec (default: the embedded shared rack, splitrack/slices_rack.toml)")
     p.add_argument("--jobs", type=argtypes.count, default=None,
                    help="jobs in the stream (default: 12)")
     p.add_argument("--json", metavar="FILE", type=argtypes.out_file,
@@ -140,7 +140,7 @@ def add_parser(sub: Any) -> None:
                                "few pComponents and spread over many", None, "default: 3",
                   rack=False)
     p.add_argument("--spec", metavar="FILE", type=argtypes.spec_file,
-                   help="rack spec (default: examples/slices_rack.toml)")
+                   help="rack spec (default: the embedded shared rack, splitrack/slices_rack.toml)")
     p.add_argument("--procs", type=ring_size, default=None,
                    help="processes of each job (default: 4)")
     p.add_argument("--quick", action="store_true",

@@ -2,6 +2,7 @@
 
 Interface:
     load_spec(None)              the embedded default rack (default_rack.toml)
+    load_spec(None, embedded="slices")   the embedded shared rack (slices_rack.toml)
     load_spec("rack.toml")       a spec file; relative paths inside it are
                                  relative to the file's directory
     load_spec({...})             a dict of the same shape (Python API)
@@ -119,11 +120,13 @@ def default_spec() -> RackSpec:
 
 
 def load_spec(source: str | os.PathLike | dict | None = None, *,
-              name: str | None = None) -> RackSpec:
-    """Read and validate a spec; `name` overrides rack.name."""
+              name: str | None = None, embedded: str = "default") -> RackSpec:
+    """Read and validate a spec; `name` overrides rack.name. source None: the
+    embedded spec `embedded` (splitrack/<embedded>_rack.toml: "default", or
+    "slices", the shared rack of the slices benchmarks)."""
     if source is None:
-        text = resources.files("splitrack").joinpath("default_rack.toml").read_text()
-        data, label, base = tomllib.loads(text), "<embedded default>", None
+        text = resources.files("splitrack").joinpath(f"{embedded}_rack.toml").read_text()
+        data, label, base = tomllib.loads(text), f"<embedded {embedded}>", None
     elif isinstance(source, dict):
         data, label, base = source, "<dict>", os.getcwd()
     else:

@@ -1,7 +1,8 @@
 """`splitrack bench slices` and `splitrack bench placement` run and write the documented JSON.
 
-Each verb runs once at its smallest size on a copy of examples/slices_rack.toml
-(its storage root in the test's directory): real racks, a real `splitrack
+Each verb runs once at its smallest size on a copy of the embedded shared rack,
+splitrack/slices_rack.toml (its storage root in the test's directory), and bench
+slices once on the embedded rack itself (no --spec): real racks, a real `splitrack
 serve`, real jobs. No timing is asserted; the JSON's shape and what must hold
 whatever the timing are: every job's six FlowOS-RM steps in order, each ending
 after it starts, no more components granted at once than the pool has, exits
@@ -12,8 +13,9 @@ of the run is left.
 
 import json
 import os
-import shutil
+import re
 import subprocess
+from importlib import resources
 
 import psutil
 import pytest
@@ -22,18 +24,22 @@ from benchmarks.slices import STEPS
 from helpers import SPLITRACK, wait_gone
 from splitrack.cli import main
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "slices_rack.toml")
+EMBEDDED = resources.files("splitrack").joinpath("slices_rack.toml")
 TAG = "SPLITRACK_BENCH_TEST_TAG"
 
 
-def bench(verb, run_root, tmp_path, *args):
+def bench(verb, run_root, tmp_path, *args, embedded=False):
+    """The verb's run, on a copy of the shared rack's spec (its storage root goes to
+    tmp_path) or, embedded, on the embedded rack (its storage in a data directory of
+    tmp_path, XDG_DATA_HOME); its JSON report and what it printed."""
     spec = tmp_path / "slices_rack.toml"
-    shutil.copy(EXAMPLE, spec)   # its storage root goes to tmp_path, not examples/
+    spec.write_text(EMBEDDED.read_text())
     out = tmp_path / f"{verb}.json"
-    env = dict(os.environ, **{TAG: str(tmp_path)})
+    env = dict(os.environ, **{TAG: str(tmp_path)}, XDG_DATA_HOME=str(tmp_path / "data"))
+    where = [] if embedded else ["--spec", str(spec)]
     try:
-        proc = subprocess.run([SPLITRACK, "bench", verb, "--spec", str(spec), *args, "--json",
-                               str(out)], capture_output=True, text=True, timeout=180, env=env)
+        proc = subprocess.run([SPLITRACK, "bench", verb, *where, *args, "--json", str(out)],
+                              capture_output=True, text=True, timeout=180, env=env)
     finally:
         tagged = [p.pid for p in psutil.process_iter(["environ"])
                   if (p.info["environ"] or {}).get(TAG) == str(tmp_path)]
@@ -63,8 +69,16 @@ def test_bench_slices_runs_a_stream_of_jobs(run_root, tmp_path):
         assert [kinds.count(k) for k in "pmn"] == [job["request"][k] for k in "pmn"]
     assert all(report["peak"][k] <= report["pool"][k] for k in "pmn")
     assert {r["series"] for r in report["stats"]} == {f"step/{s}" for s in ("wait", *STEPS)}
-    assert plot.stat().st_size > 0 and (tmp_path / "slices.md").read_text().count("| j") == 3
+    table = (tmp_path / "slices.md").read_text()
+    assert plot.stat().st_size > 0 and len(re.findall(r"^\| j\d+ \|", table, re.M)) == 3
     assert "bench slices: 3 jobs" in stdout
+
+
+def test_bench_slices_without_a_spec_starts_the_embedded_shared_rack(run_root, tmp_path):
+    report, _ = bench("slices", run_root, tmp_path, "--jobs", "1", embedded=True)
+    assert report["pool"] == {"p": 8, "m": 4, "n": 2} and report["jobs"][0]["exit"] == 0
+    assert report["settings"]["spec"] == "<embedded slices>"
+    assert os.listdir(tmp_path / "data" / "splitrack")   # its storage: the data directory
 
 
 def test_bench_placement_measures_four_pairs(run_root, tmp_path):
