@@ -1,6 +1,7 @@
 """A benchmark's server process: started, its address read, always stopped.
 
     with server(cmd, env) as (ip, port): ...
+    stop(proc)                          SIGTERM, then SIGKILL; reaped (any child process)
 
 The server prints "IP PORT" as its first line (tcp_server.py, relay_floor.py).
 A server run by `splitrack run` gets the SIGTERM forwarded to the program.
@@ -25,10 +26,15 @@ def server(cmd: list[str], env: dict[str, str] | None) -> Iterator[tuple[str, in
             raise RuntimeError(f"the server {' '.join(cmd[-3:])} did not start")
         yield words[0], int(words[1])
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         proc.stdout.close()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL if it has not ended 10 s later; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -51,6 +51,7 @@ from typing import Any
 
 from benchmarks.progress import progress
 from benchmarks.report import finish
+from benchmarks.servers import stop
 from benchmarks.stats import Series
 from splitrack.manager.client import Client, ClientError
 from splitrack.params import WAIT_MAX_S
@@ -102,12 +103,7 @@ def serving(rack: Rack) -> Iterator[Client]:
             _await_serving(api, proc, log)
             yield api
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def _await_serving(api: Client, proc: subprocess.Popen, log: Any) -> None:
