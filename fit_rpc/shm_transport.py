@@ -119,6 +119,7 @@ class ShmTransport(Transport):
         self._new: deque[Link] = deque()            # from the rendezvous thread
         self._hung: deque[Link] = deque()           # likewise
         self._held: set[Link] = set()               # a handler still reads its message
+        self._draining: set[Link] = set()           # hung, messages left: closed once read
         self._gen = 0                               # inbound changed: wait sets rebuilt
         self._inbox = WaitSet(self.bell.word, self.bell.efd)
         self._inbox_links: list[Link] = []
@@ -259,11 +260,15 @@ class ShmTransport(Transport):
             self._close(link, gone=False)
 
     # ---- for a native data plane ---------------------------------------------------------------
-    def inbox_rings(self) -> tuple[int, list[tuple[str, Ring, bool]]]:
-        """(generation, [(peer, ring, vouched)]) of the inbound links; the generation
-        changes whenever the list does (a ring in an older list may be unmapped)."""
+    def inbox_rings(self, known: int = -1) -> tuple[int, list[tuple[str, Ring, Any]] | None]:
+        """(generation, [(peer, ring, verdict)]) of the inbound links (verdict: the
+        endpoint's vouch, None until it was asked); the generation changes whenever
+        the list does (a ring in an older list may be unmapped). None for the list
+        if the generation is still `known`."""
         self._sync()
-        return self._gen, [(x.peer, x.rx, x.verdict is True) for x in self.inbound]
+        if known == self._gen:
+            return known, None
+        return self._gen, [(x.peer, x.rx, x.verdict) for x in self.inbound]
 
     def out_ring(self, peer: str) -> Ring | None:
         """The ring that carries our messages to `peer`'s inbox now (None: no link up)."""
@@ -438,7 +443,12 @@ class ShmTransport(Transport):
                 self._close(link)
             elif link not in self._held and not link.rx.pending():
                 self._close(link)
-            # else: it is closed once its last message is done (done())
+            else:   # closed once its last message is read: by done(), or here if a
+                self._draining.add(link)   # native data plane read it
+        for link in [x for x in self._draining if x.closed or (
+                x not in self._held and not x.rx.pending())]:
+            self._draining.discard(link)
+            self._close(link)
 
     def _close(self, link: Link, gone: bool = True) -> None:
         if link in self._held or link.busy or link.closed:

@@ -211,24 +211,27 @@ class NMonitor(Monitor):
                 self.log.exception("skeleton %d of %s failed; closing it", skel.sk, skel.owner)
                 skel._fail(errno.EIO)
                 self.closed(skel)
+            if not skel.dead:
+                self.refresh(skel)   # the plane left it to this code: the plane's again, if plain
 
     def _sync_inbox(self) -> None:
         """The plane reads the inbox rings there are now (before it runs: a ring of a
         list it had may be gone)."""
-        gen, rings = self.rings.inbox_rings()
-        if gen == self._ring_gen and not self._unvouched:
-            return
+        gen, rings = self.rings.inbox_rings(-1 if self._unvouched else self._ring_gen)
+        if rings is None:
+            return   # as they were
         self._ring_gen = gen
-        self._unvouched = any(not vouched for _, _, vouched in rings)
+        self._unvouched = any(verdict is None for _, _, verdict in rings)   # not yet asked
         self.plane.set_inbox([ring for _, ring, _ in rings],
-                             [self._peer_no(peer) if vouched else NO_PEER
-                              for peer, _, vouched in rings])
+                             [self._peer_no(peer) if verdict else NO_PEER
+                              for peer, _, verdict in rings])
 
     def refresh(self, skel: Skeleton) -> None:
         """Whether the data plane runs skel now (skeleton.Net): a plain DDIO connection
         (Skeleton.plain) of a stub not found dead, on a transport with rings."""
         c = skel.c
-        fast = self.rings is not None and skel.plain() and skel.owner not in self.gone
+        fast = self.rings is not None and skel.in_plane and skel.plain() and \
+            skel.owner not in self.gone
         if fast and not c.fast:
             c.owner = self._peer_no(skel.owner)
             c.stub = skel.stub
@@ -580,7 +583,7 @@ class NMonitor(Monitor):
             if sk and sk not in self.skels:
                 break
         skel = Skeleton(self, sk, owner, socks, self.plane.conn(fd, sk))
-        self.plane.add(skel.c)
+        skel.in_plane = self.plane.add(skel.c)   # False: an fd past what it can hold
         self.skels[skel.sk] = skel
         for s in socks:
             self.by_fd[s.fileno()] = skel

@@ -39,6 +39,7 @@ void kp_init(kp_plane *kp, int epfd, const kp_ops *ops) {
 }
 
 void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers, uint32_t n) {
+    kp->truncated = n > KP_MAX_RINGS;
     if (n > KP_MAX_RINGS)
         n = KP_MAX_RINGS;   /* the rest stay Python's: its serve() reads every ring */
     for (uint32_t i = 0; i < n; i++) {
@@ -88,6 +89,11 @@ static kp_peer *peer_of(kp_plane *kp, uint32_t p) {
 }
 
 /* Push op (stub, n) to c's stub; 0, or 1 with a KP_PUSH event in *out. */
+static int handback(kp_conn *c) {
+    c->fast = 0;   /* Python's now, until it says otherwise */
+    return 1;
+}
+
 static int push(kp_plane *kp, kp_conn *c, uint16_t op, uint32_t n, kp_event *out) {
     fit_header h = {kp->ops.magic, (uint8_t)kp->ops.version, (uint8_t)kp->ops.oneway, op, 0,
                     0, SK_N_BYTES, 0, 0};
@@ -104,9 +110,8 @@ static int push(kp_plane *kp, kp_conn *c, uint16_t op, uint32_t n, kp_event *out
         }
         return 0;
     }
-    *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_PUSH, .op = op, .value = n,
-                      .conn = c};
-    return 1;
+    *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_PUSH, .op = op, .value = n};
+    return handback(c);
 }
 
 /* The kernel socket is readable (Skeleton.readable, Ddio.deliver). */
@@ -126,8 +131,8 @@ static int readable(kp_plane *kp, kp_conn *c, kp_event *out) {
     c->lines_bytes += (uint64_t)done;
     if (n <= 0 || done < n) {   /* EOF, an error, or a line that is not cached */
         *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_RECEIVED, .value = n,
-                          .stored = (uint64_t)done, .conn = c};
-        return 1;
+                          .stored = (uint64_t)done};
+        return handback(c);
     }
     c->window -= (uint64_t)n;
     c->bytes_in += (uint64_t)n;
@@ -154,8 +159,8 @@ static int flush(kp_plane *kp, kp_conn *c, kp_event *out) {
             c->lines_bytes += (uint64_t)done;
             if ((uint64_t)done < k) {   /* a line that is not cached (evicted: at home) */
                 rewatch(kp, c);
-                *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FLUSH, .conn = c};
-                return 1;
+                *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FLUSH};
+                return handback(c);
             }
         }
         uint32_t used = nring_used(tx);
@@ -165,9 +170,8 @@ static int flush(kp_plane *kp, kp_conn *c, kp_event *out) {
         if (sent < 0) {   /* the connection broke: what tx held goes nowhere now */
             tx->head = tx->tail;
             rewatch(kp, c);
-            *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FAIL, .value = -sent,
-                              .conn = c};
-            return 1;
+            *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FAIL, .value = -sent};
+            return handback(c);
         }
         c->bytes_out += (uint64_t)sent;
         if ((uint64_t)sent < used || !sent || !c->pending)
@@ -186,9 +190,8 @@ static int flush(kp_plane *kp, kp_conn *c, kp_event *out) {
 static int on_send(kp_plane *kp, kp_conn *c, uint32_t n, kp_event *out) {
     c->pending += n;
     if (c->pending > c->tbuf.size) {   /* more than its ring holds: a broken stub */
-        *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FAIL, .value = ENOBUFS,
-                          .conn = c};
-        return 1;
+        *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FAIL, .value = ENOBUFS};
+        return handback(c);
     }
     return flush(kp, c, out);
 }
@@ -264,7 +267,7 @@ int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int 
     struct epoll_event evs[64];
     uint64_t idle_since = 0;
     int nout = 0;
-    kp->inbox = 0;
+    kp->inbox = kp->truncated;   /* rings past KP_MAX_RINGS: Python's serve() reads them */
     for (;;) {
         int work = read_inbox(kp, out, max, &nout);
         int room = max - nout < 64 ? max - nout : 64;

@@ -25,7 +25,9 @@
  * consistent: a recv that returned EOF or an error, or bytes a line that is
  * not cached stopped (KP_RECEIVED); a pull stopped by a line that is not
  * cached (KP_FLUSH); a kernel send that failed (KP_FAIL); a push whose ring
- * is full, or not known (KP_PUSH). Python's code continues from there. A
+ * is full, or not known (KP_PUSH). Python's code continues from there (and
+ * the connection is Python's until it says otherwise: kp_run clears `fast`
+ * when it hands an event of it back). A
  * message that is not one of the three, or not well-formed, or traced, or
  * for a connection that is not fast or not its sender's, stays in its ring
  * for Python (whose Endpoint answers it as before): kp_run stops reading
@@ -80,8 +82,8 @@ typedef struct {
     uint32_t sk;              /* the skeleton's id (messages name it) */
     uint32_t stub;            /* the stub's id in its process (pushes name it) */
     uint32_t owner;           /* its owner's peer number */
-    uint32_t fast;            /* 1: kp_run handles it (set by the caller) */
-    uint32_t mask;            /* the epoll events registered for fd (kp_watch) */
+    uint32_t fast;            /* 1: kp_run handles it (set by the caller; kp_run clears
+                                 it when it hands one of its events back) */
     nring *rx, *tx;           /* its nComponent DRAM rings */
     dd_ring rbuf, tbuf;       /* the stub's two rings, in its extCache lines */
     fr_ring *push;            /* the FIT ring to its owner's inbox (NULL: Python pushes) */
@@ -104,7 +106,6 @@ typedef struct {
     uint32_t pad;
     int64_t value;            /* KP_RECEIVED, KP_FAIL, KP_PUSH: as above */
     uint64_t stored;          /* KP_RECEIVED: bytes already in the stub's lines */
-    kp_conn *conn;            /* NULL for KP_EVENT */
 } kp_event;
 
 /* Messages and bytes per op, each way, of one peer (a process). */
@@ -118,7 +119,7 @@ typedef struct {
     uint32_t nrings;
     kp_ops ops;
     uint32_t inbox;           /* out: kp_run stopped at a message for Python */
-    uint32_t pad;
+    uint32_t truncated;       /* more inbox rings than KP_MAX_RINGS: Python reads the rest */
     uint64_t messages;        /* messages it read off the inbox rings, in all */
     uint64_t kernel_events;   /* kernel events of fast connections it handled */
     uint64_t handed_back;     /* connections' events it handed back (not KP_EVENT) */
@@ -135,8 +136,8 @@ void kp_init(kp_plane *kp, int epfd, const kp_ops *ops);
 /* The inbox rings and their senders' numbers (KP_NO_PEER: not vouched for). */
 void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers, uint32_t n);
 
-/* Register fd in the epoll with `mask` (0: unregister); for a connection's fd,
- * also conn->mask. Returns 0 or -errno. Every change of what the epoll watches
+/* Register fd in the epoll with `mask` (0: unregister), kept in kp->masks.
+ * Returns 0 or -errno. Every change of what the epoll watches
  * goes through here, so the plane and the caller agree on it. */
 int kp_watch(kp_plane *kp, int fd, uint32_t mask);
 

@@ -502,3 +502,32 @@ def test_links_broken_at_once_do_not_end_the_rendezvous():
                 os.close(fd)
                 seg.close()
                 bell.close()
+
+
+def test_a_hung_link_whose_last_messages_a_native_plane_read_is_closed():
+    """The nComponent's data plane reads N_SEND off a ring itself (inbox_rings): a
+    link that hangs up with such messages left is closed once they are read, by
+    whoever read them, and its peer is gone (no descriptor or mapping stays)."""
+    run_dir = tempfile.mkdtemp(prefix="srm-", dir="/tmp")
+    a = ShmTransport("m9", f"shm://{run_dir}/m9.fit")
+    gone: list[str] = []
+    a.peer_gone = gone.append
+    peer = f"cli.{os.getpid()}.1"
+    b = ShmTransport(peer, None)
+    try:
+        for _ in range(3):
+            b.send("m9", a.address, header.pack(header.ONEWAY, Op.ECHO, 0, 0), 5.0)
+        wait_until(lambda: len(a.inbox_rings()[1]) == 1)
+        _, [(who, ring, _)] = a.inbox_rings()
+        b.close()   # its rendezvous socket hangs up, three messages unread
+        wait_until(lambda: a.inbound[0].hung)
+        a.inbox_rings()   # the hang-up is taken in while the messages wait
+        assert who == peer and len(a.inbound) == 1 and not gone
+        for _ in range(3):   # read as the data plane reads them: not through done()
+            assert ring.peek() is not None
+            ring.consume()
+        wait_until(lambda: not a.inbox_rings()[1] and gone == [peer])
+    finally:
+        b.close()
+        a.close()
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -4,13 +4,15 @@ nMonitor's Python had handled them, and whatever is not a plain connection's, or
 its owner's, is left to the Python code that answers it as before. Real racks, real
 programs, real kernel sockets."""
 
+import os
+import signal
 import socket
 import textwrap
 
 import pytest
 
 from fit_rpc import Op
-from helpers import running_rack, small_spec
+from helpers import running_rack, small_spec, wait_until
 from netprogs import ECHO_SERVER, environ, n0_network, network_rack, on_rack, run_on_rack
 
 NIC = "127.0.0.11"
@@ -128,3 +130,33 @@ def test_over_zeromq_the_python_path_carries_it_all():
             plane = n0_network(rack)["plane"]
         assert plane["connections"] == 0 and plane["messages"] == 0
         assert plane["kernel_events"] == 0
+
+
+# Streams 4 KiB sends with TCP_NODELAY (an N_SEND each) to whoever connects, forever.
+STREAMER = textwrap.dedent("""
+    import os, socket, sys
+    s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
+    print(s.getsockname()[1], os.getpid(), flush=True)
+    c, _ = s.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        c.sendall(b"x" * 4096)
+""")
+
+
+def test_a_sender_killed_mid_stream_leaves_no_link_behind(kp):
+    """Its link hangs up while it streams N_SENDs, which the plane reads: the link
+    closes once they are read, whoever read the last of them, and the process is
+    gone from n0's per-peer counters (folded into p0.*). (That the transport closes
+    a link whose last messages the plane read is test_shm_transport's.)"""
+    rack, env = kp
+    with rack.endpoint() as ep:
+        def n0_links():
+            return ep.call_args("n0", Op.STATS)[0]["links"]
+        with on_rack(env, STREAMER, NIC, mode="ddio", name="kp") as (proc, (port, pid)), \
+                socket.create_connection((NIC, port), timeout=30) as sock:
+            for _ in range(200):
+                sock.recv(1 << 16)
+            os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        wait_until(lambda: f"p0.{pid}" not in n0_links(), timeout=15)
