@@ -112,16 +112,16 @@ int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken) {
         }
         p->tpos += n;
     }
-    if (fresh)
-        p->held_since = now;
+    if (fresh)   /* (the watch reads these two from its thread) */
+        __atomic_store_n(&p->held_since, now, __ATOMIC_RELAXED);
     p->credit = credit - n;
-    p->held += n;
+    __atomic_store_n(&p->held, p->held + n, __ATOMIC_RELAXED);
     *taken = n;
     return (hold ? (fresh ? SP_HOLDING : SP_HELD) : SP_SENT) | missed;
 }
 
 void sp_announced(sp_path *p) {
-    p->held = 0;
+    __atomic_store_n(&p->held, 0, __ATOMIC_RELAXED);
     p->announced = sp_now();
 }
 

@@ -121,11 +121,19 @@ class NicPath:
             return None
         k = min(want, avail)
         out = bytearray(k) if view is None else view[:k]
-        buf = _from_buffer(out)
+        buf = _from_buffer(out, require_writable=True)
         done = _take(c, buf, k, 0, peek)
         while done < k:   # a line that is not cached: fault it in (reading ahead), go on
-            self.vm.fault(c.miss, _left(self._rbuf, c.miss, k - done))
+            try:
+                self.vm.fault(c.miss, _left(self._rbuf, c.miss, k - done))
+            except BaseException:
+                if not done or peek:
+                    raise
+                k = done   # what was read is the program's: a short read; the fault
+                break      # (its home unreachable...) comes again at the next recv
             done += _take(c, buf + done, k - done, done if peek else 0, peek)
+        if view is None and k < len(out):
+            del out[k:]
         if not peek:
             if c.unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
                 self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, c.unacked))
@@ -159,16 +167,20 @@ class NicPath:
             return taken[0]
         done = 0
         while True:
-            if verdict == _FULL:
-                return done
-            if verdict != _MISS:
-                n = taken[0]
-                done += n
-                self._took(verdict & ~_MISSED, n)
-                if not verdict & _MISSED or done == len(chunk):   # (a line's worth may
-                    return done                                   # stay staged: it goes
-                                                                  # before the next bytes)
-            self.vm.fault(c.miss, _left(self._tbuf, c.miss, len(chunk) - done))
+            try:
+                if verdict == _FULL:
+                    return done
+                if verdict != _MISS:
+                    n = taken[0]
+                    self._took(verdict & ~_MISSED, n)   # (failed: as if n had not come)
+                    done += n
+                    if not verdict & _MISSED or done == len(chunk):   # (a line's worth
+                        return done         # may stay staged: it goes before the next bytes)
+                self.vm.fault(c.miss, _left(self._tbuf, c.miss, len(chunk) - done))
+            except BaseException:
+                if done:   # those are sent (or held): a short send, as the kernel's;
+                    return done   # the error comes again with the rest
+                raise
             verdict = _put(c, _from_buffer(chunk) + done, len(chunk) - done, taken)
 
     def _took(self, verdict: int, n: int) -> None:
@@ -199,6 +211,7 @@ class NicPath:
                     with tracing.within(self.held_trace):
                         self._announce()
             except OSError as exc:
+                _announced(self.c)   # dropped: the connection is broken (no retries)
                 self.stub._error = self.stub._error or exc.errno or errno.EIO
                 self.stub._ring()
                 self.stub._cond.notify_all()

@@ -230,7 +230,9 @@ class Runtime:
         self._flush_efd = os.eventfd(0, os.EFD_CLOEXEC)
         watch = stubpath.lib.sp_watch_start(self._flush_efd)
         if watch == stubpath.ffi.NULL:
-            raise OSError(stubpath.ffi.errno, "the packing watch's thread")
+            code = stubpath.ffi.errno
+            os.close(self._flush_efd)
+            raise OSError(code, "the packing watch's thread")
         threading.Thread(target=self._flush_held, daemon=True,
                          name="splitrack-stub-flusher").start()
         self._watch = watch
