@@ -93,8 +93,11 @@ def test_a_dead_global_leaves_the_components_serving(run_root, tmp_path):
         os.kill(_pid(rack, "global"), signal.SIGKILL)
         wait_until(lambda: not alive(_pid(rack, "global")))
         # a program ends on p1: its pMonitor reports the new load to global, and lives
+        # (it reports at a tick; the program lives past a few, or its start and end
+        # could fall between two and leave nothing to report)
         ran = subprocess.run([SPLITRACK, "run", "--name", "faultg", "--on", "p1", "--",
-                              sys.executable, "-c", "print('ran')"], env=environ(rack),
+                              sys.executable, "-c", "import time; time.sleep(0.5); print('ran')"],
+                             env=environ(rack),
                              cwd=SCRATCH, capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0 and ran.stdout == "ran\n", ran.stderr
 

@@ -6,7 +6,7 @@ import pytest
 
 from fit_rpc import Op, codec
 from gnm import NicAllocator, NicRegistry, split_process_id
-from helpers import small_spec
+from helpers import small_spec, wait_until
 from splitrack import Rack
 
 
@@ -124,6 +124,14 @@ def test_spec_policy_pinned_nics_and_load_reports_reach_gnm(run_root, tmp_path):
     spec["pcomponent"][1]["nic"] = "127.0.0.11"
     with Rack(spec) as rack:
         ep = rack.endpoint()
+
+        def n0_load() -> dict:
+            listing, _ = ep.call_args("global", Op.LIST)
+            return next(c for c in listing["components"] if c["id"] == "n0")["load"]
+
+        # n0's own first report (at its first tick) would overwrite the test's; it
+        # reports again only when its load changes, which nothing here makes it do
+        wait_until(lambda: "nics" in n0_load())
         report = {"nics": {"127.0.0.11": {"sockets": 0, "bytes": 0},
                            "127.0.0.12": {"sockets": 4, "bytes": 0}}}
         ep.send("global", Op.LOAD_REPORT, codec.encode({"id": "n0", "load": report}))
@@ -135,6 +143,4 @@ def test_spec_policy_pinned_nics_and_load_reports_reach_gnm(run_root, tmp_path):
             "127.0.0.12"
         assert ep.call_args("global", Op.GNM_ALLOCATE, {"process": "p1.9"})[0]["ip"] == \
             "127.0.0.11"  # p1's configured NIC, whatever the load
-        listing, _ = ep.call_args("global", Op.LIST)
-        n0 = next(c for c in listing["components"] if c["id"] == "n0")
-        assert n0["load"]["nics"]["127.0.0.11"]["sockets"] == 9
+        assert n0_load()["nics"]["127.0.0.11"]["sockets"] == 9
