@@ -82,8 +82,9 @@ def try_connect(stub: Any, ip: str, port: int) -> bool:
     same = listener["process"].split(".")[0] == rt.pcomponent
     src = rt.loopback if ip == rt.loopback else rt.nic()[0]
     local = (src, rt.ephemeral_port())
-    wait = SHORTCUT_CONNECT_WAIT_S if stub._timeout is None else \
-        min(stub._timeout, SHORTCUT_CONNECT_WAIT_S)
+    wait = SHORTCUT_CONNECT_WAIT_S if not stub._timeout else \
+        min(stub._timeout, SHORTCUT_CONNECT_WAIT_S)   # (non-blocking: the listener's answer
+    #                                                   is waited for, then EINPROGRESS)
     # The listener drops a request older than `until`, and the connector waits twice
     # as long: an answer to a request the listener took has time to come, so no
     # listener keeps a connection its connector gave up on (its program would accept

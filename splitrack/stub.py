@@ -20,7 +20,9 @@ exactly while data, EOF, an error or a connection waits, so select, selectors
 and asyncio work. It is always writable; a send that finds no window raises
 BlockingIOError on a non-blocking socket. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
-Not supported (EOPNOTSUPP): dup, detach, ancillary data, MSG_OOB.
+Not supported (EOPNOTSUPP): dup, detach, ancillary data, MSG_OOB. AF_INET6 is
+refused (EAFNOSUPPORT); any other network socket (UDP, raw, netlink) stays the
+host's, with a line on stderr that says so.
 
 In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 (the methods in `_OPERATIONS`) is recorded, and what it sends is caused by it.
@@ -28,9 +30,12 @@ Untraced, the class is as written here.
 """
 
 import errno
+import math
+import operator
 import os
 import select
 import socket as _socket_module
+import sys
 import threading
 import time
 from collections import deque
@@ -47,8 +52,9 @@ _std = _socket_module.socket          # the stdlib class, whatever is installed 
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
-_PEEK, _DONTWAIT, _NOSIGNAL = (int(f) for f in (   # plain ints: IntFlag arithmetic is slow
-    _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL))
+_PEEK, _DONTWAIT, _NOSIGNAL, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
+    _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL,
+    _socket_module.MSG_WAITALL))
 _DATA_OPS = frozenset(int(op) for op in (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_SENT,
                                           Op.STUB_SC_DATA, Op.STUB_SC_CREDIT))
 _OPTS = {(_socket_module.SOL_SOCKET, o) for o in (
@@ -76,7 +82,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 fileno: int | None = None) -> Any:
         family = AF_INET if family == -1 else family
         kind = SOCK_STREAM if type == -1 else type
+        if fileno is None and family == _socket_module.AF_INET6:
+            raise _err(errno.EAFNOSUPPORT)   # the rack's NICs are IPv4: never the host's
         if fileno is not None or family != AF_INET or kind & ~_TYPE_FLAGS != SOCK_STREAM:
+            if fileno is None:
+                _warn_host_socket(family, kind & ~_TYPE_FLAGS)
             return _std(family, type, proto, fileno)   # not TCP/IPv4: the kernel's own
         return _std.__new__(cls)
 
@@ -109,6 +119,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._dead = False         # closed: every call is EBADF
         self._connected: dict[str, Any] | None = None   # the answer to N_CONNECT
         self._attempt: float | None = None   # a shortcut connect under way: its `until`
+        self._started = False      # a non-blocking connect began, its outcome not yet told
+        self._pending: tuple[str, int, NicPath] | None = None   # ... its handshake goes on
         self._rung = False
 
     # ---- names ---------------------------------------------------------------------------
@@ -145,17 +157,13 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- timeouts ----------------------------------------------------------------------------
     def settimeout(self, value: float | None) -> None:
-        if value is not None:
-            value = float(value)
-            if value < 0:
-                raise ValueError("Timeout value out of range")
-        self._timeout = value
+        self._timeout = _timeout_value(value)
 
     def gettimeout(self) -> float | None:
         return self._timeout
 
     def setblocking(self, flag: bool) -> None:
-        self._timeout = None if flag else 0.0
+        self._timeout = None if operator.index(flag) else 0.0   # (an int, as CPython's)
 
     def getblocking(self) -> bool:
         return self._timeout != 0.0
@@ -289,10 +297,28 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def connect(self, address: Any) -> None:
         self._alive()
         ip, port = self._to_rack(address)
+        if self._started:   # a non-blocking connect began: this call says how it went
+            return self._connect_again()
         if self._peer is not None:
             raise _err(errno.EISCONN)
         if self._listening:
             raise _err(errno.EINVAL)
+        if self._timeout != 0.0:
+            return self._connect(ip, port, wait=True)
+        # Non-blocking: EINPROGRESS, as Linux says even on loopback; how it went is
+        # for SO_ERROR (writability: fileno() is always writable) or the next connect
+        self._started = True
+        try:
+            self._connect(ip, port, wait=False)
+        except OSError as exc:
+            with self._lock:
+                self._error = exc.errno or errno.EIO
+                self._ring()
+        raise BlockingIOError(errno.EINPROGRESS, os.strerror(errno.EINPROGRESS))
+
+    def _connect(self, ip: str, port: int, wait: bool) -> None:
+        """Connect by a shortcut or through a skeleton. wait=False: a handshake the
+        kernel has not finished is left to STUB_CONNECTED (`_pending`, `_settle`)."""
         if shortcuts.try_connect(self, ip, port):
             return
         path = NicPath(self, self._mode)
@@ -311,15 +337,24 @@ class BsdSocketStub(_std, metaclass=_Meta):
         except OSError as exc:
             answer = {"errno": exc.errno or errno.EIO}
         if answer.get("pending"):
+            if not wait:
+                self._pending = (ip, port, path)
+                return
             # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
             deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
             if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
                 self._failed_connect()
                 raise TimeoutError("timed out")
-            if self._connected is None:   # its nComponent died meanwhile
-                code, self._error = self._error, 0
-                self._connected = {"errno": code}
-            answer = self._connected
+            answer = self._connect_answer()
+        self._connect_done(answer, ip, port, path)
+
+    def _connect_answer(self) -> dict[str, Any]:
+        if self._connected is None:   # its nComponent died meanwhile
+            code, self._error = self._error, 0
+            self._connected = {"errno": code}
+        return self._connected
+
+    def _connect_done(self, answer: dict[str, Any], ip: str, port: int, path: NicPath) -> None:
         if "errno" in answer:
             self._failed_connect()
             if answer["errno"] == errno.ETIMEDOUT and self._timeout:
@@ -329,6 +364,34 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._sk = answer["sk"]
         self._local = self._to_program(answer["local"])
         self._peer = self._to_program((ip, port))
+
+    def _settle(self) -> None:
+        """A non-blocking connect whose handshake was pending: done, if it has ended."""
+        if self._pending is None or not self._connect_ended():
+            return
+        (ip, port, path), self._pending = self._pending, None
+        try:
+            self._connect_done(self._connect_answer(), ip, port, path)
+        except OSError as exc:
+            with self._lock:
+                self._error = exc.errno or errno.EIO
+                self._ring()
+
+    def _connect_again(self) -> None:
+        """connect() after a non-blocking one began, as Linux answers it: EALREADY while
+        the handshake goes on, then once 0 or its error (ECONNABORTED if SO_ERROR took
+        the error already), and after that EISCONN, or a new attempt after a failure."""
+        self._rt.pump()   # what the skeleton said so far
+        self._settle()
+        if self._pending is not None:
+            raise _err(errno.EALREADY)
+        self._started = False
+        if self._peer is not None:
+            return
+        with self._lock:
+            code, self._error, self._broken = self._error, 0, False
+            self._hush()
+        raise _err(code or errno.ECONNABORTED)
 
     def _connect_ended(self) -> bool:
         return self._connected is not None or bool(self._error)
@@ -389,10 +452,12 @@ class BsdSocketStub(_std, metaclass=_Meta):
         """recv (view None: returns bytes) or recv_into (returns the count)."""
         if self._dead:
             raise _err(errno.EBADF)
-        if flags & ~(_PEEK | _DONTWAIT):
+        if flags & ~(_PEEK | _DONTWAIT | _WAITALL):
             raise _err(errno.EOPNOTSUPP)
         if want == 0:
             return b"" if view is None else 0
+        if flags == _WAITALL and self._timeout is None:
+            return self._recv_all(want, view)
         deadline = self._deadline()
         lock = self._lock
         while True:
@@ -403,9 +468,34 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 lock.release()
             if got is not None:
                 return got
-            if flags & _DONTWAIT:
-                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            if flags & _DONTWAIT and self._timeout is None:   # (with a timeout, CPython
+                raise BlockingIOError(errno.EAGAIN,            # waits first, as here)
+                                      "Resource temporarily unavailable")
             self._wait_readable(deadline)
+
+    def _recv_all(self, want: int, view: memoryview | None) -> Any:
+        """MSG_WAITALL on a blocking socket: until `want` bytes, EOF or an error; an error
+        after some bytes returns them, and the next call reports it (as Linux does).
+        (With a timeout CPython's socket is non-blocking, where the kernel ignores
+        MSG_WAITALL: so does the caller.)"""
+        out, got = bytearray(), 0
+        while got < want:
+            try:
+                part = self._recv(want - got, 0, None if view is None else view[got:])
+            except OSError as exc:
+                if not got or not exc.errno:
+                    raise
+                with self._lock:   # reported by the next call
+                    self._error, self._broken = exc.errno, False
+                break
+            if not part:
+                break
+            if view is None:
+                out += part
+                got += len(part)
+            else:
+                got += part
+        return bytes(out) if view is None else got
 
     def _take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         """Received bytes (lock held): bytes, or a count when reading into `view`;
@@ -493,10 +583,8 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if self._error:
             code, self._error, self._broken = self._error, 0, True
             raise _err(code)
-        if self._shut_wr or self._broken or self._peer_gone:
-            raise _err(errno.EPIPE)
-        if self._peer is None:
-            raise _err(errno.ENOTCONN)
+        if self._shut_wr or self._broken or self._peer_gone or self._peer is None:
+            raise _err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
         view = data if type(data) is bytes else _bytes_view(data)
@@ -510,7 +598,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
     # ---- shutdown, close, options --------------------------------------------------------------
     def shutdown(self, how: int) -> None:
         self._alive()
-        if how not in (0, 1, 2):
+        if operator.index(how) not in (0, 1, 2):
             raise _err(errno.EINVAL)
         if self._peer is None and not self._listening:
             raise _err(errno.ENOTCONN)
@@ -576,6 +664,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
             raise _err(errno.EOPNOTSUPP)
         if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_ERROR):
             self._rt.pump()   # what the skeleton said so far
+            self._settle()
             with self._lock:
                 code, self._error = self._error, 0
                 self._broken = self._broken or bool(code)
@@ -662,6 +751,39 @@ def _ipv4(host: Any) -> str:
         except OSError:
             pass
     return _socket_module.gethostbyname(host)
+
+
+_HOST_FAMILIES = {_socket_module.AF_UNIX}   # IPC on the pComponent, not the network
+_warned: set[tuple[int, int]] = set()
+
+
+def _warn_host_socket(family: int, kind: int) -> None:
+    """A network socket the rack cannot emulate yet (UDP, raw, netlink, packet) stays
+    the host's: said once a kind, in one line on stderr, never silently."""
+    if family in _HOST_FAMILIES or (family, kind) in _warned:
+        return
+    _warned.add((family, kind))
+    try:
+        name = f"{_socket_module.AddressFamily(family).name}/{_socket_module.SocketKind(kind).name}"
+    except ValueError:
+        name = f"family {family}, type {kind}"
+    print(f"splitrack: a {name} socket is the host's, not the rack's: only TCP over IPv4 "
+          f"crosses the rack (its traffic is not emulated)", file=sys.stderr, flush=True)
+
+
+def _timeout_value(value: Any) -> float | None:
+    """settimeout's argument as CPython takes it: None, a float that is not NaN, or an
+    integer (anything else is a TypeError), never negative."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise ValueError("Invalid value NaN (not a number)")
+    else:
+        value = operator.index(value)
+    if value < 0:
+        raise ValueError("Timeout value out of range")
+    return float(value)
 
 
 def _bytes_view(data: Any) -> bytes | memoryview:

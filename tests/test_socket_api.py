@@ -1,0 +1,144 @@
+"""The socket API on the rack behaves as on Linux: one program, run as a plain process
+on the host and as a rack program (through a pipe shortcut, and through the
+nComponent in DDIO and in DMA), must print the same lines (splitrack/stub.py)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from netprogs import SCRATCH, network_rack
+from helpers import SPLITRACK
+
+# Each line: a call and what came of it (a value, or the exception's class and errno).
+# The listener is the program's own: on the rack a pipe shortcut, or with
+# --no-shortcuts a connection through the nComponent, both ends on the rack.
+PROBE = textwrap.dedent("""
+    import select, socket, sys, threading, time
+    def t(name, fn):
+        try:
+            print(f"{name}: ok {fn()!r}", flush=True)
+        except Exception as exc:
+            print(f"{name}: {type(exc).__name__} {getattr(exc, 'errno', None)}", flush=True)
+    host = sys.argv[1]
+    srv = socket.create_server((host, 0))
+    port = srv.getsockname()[1]
+    fresh = socket.socket
+    t("setblocking(2)", lambda: fresh().setblocking(2))
+    t("setblocking('x')", lambda: fresh().setblocking("x"))
+    t("settimeout(-1)", lambda: fresh().settimeout(-1))
+    t("settimeout(nan)", lambda: fresh().settimeout(float("nan")))
+    t("settimeout('x')", lambda: fresh().settimeout("x"))
+    t("settimeout(True)", lambda: (lambda s: (s.settimeout(True), s.gettimeout())[1])(fresh()))
+    t("shutdown unconnected", lambda: fresh().shutdown(socket.SHUT_RDWR))
+    t("shutdown(5)", lambda: fresh().shutdown(5))
+    t("shutdown('x')", lambda: fresh().shutdown("x"))
+    t("send unconnected", lambda: fresh().send(b"x"))
+    t("getpeername unconnected", lambda: fresh().getpeername())
+    s = fresh()
+    s.setblocking(False)
+    t("non-blocking connect", lambda: s.connect((host, port)))
+    t("writable", lambda: bool(select.select([], [s], [], 5)[1]))
+    t("SO_ERROR", lambda: s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+    t("connect again", lambda: s.connect((host, port)))
+    t("and again", lambda: s.connect((host, port)))
+    t("connect_ex", lambda: s.connect_ex((host, port)))
+    dead = fresh(); dead.bind((host, 0)); dead_port = dead.getsockname()[1]; dead.close()
+    r = fresh(); r.setblocking(False)
+    t("non-blocking refused", lambda: r.connect((host, dead_port)))
+    time.sleep(0.2)
+    t("refused, readable", lambda: bool(select.select([r], [], [], 5)[0]))
+    t("refused, SO_ERROR", lambda: r.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+    t("refused, again", lambda: r.connect((host, dead_port)))
+    r2 = fresh(); r2.setblocking(False)
+    t("connect_ex x3", lambda: [r2.connect_ex((host, dead_port)) for _ in range(3)])
+    srv.settimeout(10)
+    c, _ = srv.accept()
+    c.settimeout(10)
+    s.setblocking(True)
+    c.sendall(b"hello world")
+    time.sleep(0.2)
+    t("MSG_PEEK", lambda: s.recv(5, socket.MSG_PEEK))
+    t("after the peek", lambda: s.recv(5))
+    t("the rest", lambda: s.recv(100))
+    t("MSG_DONTWAIT, blocking", lambda: s.recv(10, socket.MSG_DONTWAIT))
+    def later():
+        time.sleep(0.2); c.sendall(b"abc"); time.sleep(0.2); c.sendall(b"def")
+    threading.Thread(target=later).start()
+    t("MSG_WAITALL, blocking", lambda: s.recv(6, socket.MSG_WAITALL))
+    buf = bytearray(4)
+    threading.Thread(target=later).start()
+    t("MSG_WAITALL into", lambda: (s.recv_into(buf, 4, socket.MSG_WAITALL), bytes(buf)))
+    t("the rest of it", lambda: s.recv(2))
+    s.settimeout(0.3)
+    t("MSG_DONTWAIT, timeout", lambda: s.recv(10, socket.MSG_DONTWAIT))
+    t("sendmsg", lambda: s.sendmsg([b"ab", b"cd"]))
+    t("its bytes", lambda: c.recv(10))
+    c.sendall(b"xyz")
+    time.sleep(0.2)
+    t("recvmsg", lambda: s.recvmsg(10)[0])
+    f = s.makefile("rwb")
+    t("makefile outlives close()", lambda: (s.close(), f.write(b"M"), f.flush(), c.recv(1))[3])
+    f.close()
+    t("closed with its file", lambda: c.recv(1))
+    t("create_connection", lambda: (lambda x: (x.getpeername()[1] == port, x.close())[0])(
+        socket.create_connection((host, port))))
+    print("done", flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def net():
+    with network_rack("api") as rack_env:
+        yield rack_env
+
+
+def _linux() -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", PROBE, "127.0.0.1"], cwd=SCRATCH,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-shortcuts", "--mode", "ddio"),
+                                   ("--no-shortcuts", "--mode", "dma")],
+                         ids=["pipe", "ddio", "dma"])
+def test_the_socket_api_answers_as_linux_does(net, flags):
+    _, env = net
+    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
+                           "-c", PROBE, "127.0.0.11"], env=env, cwd=SCRATCH,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rack = proc.stdout.splitlines()
+    linux = _linux()
+    assert linux[-1] == "done"
+    assert rack == linux, "\n".join(f"{a!r:55} {b!r}" for a, b in zip(linux, rack)
+                                    if a != b)
+
+
+def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
+    """No socket bypasses the rack silently: AF_INET6 is EAFNOSUPPORT, and a UDP
+    socket (the host's) is said once on stderr; AF_UNIX, the pComponent's IPC, is not."""
+    _, env = net
+    code = textwrap.dedent("""
+        import socket
+        try:
+            socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            print("ipv6 made")
+        except OSError as exc:
+            print("ipv6", type(exc).__name__, exc.errno)
+        for _ in range(2):
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+        socket.socketpair()
+        print("udp made")
+    """)
+    proc = subprocess.run([SPLITRACK, "run", "--name", "api", "--", sys.executable, "-c",
+                           code], env=env, cwd=SCRATCH, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["ipv6 OSError 97", "udp made"]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("splitrack:")]
+    assert said == ["splitrack: a AF_INET/SOCK_DGRAM socket is the host's, not the rack's: "
+                    "only TCP over IPv4 crosses the rack (its traffic is not emulated)"], \
+        proc.stderr
