@@ -8,7 +8,9 @@ bsdSocketSkeleton, which holds the real kernel socket; from then on stub and
 skeleton talk directly (runtime.py carries the messages).
 
 This file is the socket API and the connection's state (addresses, timeouts,
-EOF, errors, the accept queue). A connected stub's bytes take a path object:
+EOF, errors, the accept queue); connect() is connecting.py's, and what the API
+takes and says (errors, addresses, timeouts) sockargs.py's. A connected
+stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 `set_rack_mode()`), or, to a listener of the rack, a shortcut: `PipePath`
@@ -30,12 +32,10 @@ Untraced, the class is as written here.
 """
 
 import errno
-import math
 import operator
 import os
 import select
 import socket as _socket_module
-import sys
 import threading
 import time
 from collections import deque
@@ -44,9 +44,10 @@ from typing import Any
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
 from splitrack import shortcuts
+from splitrack.connecting import Connecting
 from splitrack.nic_path import NicPath
-from splitrack.params import CONNECT_TIMEOUT_S
 from splitrack.runtime import runtime
+from splitrack.sockargs import bytes_view, err, ipv4, timeout_value, warn_host_socket
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
@@ -63,10 +64,6 @@ _OPTS = {(_socket_module.SOL_SOCKET, o) for o in (
     (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
 
 
-def _err(code: int) -> OSError:
-    return OSError(code, os.strerror(code))
-
-
 class _Meta(type):
     """isinstance(s, socket.socket) stays true for the stdlib sockets (AF_UNIX...)
     that `socket.socket(...)` still makes once the stub is installed."""
@@ -77,16 +74,16 @@ class _Meta(type):
         return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
-class BsdSocketStub(_std, metaclass=_Meta):
+class BsdSocketStub(Connecting, _std, metaclass=_Meta):
     def __new__(cls, family: int = -1, type: int = -1, proto: int = -1,
                 fileno: int | None = None) -> Any:
         family = AF_INET if family == -1 else family
         kind = SOCK_STREAM if type == -1 else type
         if fileno is None and family == _socket_module.AF_INET6:
-            raise _err(errno.EAFNOSUPPORT)   # the rack's NICs are IPv4: never the host's
+            raise err(errno.EAFNOSUPPORT)   # the rack's NICs are IPv4: never the host's
         if fileno is not None or family != AF_INET or kind & ~_TYPE_FLAGS != SOCK_STREAM:
             if fileno is None:
-                _warn_host_socket(family, kind & ~_TYPE_FLAGS)
+                warn_host_socket(family, kind & ~_TYPE_FLAGS)
             return _std(family, type, proto, fileno)   # not TCP/IPv4: the kernel's own
         return _std.__new__(cls)
 
@@ -134,7 +131,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         host, port = address
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise OverflowError("port must be 0-65535.")
-        ip = "0.0.0.0" if host in ("", "0.0.0.0") else _ipv4(host)
+        ip = "0.0.0.0" if host in ("", "0.0.0.0") else ipv4(host)
         return (self._rt.loopback if ip == _LOCALHOST else ip), port
 
     def _to_program(self, address: Any) -> tuple[str, int]:
@@ -146,7 +143,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def getpeername(self) -> tuple[str, int]:
         if self._peer is None:
-            raise _err(errno.ENOTCONN)
+            raise err(errno.ENOTCONN)
         return self._peer
 
     def set_rack_mode(self, mode: str) -> None:
@@ -157,7 +154,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- timeouts ----------------------------------------------------------------------------
     def settimeout(self, value: float | None) -> None:
-        self._timeout = _timeout_value(value)
+        self._timeout = timeout_value(value)
 
     def gettimeout(self) -> float | None:
         return self._timeout
@@ -237,7 +234,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def bind(self, address: Any) -> None:
         ip, port = self._to_rack(address)
         if self._n is not None:
-            raise _err(errno.EINVAL)
+            raise err(errno.EINVAL)
         any_ip = ip == "0.0.0.0"
         if any_ip:
             ip, self._n = self._rt.nic()
@@ -255,7 +252,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def listen(self, backlog: int = 128) -> None:
         if self._peer is not None:
-            raise _err(errno.EINVAL)
+            raise err(errno.EINVAL)
         if self._n is None:
             self.bind(("0.0.0.0", 0))
         self._call(Op.N_LISTEN, {"sk": self._sk, "backlog": max(0, int(backlog))})
@@ -263,7 +260,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def accept(self) -> tuple["BsdSocketStub", tuple[str, int]]:
         if not self._listening:
-            raise _err(errno.EINVAL)
+            raise err(errno.EINVAL)
         deadline = self._deadline()
         while True:
             with self._lock:
@@ -273,11 +270,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                         self._hush()
                     break
                 if self._dead:
-                    raise _err(errno.EBADF)
+                    raise err(errno.EBADF)
                 if self._error == errno.ENETDOWN:   # its nComponent died
-                    raise _err(errno.ENETDOWN)
+                    raise err(errno.ENETDOWN)
                 if self._shut_rd or self._error:   # shut down, or broken: Linux says EINVAL
-                    raise _err(errno.EINVAL)
+                    raise err(errno.EINVAL)
             self._wait_readable(deadline)
         conn = info.get("stub") or BsdSocketStub(AF_INET, SOCK_STREAM)   # a shortcut's is made
         if _socket_module.getdefaulttimeout() is None and self._timeout is not None:
@@ -293,128 +290,6 @@ class BsdSocketStub(_std, metaclass=_Meta):
         self._rt.send(self._n, Op.N_START, codec.encode(
             {"sk": conn._sk, "stub": conn._id, "buffers": path.buffers}))
         return conn, conn._peer
-
-    def connect(self, address: Any) -> None:
-        self._alive()
-        ip, port = self._to_rack(address)
-        if self._started:   # a non-blocking connect began: this call says how it went
-            return self._connect_again()
-        if self._peer is not None:
-            raise _err(errno.EISCONN)
-        if self._listening:
-            raise _err(errno.EINVAL)
-        if self._timeout != 0.0:
-            return self._connect(ip, port, wait=True)
-        # Non-blocking: EINPROGRESS, as Linux says even on loopback; how it went is
-        # for SO_ERROR (writability: fileno() is always writable) or the next connect
-        self._started = True
-        try:
-            self._connect(ip, port, wait=False)
-        except OSError as exc:
-            with self._lock:
-                self._error = exc.errno or errno.EIO
-                self._ring()
-        raise BlockingIOError(errno.EINPROGRESS, os.strerror(errno.EINPROGRESS))
-
-    def _connect(self, ip: str, port: int, wait: bool) -> None:
-        """Connect by a shortcut or through a skeleton. wait=False: a handshake the
-        kernel has not finished is left to STUB_CONNECTED (`_pending`, `_settle`)."""
-        if shortcuts.try_connect(self, ip, port):
-            return
-        path = NicPath(self, self._mode)
-        args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
-                                "buffers": path.buffers, "inbox": self._rt.inbox.address,
-                                "stub": self._id}
-        if self._n is not None:
-            args["sk"] = self._sk
-        else:
-            src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
-                else self._rt.nic()
-            args.update(src=src, opts=self._opt_list())
-        self._connected, self._path = None, path   # pushes may come before connect() returns
-        try:
-            answer = self._rt.call(self._n, Op.N_CONNECT, args)
-        except OSError as exc:
-            answer = {"errno": exc.errno or errno.EIO}
-        if answer.get("pending"):
-            if not wait:
-                self._pending = (ip, port, path)
-                return
-            # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
-            deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
-            if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
-                self._failed_connect()
-                raise TimeoutError("timed out")
-            answer = self._connect_answer()
-        self._connect_done(answer, ip, port, path)
-
-    def _connect_answer(self) -> dict[str, Any]:
-        if self._connected is None:   # its nComponent died meanwhile
-            code, self._error = self._error, 0
-            self._connected = {"errno": code}
-        return self._connected
-
-    def _connect_done(self, answer: dict[str, Any], ip: str, port: int, path: NicPath) -> None:
-        if "errno" in answer:
-            self._failed_connect()
-            if answer["errno"] == errno.ETIMEDOUT and self._timeout:
-                raise TimeoutError("timed out")
-            raise _err(answer["errno"])
-        path.n, path.sk = self._n, answer["sk"]
-        self._sk = answer["sk"]
-        self._local = self._to_program(answer["local"])
-        self._peer = self._to_program((ip, port))
-
-    def _settle(self) -> None:
-        """A non-blocking connect whose handshake was pending: done, if it has ended."""
-        if self._pending is None or not self._connect_ended():
-            return
-        (ip, port, path), self._pending = self._pending, None
-        try:
-            self._connect_done(self._connect_answer(), ip, port, path)
-        except OSError as exc:
-            with self._lock:
-                self._error = exc.errno or errno.EIO
-                self._ring()
-
-    def _connect_again(self) -> None:
-        """connect() after a non-blocking one began, as Linux answers it: EALREADY while
-        the handshake goes on, then once 0 or its error (ECONNABORTED if SO_ERROR took
-        the error already), and after that EISCONN, or a new attempt after a failure."""
-        self._rt.pump()   # what the skeleton said so far
-        self._settle()
-        if self._pending is not None:
-            raise _err(errno.EALREADY)
-        self._started = False
-        if self._peer is not None:
-            return
-        with self._lock:
-            code, self._error, self._broken = self._error, 0, False
-            self._hush()
-        raise _err(code or errno.ECONNABORTED)
-
-    def _connect_ended(self) -> bool:
-        return self._connected is not None or bool(self._error)
-
-    def _park_connect(self, timeout: float | None) -> None:
-        with self._cond:
-            self._cond.wait_for(self._connect_ended, timeout)
-
-    def _failed_connect(self) -> None:
-        with self._lock:
-            if self._path is not None:
-                self._path.release()
-            self._path = None
-        self._n, self._sk = None, 0   # the skeleton is gone with the failed connect
-
-    def connect_ex(self, address: Any) -> int:
-        try:
-            self.connect(address)
-        except TimeoutError:
-            return errno.EAGAIN
-        except OSError as exc:
-            return exc.errno or errno.EIO
-        return 0
 
     # ---- receiving ---------------------------------------------------------------------------
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
@@ -442,18 +317,18 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0,
                 address: Any = None) -> int:
         if ancdata or address is not None:
-            raise _err(errno.EOPNOTSUPP)
+            raise err(errno.EOPNOTSUPP)
         return self.send(b"".join(bytes(memoryview(b).cast("B")) for b in buffers), flags)
 
     def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
-        raise _err(errno.EISCONN if self._peer is not None else errno.EOPNOTSUPP)
+        raise err(errno.EISCONN if self._peer is not None else errno.EOPNOTSUPP)
 
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
         if self._dead:
-            raise _err(errno.EBADF)
+            raise err(errno.EBADF)
         if flags & ~(_PEEK | _DONTWAIT | _WAITALL):
-            raise _err(errno.EOPNOTSUPP)
+            raise err(errno.EOPNOTSUPP)
         if want == 0:
             return b"" if view is None else 0
         if flags == _WAITALL and self._timeout is None:
@@ -506,11 +381,11 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 return got
         if self._error:   # reported once, as Linux does; then the socket is broken
             code, self._error, self._broken = self._error, 0, True
-            raise _err(code)
+            raise err(code)
         if self._eof or self._shut_rd or self._broken or self._dead:
             return b"" if view is None else 0
         if self._peer is None:
-            raise _err(errno.ENOTCONN)
+            raise err(errno.ENOTCONN)
         return None
 
     def _drained(self) -> None:
@@ -520,7 +395,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     # ---- sending -----------------------------------------------------------------------------
     def send(self, data: Any, flags: int = 0) -> int:
-        return self._send_now(data if type(data) is bytes else _bytes_view(data), flags)
+        return self._send_now(data if type(data) is bytes else bytes_view(data), flags)
 
     def _send_now(self, view: bytes | memoryview, flags: int) -> int:
         """send(): one put if the socket can send and the window takes it all (the hot
@@ -552,7 +427,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def _send(self, view: bytes | memoryview, flags: int) -> int:
         if flags & ~(_DONTWAIT | _NOSIGNAL):
-            raise _err(errno.EOPNOTSUPP)
+            raise err(errno.EOPNOTSUPP)
         view = memoryview(view)   # slices of what is left: no copies
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
         deadline = None   # computed if it must wait (this is the hot path)
@@ -579,15 +454,15 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def _check_sendable(self) -> None:
         if self._dead:
-            raise _err(errno.EBADF)
+            raise err(errno.EBADF)
         if self._error:
             code, self._error, self._broken = self._error, 0, True
-            raise _err(code)
+            raise err(code)
         if self._shut_wr or self._broken or self._peer_gone or self._peer is None:
-            raise _err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
+            raise err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        view = data if type(data) is bytes else _bytes_view(data)
+        view = data if type(data) is bytes else bytes_view(data)
         done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
         while done < len(view):
             done += self._send(memoryview(view)[done:], flags)
@@ -599,9 +474,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def shutdown(self, how: int) -> None:
         self._alive()
         if operator.index(how) not in (0, 1, 2):
-            raise _err(errno.EINVAL)
+            raise err(errno.EINVAL)
         if self._peer is None and not self._listening:
-            raise _err(errno.ENOTCONN)
+            raise err(errno.ENOTCONN)
         with self._lock:
             if how in (_socket_module.SHUT_RD, _socket_module.SHUT_RDWR):
                 self._shut_rd = True
@@ -645,9 +520,9 @@ class BsdSocketStub(_std, metaclass=_Meta):
     def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
                    ) -> None:
         if (level, optname) not in _OPTS:
-            raise _err(errno.ENOPROTOOPT)
+            raise err(errno.ENOPROTOOPT)
         if not isinstance(value, int):
-            raise _err(errno.EINVAL)
+            raise err(errno.EINVAL)
         if self._sk:
             self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level, "opt": optname,
                                       "value": value})
@@ -661,7 +536,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
 
     def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> int:
         if buflen:
-            raise _err(errno.EOPNOTSUPP)
+            raise err(errno.EOPNOTSUPP)
         if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_ERROR):
             self._rt.pump()   # what the skeleton said so far
             self._settle()
@@ -672,7 +547,7 @@ class BsdSocketStub(_std, metaclass=_Meta):
         if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_TYPE):
             return SOCK_STREAM
         if (level, optname) not in _OPTS:
-            raise _err(errno.ENOPROTOOPT)
+            raise err(errno.ENOPROTOOPT)
         if self._sk:
             return self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level,
                                              "opt": optname})["value"]
@@ -682,21 +557,21 @@ class BsdSocketStub(_std, metaclass=_Meta):
         return [[level, opt, value] for (level, opt), value in self._opts.items()]
 
     def dup(self) -> Any:
-        raise _err(errno.EOPNOTSUPP)
+        raise err(errno.EOPNOTSUPP)
 
     def detach(self) -> int:
-        raise _err(errno.EOPNOTSUPP)
+        raise err(errno.EOPNOTSUPP)
 
     def _alive(self) -> None:
         if self._dead:
-            raise _err(errno.EBADF)
+            raise err(errno.EBADF)
 
     def _call(self, op: int, args: dict[str, Any], timeout: float | None = None
               ) -> dict[str, Any]:
         try:
             return self._rt.call(self._n, op, args, timeout)
         except OSError as exc:  # the errno Linux would give, with Linux's words
-            raise _err(exc.errno or errno.EIO) from None
+            raise err(exc.errno or errno.EIO) from None
 
     def _component_gone(self) -> None:
         """Its nComponent died (Runtime.check_components): a connection is reset, any
@@ -739,60 +614,6 @@ class BsdSocketStub(_std, metaclass=_Meta):
                 self._cond.notify_all()
         finally:
             lock.release()
-
-
-def _ipv4(host: Any) -> str:
-    """host as a dotted quad: itself if it is one already (no resolver call: 6-10 us
-    here, on every connect), else what gethostbyname says (with its errors)."""
-    if type(host) is str:
-        try:
-            if _socket_module.inet_ntoa(_socket_module.inet_pton(AF_INET, host)) == host:
-                return host
-        except OSError:
-            pass
-    return _socket_module.gethostbyname(host)
-
-
-_HOST_FAMILIES = {_socket_module.AF_UNIX}   # IPC on the pComponent, not the network
-_warned: set[tuple[int, int]] = set()
-
-
-def _warn_host_socket(family: int, kind: int) -> None:
-    """A network socket the rack cannot emulate yet (UDP, raw, netlink, packet) stays
-    the host's: said once a kind, in one line on stderr, never silently."""
-    if family in _HOST_FAMILIES or (family, kind) in _warned:
-        return
-    _warned.add((family, kind))
-    try:
-        name = f"{_socket_module.AddressFamily(family).name}/{_socket_module.SocketKind(kind).name}"
-    except ValueError:
-        name = f"family {family}, type {kind}"
-    print(f"splitrack: a {name} socket is the host's, not the rack's: only TCP over IPv4 "
-          f"crosses the rack (its traffic is not emulated)", file=sys.stderr, flush=True)
-
-
-def _timeout_value(value: Any) -> float | None:
-    """settimeout's argument as CPython takes it: None, a float that is not NaN, or an
-    integer (anything else is a TypeError), never negative."""
-    if value is None:
-        return None
-    if isinstance(value, float):
-        if math.isnan(value):
-            raise ValueError("Invalid value NaN (not a number)")
-    else:
-        value = operator.index(value)
-    if value < 0:
-        raise ValueError("Timeout value out of range")
-    return float(value)
-
-
-def _bytes_view(data: Any) -> bytes | memoryview:
-    """A flat byte view of any bytes-like object (a cast only where one is needed);
-    bytes stay bytes (they are flat already, and every data path takes them)."""
-    if type(data) is bytes:
-        return data
-    view = memoryview(data)
-    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 def _poll(fd: int, timeout_s: float | None) -> bool:

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from netprogs import SCRATCH, network_rack
 from helpers import SPLITRACK
+from netprogs import SCRATCH, network_rack
 
 # Each line: a call and what came of it (a value, or the exception's class and errno).
 # The listener is the program's own: on the rack a pipe shortcut, or with
@@ -113,8 +113,8 @@ def test_the_socket_api_answers_as_linux_does(net, flags):
     rack = proc.stdout.splitlines()
     linux = _linux()
     assert linux[-1] == "done"
-    assert rack == linux, "\n".join(f"{a!r:55} {b!r}" for a, b in zip(linux, rack)
-                                    if a != b)
+    differ = [f"{a!r:55} {b!r}" for a, b in zip(linux, rack, strict=False) if a != b]
+    assert rack == linux, "\n".join(differ)
 
 
 def test_ipv6_is_refused_and_other_network_sockets_are_named(net):

@@ -1,0 +1,152 @@
+"""connect() of a bsdSocketStub: a shortcut to a rack listener, else a skeleton.
+
+`Connecting` is the part of BsdSocketStub (stub.py) that connects; its state
+is the stub's. A blocking connect returns once connected, or raises the
+kernel's error (TimeoutError past the timeout). A non-blocking one answers as
+Linux does: EINPROGRESS, even on loopback; then SO_ERROR (getsockopt calls
+`_settle`) or the next connect() says how it went -- EALREADY while the
+kernel's handshake goes on, 0 or the error once (ECONNABORTED if SO_ERROR took
+it), then EISCONN (or, after a failure, a new attempt).
+
+Through a skeleton: one N_CONNECT to the nComponent GNM named, whose kernel
+socket connects there. If its handshake is not done at once (a full accept
+queue drops the SYN), the answer is {pending}, and STUB_CONNECTED ends it
+(stub.py's _pushed sets `_connected`).
+"""
+
+import errno
+import os
+import time
+from typing import Any
+
+from fit_rpc import Op
+from splitrack import shortcuts
+from splitrack.nic_path import NicPath
+from splitrack.params import CONNECT_TIMEOUT_S
+from splitrack.sockargs import err
+
+
+class Connecting:
+    """BsdSocketStub's connect() and connect_ex(), and their state machine."""
+
+    def connect(self, address: Any) -> None:
+        self._alive()
+        ip, port = self._to_rack(address)
+        if self._started:   # a non-blocking connect began: this call says how it went
+            return self._connect_again()
+        if self._peer is not None:
+            raise err(errno.EISCONN)
+        if self._listening:
+            raise err(errno.EINVAL)
+        if self._timeout != 0.0:
+            return self._connect(ip, port, wait=True)
+        # Non-blocking: EINPROGRESS, as Linux says even on loopback; how it went is
+        # for SO_ERROR (writability: fileno() is always writable) or the next connect
+        self._started = True
+        try:
+            self._connect(ip, port, wait=False)
+        except OSError as exc:
+            with self._lock:
+                self._error = exc.errno or errno.EIO
+                self._ring()
+        raise BlockingIOError(errno.EINPROGRESS, os.strerror(errno.EINPROGRESS))
+
+    def _connect(self, ip: str, port: int, wait: bool) -> None:
+        """Connect by a shortcut or through a skeleton. wait=False: a handshake the
+        kernel has not finished is left to STUB_CONNECTED (`_pending`, `_settle`)."""
+        if shortcuts.try_connect(self, ip, port):
+            return
+        path = NicPath(self, self._mode)
+        args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
+                                "buffers": path.buffers, "inbox": self._rt.inbox.address,
+                                "stub": self._id}
+        if self._n is not None:
+            args["sk"] = self._sk
+        else:
+            src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
+                else self._rt.nic()
+            args.update(src=src, opts=self._opt_list())
+        self._connected, self._path = None, path   # pushes may come before connect() returns
+        try:
+            answer = self._rt.call(self._n, Op.N_CONNECT, args)
+        except OSError as exc:
+            answer = {"errno": exc.errno or errno.EIO}
+        if answer.get("pending"):
+            if not wait:
+                self._pending = (ip, port, path)
+                return
+            # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
+            deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
+            if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
+                self._failed_connect()
+                raise TimeoutError("timed out")
+            answer = self._connect_answer()
+        self._connect_done(answer, ip, port, path)
+
+    def _connect_answer(self) -> dict[str, Any]:
+        if self._connected is None:   # its nComponent died meanwhile
+            code, self._error = self._error, 0
+            self._connected = {"errno": code}
+        return self._connected
+
+    def _connect_done(self, answer: dict[str, Any], ip: str, port: int, path: NicPath) -> None:
+        if "errno" in answer:
+            self._failed_connect()
+            if answer["errno"] == errno.ETIMEDOUT and self._timeout:
+                raise TimeoutError("timed out")
+            raise err(answer["errno"])
+        path.n, path.sk = self._n, answer["sk"]
+        self._sk = answer["sk"]
+        self._local = self._to_program(answer["local"])
+        self._peer = self._to_program((ip, port))
+
+    def _settle(self) -> None:
+        """A non-blocking connect whose handshake was pending: done, if it has ended."""
+        if self._pending is None or not self._connect_ended():
+            return
+        (ip, port, path), self._pending = self._pending, None
+        try:
+            self._connect_done(self._connect_answer(), ip, port, path)
+        except OSError as exc:
+            with self._lock:
+                self._error = exc.errno or errno.EIO
+                self._ring()
+
+    def _connect_again(self) -> None:
+        """connect() after a non-blocking one began, as Linux answers it: EALREADY while
+        the handshake goes on, then once 0 or its error (ECONNABORTED if SO_ERROR took
+        the error already), and after that EISCONN, or a new attempt after a failure."""
+        self._rt.pump()   # what the skeleton said so far
+        self._settle()
+        if self._pending is not None:
+            raise err(errno.EALREADY)
+        self._started = False
+        if self._peer is not None:
+            return
+        with self._lock:
+            code, self._error, self._broken = self._error, 0, False
+            self._hush()
+        raise err(code or errno.ECONNABORTED)
+
+    def _connect_ended(self) -> bool:
+        return self._connected is not None or bool(self._error)
+
+    def _park_connect(self, timeout: float | None) -> None:
+        with self._cond:
+            self._cond.wait_for(self._connect_ended, timeout)
+
+    def _failed_connect(self) -> None:
+        with self._lock:
+            if self._path is not None:
+                self._path.release()
+            self._path = None
+        self._n, self._sk = None, 0   # the skeleton is gone with the failed connect
+
+    def connect_ex(self, address: Any) -> int:
+        try:
+            self.connect(address)
+        except TimeoutError:
+            return errno.EAGAIN
+        except OSError as exc:
+            return exc.errno or errno.EIO
+        return 0
