@@ -5,12 +5,14 @@ Interface:
     space.add_region(start, length)           # EEXIST if it overlaps another
     space.remove_region(start) -> [frames]    # the frames it held, to be freed
     space.check(vpage)                        # EFAULT unless inside a region
+    space.check_all(vpages)                   # ... each of them
     space.pages: {vpage: frame}               # filled on first write-back
 Pure data: the arena and the ops are in mmonitor.py.
 """
 
 import bisect
 import errno
+from collections.abc import Iterable
 
 
 class AddressSpace:
@@ -50,3 +52,13 @@ class AddressSpace:
         i = bisect.bisect_right(self.starts, addr) - 1
         if i < 0 or self.ends[self.starts[i]] <= addr:
             raise OSError(errno.EFAULT, f"address {addr:#x} is outside the process's regions")
+
+    def check_all(self, vpages: Iterable[int]) -> None:
+        """check() of each page: one look-up a region, not one a page (a write-back
+        names runs of pages, 64 of them for a socket's 256 KiB)."""
+        lo = hi = 0   # the pages of the region the last look-up found
+        for vpage in vpages:
+            if not lo <= vpage < hi:
+                self.check(vpage)
+                start = self.starts[bisect.bisect_right(self.starts, vpage * self.line) - 1]
+                lo, hi = start // self.line, self.ends[start] // self.line

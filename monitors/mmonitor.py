@@ -162,8 +162,7 @@ class MMonitor(Monitor):
         if not 0 < n <= FETCH_MAX_LINES:
             raise OSError(errno.EINVAL, f"M_FETCH of {n} lines (1..{FETCH_MAX_LINES})")
         space = self._space(pid)
-        for v in range(vpage, vpage + n):
-            space.check(v)
+        space.check_all(range(vpage, vpage + n))
         out = bytearray(n * self.line)   # zeros: pages never written back
         for j in range(n):
             frame = space.pages.get(vpage + j)
@@ -180,8 +179,7 @@ class MMonitor(Monitor):
                 self._store_victim(msg, pid, vpage, lines[i * self.line:(i + 1) * self.line])
             return b""
         space = self._space(pid)
-        for vpage in vpages:
-            space.check(vpage)
+        space.check_all(vpages)
         pages, take = space.pages, self._take_frame
         frames = [pages.get(v) for v in vpages]
         for i, frame in enumerate(frames):
