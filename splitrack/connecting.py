@@ -29,6 +29,8 @@ from splitrack.sockargs import err
 class Connecting:
     """BsdSocketStub's connect() and connect_ex(), and their state machine."""
 
+    __slots__ = ()   # (its state is the stub's)
+
     def connect(self, address: Any) -> None:
         self._alive()
         ip, port = self._to_rack(address)

@@ -48,6 +48,7 @@ import psutil
 from fit_rpc import Op, codec
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from native.fitring import spin_yield
+from splitrack import handles
 from splitrack.params import (
     PEER_CHECK_S,
     SHORTCUT_CONNECT_WAIT_S,
@@ -207,8 +208,10 @@ class PipePath:
 
     def __init__(self, stub: Any, fd: int):
         self.stub = stub
-        os.dup2(fd, stub._fd, inheritable=False)   # fileno() is now the pipe's end
+        for handle in stub._fds:   # fileno() is now the pipe's end (of every handle)
+            os.dup2(fd, handle, inheritable=False)
         os.close(fd)
+        handles.rekey(stub)
         os.set_blocking(stub._fd, False)
         stub._bell.close()   # the pipe itself says when it is readable
         stub._bell = None

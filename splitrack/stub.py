@@ -22,7 +22,8 @@ exactly while data, EOF, an error or a connection waits, so select, selectors
 and asyncio work. It is always writable; a send that finds no window raises
 BlockingIOError on a non-blocking socket. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
-Not supported (EOPNOTSUPP): dup, detach, ancillary data, MSG_OOB. AF_INET6 is
+dup, socket.fromfd, socket(fileno=) and detach make more handles of one
+connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB. AF_INET6 is
 refused (EAFNOSUPPORT); any other network socket (UDP, raw, netlink) stays the
 host's, with a line on stderr that says so.
 
@@ -31,6 +32,7 @@ In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 Untraced, the class is as written here.
 """
 
+import _socket
 import errno
 import operator
 import os
@@ -43,7 +45,7 @@ from typing import Any
 
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
-from splitrack import shortcuts
+from splitrack import handles, shortcuts
 from splitrack.connecting import Connecting
 from splitrack.nic_path import NicPath
 from splitrack.runtime import runtime
@@ -75,8 +77,14 @@ class _Meta(type):
 
 
 class BsdSocketStub(Connecting, _std, metaclass=_Meta):
+    # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
+    # the connection's, shared by every handle of it (handles.py: dup, fromfd)
+    __slots__ = ("__dict__", "_timeout", "_gone")
+
     def __new__(cls, family: int = -1, type: int = -1, proto: int = -1,
                 fileno: int | None = None) -> Any:
+        if fileno is not None and handles.shared_state(fileno) is not None:
+            return _std.__new__(cls)   # one more descriptor of a rack socket
         family = AF_INET if family == -1 else family
         kind = SOCK_STREAM if type == -1 else type
         if fileno is None and family == _socket_module.AF_INET6:
@@ -89,6 +97,11 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
 
     def __init__(self, family: int = -1, type: int = -1, proto: int = -1,
                  fileno: int | None = None):
+        if fileno is not None:   # (a rack socket's, or __new__ made a kernel socket)
+            super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, fileno)
+            self._timeout = _socket_module.getdefaulttimeout()
+            handles.adopt(self, fileno, handles.shared_state(fileno))
+            return
         bell, self._bell = _socket_module.socketpair()
         self._fd = bell.detach()
         os.set_blocking(self._fd, False)
@@ -119,6 +132,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         self._started = False      # a non-blocking connect began, its outcome not yet told
         self._pending: tuple[str, int, NicPath] | None = None   # ... its handshake goes on
         self._rung = False
+        handles.first(self)
 
     # ---- names ---------------------------------------------------------------------------
     family = property(lambda self: _socket_module.AddressFamily.AF_INET)
@@ -199,11 +213,11 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
     # `_rung` is the state; the byte in the socketpair mirrors it once the runtime is
     # threaded (before, nobody outside selects on it, and the two syscalls are saved).
     def fileno(self) -> int:
-        if self._dead:
+        if self._dead or self._gone:
             return -1   # as a closed socket's
         if not self._rt.threaded:
             self._rt.go_threaded()
-        return self._fd
+        return _std.fileno(self)   # this handle's descriptor (handles.py)
 
     def _ring(self) -> None:
         if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
@@ -325,7 +339,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
 
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
-        if self._dead:
+        if self._dead or self._gone:
             raise err(errno.EBADF)
         if flags & ~(_PEEK | _DONTWAIT | _WAITALL):
             raise err(errno.EOPNOTSUPP)
@@ -408,7 +422,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                 path = self._path
                 if path is not None and self._peer is not None and not (
                         self._error or self._shut_wr or self._broken or self._dead
-                        or self._peer_gone):
+                        or self._peer_gone or self._gone):
                     sent = path.put(view)
             finally:
                 lock.release()
@@ -435,7 +449,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         while True:
             with self._lock:
                 if self._error or self._shut_wr or self._broken or self._dead or \
-                        self._peer is None or self._peer_gone:
+                        self._peer is None or self._peer_gone or self._gone:
                     self._check_sendable()
                 if sent < total:
                     sent += self._path.put(view if not sent else view[sent:])
@@ -453,7 +467,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                 raise TimeoutError("timed out")
 
     def _check_sendable(self) -> None:
-        if self._dead:
+        if self._dead or self._gone:
             raise err(errno.EBADF)
         if self._error:
             code, self._error, self._broken = self._error, 0, True
@@ -492,6 +506,12 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
 
     def _real_close(self, _ss: Any = _std) -> None:
+        if self._gone:
+            return   # closed, or detached
+        if not handles.release(self, _std.fileno(self)):   # another descriptor is open:
+            if self is not self._primary:                   # only this one closes
+                super()._real_close()
+            return
         with self._cond:
             if self._dead:
                 return
@@ -515,6 +535,8 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         self._n, self._sk = None, 0
         if self._bell is not None:
             self._bell.close()
+        if self is not self._primary:   # the first handle's descriptor was kept till now
+            _socket.socket.close(self._primary)
         super()._real_close()
 
     def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
@@ -556,14 +578,22 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
     def _opt_list(self) -> list[list[int]]:
         return [[level, opt, value] for (level, opt), value in self._opts.items()]
 
-    def dup(self) -> Any:
-        raise err(errno.EOPNOTSUPP)
-
     def detach(self) -> int:
-        raise err(errno.EOPNOTSUPP)
+        """This handle's descriptor, for socket(fileno=) to take back (handles.py);
+        the handle is closed, the connection is not. (dup() is CPython's: a dup of
+        fileno() made into a handle by __init__.)"""
+        if self._gone:
+            return -1
+        if self is self._primary:
+            fd = os.dup(self._fd)   # its own stays open: a pipe shortcut reads through it
+            self._closed = True
+        else:
+            fd = _std.detach(self)
+        handles.loose(self, fd)
+        return fd
 
     def _alive(self) -> None:
-        if self._dead:
+        if self._dead or self._gone:
             raise err(errno.EBADF)
 
     def _call(self, op: int, args: dict[str, Any], timeout: float | None = None
