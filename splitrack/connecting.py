@@ -43,7 +43,7 @@ class Connecting:
         if self._timeout != 0.0:
             return self._connect(ip, port, wait=True)
         # Non-blocking: EINPROGRESS, as Linux says even on loopback; how it went is
-        # for SO_ERROR (writability: fileno() is always writable) or the next connect
+        # for SO_ERROR (once fileno() is writable) or the next connect
         self._started = True
         try:
             self._connect(ip, port, wait=False)

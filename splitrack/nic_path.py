@@ -155,7 +155,7 @@ class NicPath:
         elif op == Op.STUB_SENT:
             self.c.credit += SK_N.unpack_from(payload)[1]
             self.announce_held()
-            self.stub._cond.notify_all()
+            self.stub._wake_senders()
 
     # ---- sending ------------------------------------------------------------------------------
     def put(self, chunk: bytes | memoryview) -> int:
@@ -214,7 +214,7 @@ class NicPath:
                 _announced(self.c)   # dropped: the connection is broken (no retries)
                 self.stub._error = self.stub._error or exc.errno or errno.EIO
                 self.stub._ring()
-                self.stub._cond.notify_all()
+                self.stub._wake_senders()
 
     def _announce(self) -> None:
         """The held bytes to the skeleton, in one message: DDIO, N_SEND (the skeleton

@@ -351,7 +351,7 @@ class FitPath:
     def pushed(self, op: int, payload: memoryview) -> None:
         if op == _SC_CREDIT:   # (data is delivered by _deliver)
             self.credit += SK_N.unpack_from(payload)[1]
-            self.stub._cond.notify_all()
+            self.stub._wake_senders()
 
     def put(self, chunk: memoryview) -> int:
         n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
@@ -455,7 +455,7 @@ class FitPath:
             if not self.stub._eof:
                 self.stub._error = self.stub._error or errno.ECONNRESET
             self.stub._ring()
-            self.stub._cond.notify_all()
+            self.stub._wake_senders()
         self.closed_sent = True   # nobody to tell
         return True
 

@@ -18,9 +18,9 @@ rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 stub's lock held.
 
 fileno() is a real descriptor (one end of a socketpair) that is readable
-exactly while data, EOF, an error or a connection waits, so select, selectors
-and asyncio work. It is always writable; a send that finds no window raises
-BlockingIOError on a non-blocking socket. Errors are OSError with Linux's
+exactly while data, EOF, an error or a connection waits, and writable exactly
+while a send would not block (a full window is not writable), so select,
+selectors and asyncio work. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
 dup, socket.fromfd, socket(fileno=) and detach make more handles of one
 connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB. AF_INET6 is
@@ -55,6 +55,7 @@ _std = _socket_module.socket          # the stdlib class, whatever is installed 
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
+_CLOG = bytes(4096)   # what fills the bell's other direction (_sync_writable)
 _PEEK, _DONTWAIT, _NOSIGNAL, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
     _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL,
     _socket_module.MSG_WAITALL))
@@ -103,6 +104,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
             handles.adopt(self, fileno, handles.shared_state(fileno))
             return
         bell, self._bell = _socket_module.socketpair()
+        bell.setsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_SNDBUF, 1)   # (the least)
         self._fd = bell.detach()
         os.set_blocking(self._fd, False)
         super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, self._fd)
@@ -132,6 +134,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         self._started = False      # a non-blocking connect began, its outcome not yet told
         self._pending: tuple[str, int, NicPath] | None = None   # ... its handshake goes on
         self._rung = False
+        self._clogged = False      # fileno() is not writable now (_sync_writable)
         handles.first(self)
 
     # ---- names ---------------------------------------------------------------------------
@@ -238,11 +241,38 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
         the path holds no sends back (nic_path.py, packing)."""
         with self._lock:
-            if self._rung and not self._closed and self._bell is not None:
+            if self._rung and not self._dead and self._bell is not None:
                 self._bell.send(b"!")
+            self._sync_writable()
             sync = getattr(self._path, "sync_packing", None)
             if sync is not None:
                 sync()
+
+    # fileno() is writable exactly while a send would not block: while it would (a
+    # full window), the pair's other direction is kept full (its SO_SNDBUF is tiny).
+    def _wake_senders(self) -> None:
+        """(lock held) What a sender waits for changed: waiters wake, and fileno()'s
+        writability follows."""
+        self._cond.notify_all()
+        if self._rt.threaded:
+            self._sync_writable()
+
+    def _sync_writable(self) -> None:
+        if self._bell is None:   # a pipe's fileno is writable by itself
+            return
+        shut = self._path is not None and not self._can_send()
+        if shut == self._clogged:
+            return
+        self._clogged = shut
+        try:
+            if shut:
+                while True:
+                    os.write(self._fd, _CLOG)
+            else:
+                while self._bell.recv(len(_CLOG) * 4):
+                    pass
+        except BlockingIOError:
+            pass
 
     # ---- bind, listen, accept, connect -------------------------------------------------------
     def bind(self, address: Any) -> None:
@@ -424,6 +454,8 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                         self._error or self._shut_wr or self._broken or self._dead
                         or self._peer_gone or self._gone):
                     sent = path.put(view)
+                    if self._rt.threaded:   # a full window: fileno() is not writable
+                        self._sync_writable()
             finally:
                 lock.release()
             if path is not None and path.pump_due:   # a program that only sends
@@ -453,6 +485,8 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                     self._check_sendable()
                 if sent < total:
                     sent += self._path.put(view if not sent else view[sent:])
+                    if self._rt.threaded:
+                        self._sync_writable()
             if self._path.pump_due:   # a program that only sends
                 self._path.pump()
             if sent == total or (sent and nonblocking):
@@ -497,7 +531,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                 self._ring()
             if how in (_socket_module.SHUT_WR, _socket_module.SHUT_RDWR):
                 self._shut_wr = True
-                self._cond.notify_all()
+                self._wake_senders()
             if self._path is not None and self._n is None:   # a shortcut: no skeleton
                 self._path.shutdown(how)
                 return
@@ -611,7 +645,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                 return
             self._error = errno.ECONNRESET if self._peer is not None else errno.ENETDOWN
             self._ring()
-            self._cond.notify_all()
+            self._wake_senders()
 
     # ---- pushes from the skeleton (the inbox reader), or a FIT shortcut's channel -------------
     def _pushed(self, op: int, payload: memoryview) -> None:
@@ -641,7 +675,7 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                     self._eof = True
                     self._peer_gone = self._peer_gone or code == shortcuts.PEER_CLOSED
                 self._ring()
-                self._cond.notify_all()
+                self._wake_senders()
         finally:
             lock.release()
 

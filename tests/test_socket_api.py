@@ -120,6 +120,37 @@ PROBE = textwrap.dedent("""
 """)
 
 
+# fileno() is writable exactly while a send would not block: a sender that fills the
+# window (its peer does not read) finds it not writable, and writable again once read.
+WRITABILITY = textwrap.dedent("""
+    import select, socket, sys
+    host = sys.argv[1]
+    srv = socket.create_server((host, 0))
+    s = socket.create_connection(srv.getsockname())
+    c, _ = srv.accept()
+    s.setblocking(False)
+    print("writable at first", bool(select.select([], [s], [], 0)[1]))
+    sent, wrong = 0, 0
+    for attempt in range(50):   # the rack's buffers fill in steps: until it stays full
+        try:
+            while True:
+                sent += s.send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+        if not select.select([], [s], [], 0.2)[1]:
+            break
+        try:
+            sent += s.send(b"x" * 65536)   # it said writable: a send takes bytes
+        except BlockingIOError:
+            wrong += 1
+    print("full, not writable", attempt < 49, "writable but full", wrong)
+    got = 0
+    while got < sent:
+        got += len(c.recv(1 << 20))
+    print("read, writable", bool(select.select([], [s], [], 5)[1]))
+""")
+
+
 @pytest.fixture(scope="module")
 def net():
     with network_rack("api") as rack_env:
@@ -174,3 +205,17 @@ def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
     assert said == ["splitrack: a AF_INET/SOCK_DGRAM socket is the host's, not the rack's: "
                     "only TCP over IPv4 crosses the rack (its traffic is not emulated)"], \
         proc.stderr
+
+
+@pytest.mark.parametrize("flags", [("--no-shortcuts", "--mode", "ddio"),
+                                   ("--no-shortcuts", "--mode", "dma"), ()],
+                         ids=["ddio", "dma", "pipe"])
+def test_a_full_window_is_not_writable(net, flags):
+    _, env = net
+    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
+                           "-c", WRITABILITY, "127.0.0.11"], env=env, cwd=SCRATCH,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["writable at first True",
+                                        "full, not writable True writable but full 0",
+                                        "read, writable True"]
