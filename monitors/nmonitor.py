@@ -27,7 +27,7 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
                 {sk, pending}, and STUB_CONNECTED {sk, local} | {errno} once it is
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
-    N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value]} -> {value}
+    N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value | linger]} -> {value}
     N_RELEASE   {pid}, from the process's pMonitor: it ended (the reply: its skeletons
                 took what it sent out of its memory; then the pMonitor frees that)
     N_LOOKUP    {ip, port} -> {process, stub, inbox}: who listens there (the intra-rack
@@ -518,6 +518,15 @@ class NMonitor(Monitor):
         args, _ = msg.args()
         skel = self._own(msg, need(args, "sk", int))
         level, opt = need(args, "level", int), need(args, "opt", int)
+        if "linger" in args:   # SO_LINGER, on with 0 s: close resets (Skeleton.close)
+            linger = need(args, "linger", list)
+            if len(linger) != 2 or not all(type(v) is int for v in linger):
+                raise OSError(errno.EINVAL, "linger is [l_onoff, l_linger]")
+            skel.abortive = linger[0] != 0 and linger[1] == 0
+            for s in skel.socks:   # (the kernel's close would block this loop for a time)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", int(skel.abortive), 0))
+            return codec.encode()
         if "value" in args:
             for s in skel.socks:
                 self.proxy.apply(s, level, opt, need(args, "value", int))

@@ -78,6 +78,7 @@ class Skeleton:
         self.connect_deadline = 0.0
         self.dead = False               # closed and its rings freed
         self.broken = False             # the connection failed: what the stub sends is dropped
+        self.abortive = False           # SO_LINGER on with 0 s: close resets (NMonitor.n_sockopt)
         self.trace = tracing.current.ctx   # traced: the last traced message's context
 
     @property
@@ -236,6 +237,9 @@ class Skeleton:
         ring (which goes away now), drain them to the kernel, then close the socket."""
         self.closing_since = time.monotonic()
         self.net.refresh(self)
+        if self.abortive:   # SO_LINGER 0 s: what is not sent is dropped; the kernel resets
+            self.net.closed(self)
+            return
         if self.path is not None and not self.broken:
             self.unconfirmed += self.path.pull(self, everything=True)
         if (self.tx is None or self.tx.used == 0) and not self.busy():

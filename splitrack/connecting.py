@@ -24,6 +24,7 @@ from splitrack import shortcuts
 from splitrack.nic_path import NicPath
 from splitrack.params import CONNECT_TIMEOUT_S
 from splitrack.sockargs import err
+from splitrack.sockopts import LINGER
 
 
 class Connecting:
@@ -101,6 +102,8 @@ class Connecting:
         self._sk = answer["sk"]
         self._local = self._to_program(answer["local"])
         self._peer = self._to_program((ip, port))
+        if LINGER in self._opts:   # (sockopts.py)
+            self._send_linger()
 
     def _settle(self) -> None:
         """A non-blocking connect whose handshake was pending: done, if it has ended."""

@@ -8,8 +8,9 @@ bsdSocketSkeleton, which holds the real kernel socket; from then on stub and
 skeleton talk directly (runtime.py carries the messages).
 
 This file is the socket API and the connection's state (addresses, timeouts,
-EOF, errors, the accept queue); connect() is connecting.py's, and what the API
-takes and says (errors, addresses, timeouts) sockargs.py's. A connected
+EOF, errors, the accept queue); connect() is connecting.py's, the socket
+options sockopts.py's, and what the API takes and says (errors, addresses,
+timeouts) sockargs.py's. A connected
 stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
@@ -50,6 +51,7 @@ from splitrack.connecting import Connecting
 from splitrack.nic_path import NicPath
 from splitrack.runtime import runtime
 from splitrack.sockargs import bytes_view, err, ipv4, timeout_value, warn_host_socket
+from splitrack.sockopts import LINGER, RCVLOWAT, Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
@@ -61,10 +63,6 @@ _PEEK, _DONTWAIT, _NOSIGNAL, _WAITALL = (int(f) for f in (   # plain ints: IntFl
     _socket_module.MSG_WAITALL))
 _DATA_OPS = frozenset(int(op) for op in (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_SENT,
                                           Op.STUB_SC_DATA, Op.STUB_SC_CREDIT))
-_OPTS = {(_socket_module.SOL_SOCKET, o) for o in (
-    _socket_module.SO_REUSEADDR, _socket_module.SO_REUSEPORT, _socket_module.SO_KEEPALIVE,
-    _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF)} | {
-    (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
 
 
 class _Meta(type):
@@ -77,7 +75,7 @@ class _Meta(type):
         return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
-class BsdSocketStub(Connecting, _std, metaclass=_Meta):
+class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
     # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
     # the connection's, shared by every handle of it (handles.py: dup, fromfd)
     __slots__ = ("__dict__", "_timeout", "_gone")
@@ -333,6 +331,8 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         path.n, path.sk = conn._n, conn._sk
         self._rt.send(self._n, Op.N_START, codec.encode(
             {"sk": conn._sk, "stub": conn._id, "buffers": path.buffers}))
+        if LINGER in conn._opts:
+            conn._send_linger()
         return conn, conn._peer
 
     # ---- receiving ---------------------------------------------------------------------------
@@ -375,8 +375,16 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
             raise err(errno.EOPNOTSUPP)
         if want == 0:
             return b"" if view is None else 0
-        if flags == _WAITALL and self._timeout is None:
-            return self._recv_all(want, view)
+        if self._timeout is None and not flags & (_PEEK | _DONTWAIT):
+            if flags & _WAITALL:
+                return self._recv_all(want, view, want)
+            lowat = self._opts.get(RCVLOWAT)   # (sockopts.py)
+            if lowat and lowat > 1:
+                return self._recv_all(want, view, min(lowat, want))
+        return self._recv_some(want, flags, view)
+
+    def _recv_some(self, want: int, flags: int, view: memoryview | None) -> Any:
+        """What is there, up to `want` (waiting, as the timeout says, for something)."""
         deadline = self._deadline()
         lock = self._lock
         while True:
@@ -392,15 +400,16 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
                                       "Resource temporarily unavailable")
             self._wait_readable(deadline)
 
-    def _recv_all(self, want: int, view: memoryview | None) -> Any:
-        """MSG_WAITALL on a blocking socket: until `want` bytes, EOF or an error; an error
+    def _recv_all(self, want: int, view: memoryview | None, target: int) -> Any:
+        """A blocking recv that waits for `target` bytes (MSG_WAITALL: all it asked for;
+        SO_RCVLOWAT: that many), EOF or an error, and returns up to `want`; an error
         after some bytes returns them, and the next call reports it (as Linux does).
         (With a timeout CPython's socket is non-blocking, where the kernel ignores
-        MSG_WAITALL: so does the caller.)"""
+        MSG_WAITALL: so does the caller, and SO_RCVLOWAT too.)"""
         out, got = bytearray(), 0
-        while got < want:
+        while got < target:
             try:
-                part = self._recv(want - got, 0, None if view is None else view[got:])
+                part = self._recv_some(want - got, 0, None if view is None else view[got:])
             except OSError as exc:
                 if not got or not exc.errno:
                     raise
@@ -572,45 +581,6 @@ class BsdSocketStub(Connecting, _std, metaclass=_Meta):
         if self is not self._primary:   # the first handle's descriptor was kept till now
             _socket.socket.close(self._primary)
         super()._real_close()
-
-    def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
-                   ) -> None:
-        if (level, optname) not in _OPTS:
-            raise err(errno.ENOPROTOOPT)
-        if not isinstance(value, int):
-            raise err(errno.EINVAL)
-        if self._sk:
-            self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level, "opt": optname,
-                                      "value": value})
-        self._opts[(level, optname)] = value
-        if (level, optname) == (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY) \
-                and self._path is not None and self._n is not None:
-            with self._lock:
-                self._path.sync_packing()
-                if value:   # as Linux, what waits goes now
-                    self._path.announce_held()
-
-    def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> int:
-        if buflen:
-            raise err(errno.EOPNOTSUPP)
-        if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_ERROR):
-            self._rt.pump()   # what the skeleton said so far
-            self._settle()
-            with self._lock:
-                code, self._error = self._error, 0
-                self._broken = self._broken or bool(code)
-            return code
-        if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_TYPE):
-            return SOCK_STREAM
-        if (level, optname) not in _OPTS:
-            raise err(errno.ENOPROTOOPT)
-        if self._sk:
-            return self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level,
-                                             "opt": optname})["value"]
-        return self._opts.get((level, optname), 0)
-
-    def _opt_list(self) -> list[list[int]]:
-        return [[level, opt, value] for (level, opt), value in self._opts.items()]
 
     def detach(self) -> int:
         """This handle's descriptor, for socket(fileno=) to take back (handles.py);

@@ -2,9 +2,11 @@
 on the host and as a rack program (through a pipe shortcut, and through the
 nComponent in DDIO and in DMA), must print the same lines (splitrack/stub.py)."""
 
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -15,7 +17,7 @@ from netprogs import SCRATCH, network_rack
 # The listener is the program's own: on the rack a pipe shortcut, or with
 # --no-shortcuts a connection through the nComponent, both ends on the rack.
 PROBE = textwrap.dedent("""
-    import select, socket, sys, threading, time
+    import select, socket, struct, sys, threading, time
     def t(name, fn):
         try:
             print(f"{name}: ok {fn()!r}", flush=True)
@@ -106,6 +108,17 @@ PROBE = textwrap.dedent("""
     t("the others live on", lambda: (g.send(b"H"), c.recv(1), c.send(b"I"), g.recv(1))[1:4:2])
     t("readiness of the one left", lambda: (c.send(b"J"), time.sleep(0.2),
                                             len(select.select([g], [], [], 5)[0]), g.recv(1))[2:])
+    t("SO_RCVLOWAT", lambda: (g.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 4),
+                              g.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))[1])
+    t("SO_RCVLOWAT 0 is 1", lambda: (g.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 0),
+                                     g.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT))[1])
+    t("SO_LINGER, unset", lambda: g.getsockopt(socket.SOL_SOCKET, socket.SO_LINGER, 8))
+    t("SO_LINGER, an int", lambda: g.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, 1))
+    t("SO_LINGER, set", lambda: (g.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                              struct.pack("ii", 1, 5)),
+                                 g.getsockopt(socket.SOL_SOCKET, socket.SO_LINGER, 8),
+                                 g.getsockopt(socket.SOL_SOCKET, socket.SO_LINGER))[1:])
+    g.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
     g.close()
     t("the last closed: EOF", lambda: c.recv(1))
     u = socket.socket()
@@ -219,3 +232,62 @@ def test_a_full_window_is_not_writable(net, flags):
     assert proc.stdout.splitlines() == ["writable at first True",
                                         "full, not writable True writable but full 0",
                                         "read, writable True"]
+
+
+LOWAT = textwrap.dedent("""
+    import socket, threading, time
+    srv = socket.create_server(("127.0.0.11", 0))
+    a = socket.create_connection(srv.getsockname())
+    b, _ = srv.accept()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 4)
+    def halves():
+        b.send(b"ab"); time.sleep(0.3); b.send(b"cd")
+    threading.Thread(target=halves).start()
+    t0 = time.monotonic()
+    print(a.recv(10), time.monotonic() - t0 >= 0.25)
+    b.send(b"efgh")
+    print(a.recv(2))   # less than SO_RCVLOWAT asked for: that much is enough
+""")
+
+
+@pytest.mark.parametrize("flags", [("--no-shortcuts",), ()], ids=["ddio", "pipe"])
+def test_a_blocking_recv_waits_for_so_rcvlowat_bytes(net, flags):
+    """(Not compared with Linux: its own recv hangs here more often than not, two small
+    segments below SO_RCVLOWAT never waking it on this kernel.)"""
+    _, env = net
+    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
+                           "-c", LOWAT], env=env, cwd=SCRATCH, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["b'abcd' True", "b'ef'"]
+
+
+ABORT = textwrap.dedent("""
+    import socket, struct, sys
+    s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+    s.sendall(b"x" * 10)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+""")
+
+
+@pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
+def test_so_linger_zero_resets_the_connection(net, mode):
+    """An abortive close (SO_LINGER on, 0 s): the peer outside gets a reset, not EOF."""
+    _, env = net
+    with socket.create_server(("127.0.0.5", 0)) as server:
+        server.settimeout(30)
+        port = str(server.getsockname()[1])
+        cmd = [sys.executable, "-c", ABORT, port]
+        if mode != "linux":
+            cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
+        proc = subprocess.run(cmd, env=env, cwd=SCRATCH, capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(10)
+            time.sleep(0.5)   # the reset is in before the read: the bytes are dropped
+            with pytest.raises(ConnectionResetError):
+                while conn.recv(1 << 16):
+                    pass

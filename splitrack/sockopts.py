@@ -1,0 +1,115 @@
+"""Socket options of a bsdSocketStub: setsockopt() and getsockopt().
+
+`Options` is the part of BsdSocketStub (stub.py) that holds them; its state is
+the stub's `_opts`, {(level, option): value}. Three kinds:
+
+- FORWARDED (SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, SO_RCVBUF, SO_SNDBUF,
+  TCP_NODELAY): the skeleton's kernel socket's. Set before it exists, they go
+  with N_BIND / N_CONNECT (`_opt_list`); after, N_SOCKOPT sets or reads them
+  there. An accepted socket inherits its listener's, as on Linux.
+- the stub's own: SO_RCVLOWAT (a blocking recv waits for that many bytes, or
+  what it asked for if less; 0 is 1 and a negative value INT_MAX, as Linux
+  takes them) and SO_LINGER (a struct linger: l_onoff, l_linger). Linger on
+  with 0 s is an abortive close: the skeleton's kernel socket gets it (N_SOCKOPT
+  `linger`), so its close drops what is not sent and resets the connection, as
+  Linux's does. On with a time, it is kept and reported, but close() does not
+  wait for the bytes to be acknowledged (the nComponent would block in the
+  kernel's close): they drain as without it. On a shortcut, linger changes
+  nothing.
+- read-only: SO_ERROR (the pending error, once: SO_ERROR then clears it) and
+  SO_TYPE.
+
+Anything else is ENOPROTOOPT, as for an option the kernel does not know.
+"""
+
+import errno
+import socket as _socket_module
+import struct
+from typing import Any
+
+from fit_rpc import Op
+from splitrack.sockargs import err
+
+SOL_SOCKET = _socket_module.SOL_SOCKET
+FORWARDED = {(SOL_SOCKET, o) for o in (
+    _socket_module.SO_REUSEADDR, _socket_module.SO_REUSEPORT, _socket_module.SO_KEEPALIVE,
+    _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF)} | {
+    (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
+RCVLOWAT = (SOL_SOCKET, _socket_module.SO_RCVLOWAT)
+LINGER = (SOL_SOCKET, _socket_module.SO_LINGER)
+_LINGER = struct.Struct("ii")   # struct linger
+_INT_MAX = 2 ** 31 - 1
+
+
+class Options:
+    """BsdSocketStub's setsockopt() and getsockopt()."""
+
+    __slots__ = ()   # (its state is the stub's)
+
+    def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
+                   ) -> None:
+        key = (level, optname)
+        if key == LINGER:
+            return self._set_linger(value)
+        if key not in FORWARDED and key != RCVLOWAT:
+            raise err(errno.ENOPROTOOPT)
+        if not isinstance(value, int):
+            raise err(errno.EINVAL)
+        if key == RCVLOWAT:
+            self._opts[key] = _INT_MAX if value < 0 else value or 1
+            return
+        if self._sk:
+            self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level, "opt": optname,
+                                      "value": value})
+        self._opts[key] = value
+        if key == (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY) \
+                and self._path is not None and self._n is not None:
+            with self._lock:
+                self._path.sync_packing()
+                if value:   # as Linux, what waits goes now
+                    self._path.announce_held()
+
+    def _set_linger(self, value: Any) -> None:
+        try:
+            onoff, seconds = _LINGER.unpack_from(bytes(memoryview(value)))
+        except (TypeError, struct.error):   # not a struct linger: too short, an int
+            raise err(errno.EINVAL) from None
+        self._opts[LINGER] = (onoff, seconds)
+        self._send_linger()
+
+    def _send_linger(self) -> None:
+        """The skeleton's kernel socket resets at close if linger is on with 0 s."""
+        onoff, seconds = self._opts.get(LINGER, (0, 0))
+        if self._sk and self._n is not None:
+            self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": SOL_SOCKET,
+                                      "opt": LINGER[1], "linger": [onoff, seconds]})
+
+    def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> Any:
+        key = (level, optname)
+        if key == LINGER:
+            packed = _LINGER.pack(*self._opts.get(LINGER, (0, 0)))
+            return packed[:buflen] if buflen else _LINGER.unpack(packed)[0]
+        if buflen:
+            raise err(errno.EOPNOTSUPP)
+        if key == (SOL_SOCKET, _socket_module.SO_ERROR):
+            self._rt.pump()   # what the skeleton said so far
+            self._settle()
+            with self._lock:
+                code, self._error = self._error, 0
+                self._broken = self._broken or bool(code)
+            return code
+        if key == (SOL_SOCKET, _socket_module.SO_TYPE):
+            return _socket_module.SOCK_STREAM
+        if key == RCVLOWAT:
+            return self._opts.get(key, 1)
+        if key not in FORWARDED:
+            raise err(errno.ENOPROTOOPT)
+        if self._sk:
+            return self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level,
+                                             "opt": optname})["value"]
+        return self._opts.get(key, 0)
+
+    def _opt_list(self) -> list[list[int]]:
+        """The options the skeleton's kernel socket takes when it is made."""
+        return [[level, opt, value] for (level, opt), value in self._opts.items()
+                if (level, opt) in FORWARDED]
