@@ -103,13 +103,14 @@ class Connecting:
         self._local = self._to_program(answer["local"])
         self._peer = self._to_program((ip, port))
         if LINGER in self._opts:   # (sockopts.py)
-            self._send_linger()
+            self._send_linger(quiet=True)
 
     def _settle(self) -> None:
         """A non-blocking connect whose handshake was pending: done, if it has ended."""
-        if self._pending is None or not self._connect_ended():
-            return
-        (ip, port, path), self._pending = self._pending, None
+        with self._lock:
+            if self._pending is None or not self._connect_ended():
+                return
+            (ip, port, path), self._pending = self._pending, None
         try:
             self._connect_done(self._connect_answer(), ip, port, path)
         except OSError as exc:
@@ -117,10 +118,24 @@ class Connecting:
                 self._error = exc.errno or errno.EIO
                 self._ring()
 
+    def _await_connect(self, nonblocking: bool) -> None:
+        """A send or recv on a socket whose non-blocking connect is pending: EAGAIN if
+        the handshake goes on (non-blocking), else its end is waited for; then the
+        socket is connected, or broken with the connect's error."""
+        self._rt.pump()
+        if not self._connect_ended():
+            if nonblocking:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S + 5.0
+            self._rt.wait(self._connect_ended, deadline, self._park_connect)
+        self._settle()
+
     def _connect_again(self) -> None:
         """connect() after a non-blocking one began, as Linux answers it: EALREADY while
         the handshake goes on, then once 0 or its error (ECONNABORTED if SO_ERROR took
         the error already), and after that EISCONN, or a new attempt after a failure."""
+        if self._pending is not None and self._timeout != 0.0:   # blocking now: Linux
+            self._await_connect(False)                            # waits for the end
         self._rt.pump()   # what the skeleton said so far
         self._settle()
         if self._pending is not None:

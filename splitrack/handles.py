@@ -6,32 +6,35 @@ is closed. A bsdSocketStub (stub.py) is a Python object whose fileno() is one
 end of a socketpair (or a pipe shortcut's end), so the same holds here this
 way:
 
-- every handle of one rack socket is a BsdSocketStub object of its own, with
-  its own descriptor (a dup of the first one's) and its own timeout, as
-  CPython's socket objects have; all of them share one `__dict__`: the
-  connection's state (its path, its skeleton, its buffers, errors, EOF);
-- `_handles` counts the descriptors that refer to it; close() of a handle
-  closes only its descriptor, until the last one, which closes the connection;
+- the connection's own descriptor (`_fd`, held by the socket object `_own`) is
+  private: the stub polls, rings and fills it, a pipe shortcut reads and
+  writes through it, and only the connection's end closes it;
+- every handle is a BsdSocketStub object of its own, over a descriptor of its
+  own (a dup of `_fd`), with its own timeout, as CPython's socket objects
+  are; all of them share one `__dict__`: the connection's state;
+- `_handles` counts the handles and the descriptors detach() handed out;
+  closing a handle (or losing it to the garbage collector) closes only its
+  descriptor, until the last one, which closes the connection;
 - a descriptor is known to be a rack socket's by its socket's inode (a dup, a
-  detach()ed fd, or an fd that crossed exec() are the same socket);
-- the first handle keeps its descriptor open until the last handle closes:
-  a pipe shortcut reads through its socket object (shortcuts.PipePath);
-- detach() hands out a descriptor that still counts as a reference: a
-  socket(fileno=) that takes it back does not count it twice. If the program
-  closes it with os.close() instead, the connection lives until the process
-  ends (the kernel's fd table is not ours to watch).
+  detach()ed descriptor, one socket.fromfd() dups, are the same socket);
+- detach() hands out the handle's descriptor as a reference: a socket(fileno=)
+  that takes it back does not count it twice. Taken over before the detach
+  (`new = socket(fileno=old.fileno()); old.detach()`, as ssl does), it is
+  counted once too. Closed with os.close() instead, it keeps the connection
+  until the process ends (the kernel's descriptor table is not ours to watch).
 
-Not covered: a rack socket shared across fork() (each process's stub state is
-its own), and dup2() onto a rack socket's descriptor.
+Not covered: a rack socket shared across fork() or exec() (each process's
+stub state is its own), and dup2() onto a rack socket's descriptor.
 """
 
 import os
+from collections import Counter
 from typing import Any
 
 _BY_INODE: dict[tuple[int, int], dict[str, Any]] = {}   # socket inode -> shared state
 
 
-def _inode(fd: int) -> tuple[int, int] | None:
+def inode(fd: int) -> tuple[int, int] | None:
     try:
         st = os.fstat(fd)
     except OSError:
@@ -41,14 +44,14 @@ def _inode(fd: int) -> tuple[int, int] | None:
 
 def shared_state(fd: int) -> dict[str, Any] | None:
     """The state of the rack socket fd is a descriptor of, or None."""
-    key = _inode(fd)
+    key = inode(fd)
     return None if key is None else _BY_INODE.get(key)
 
 
-def first(sock: Any) -> None:
-    """sock is a new rack socket's first handle (its descriptor: sock._fd)."""
+def first(sock: Any, fd: int) -> None:
+    """sock, over descriptor fd, is a new rack socket's first handle."""
     sock._gone = False
-    sock._handles, sock._loose, sock._fds, sock._primary = 1, set(), {sock._fd}, sock
+    sock._handles, sock._loose, sock._fds = 1, set(), Counter({fd: 1})
     rekey(sock)
 
 
@@ -61,15 +64,18 @@ def adopt(sock: Any, fd: int, state: dict[str, Any]) -> None:
             sock._loose.discard(fd)
         else:
             sock._handles += 1
-        sock._fds.add(fd)
+        sock._fds[fd] += 1
 
 
-def release(sock: Any, fd: int) -> bool:
-    """Handle sock (descriptor fd) is closed: whether it was the last one (the
-    caller then closes the connection). Caller holds nothing."""
+def release(sock: Any, fd: int) -> bool | None:
+    """Handle sock (over descriptor fd) closes: None if it was closed already (by
+    another thread, or detached), else whether it was the last reference (the
+    caller then closes the connection)."""
     with sock._lock:
+        if sock._gone:
+            return None
         sock._gone = True
-        sock._fds.discard(fd)
+        _drop(sock, fd)
         sock._handles -= 1
         last = sock._handles <= 0
     if last:
@@ -77,12 +83,25 @@ def release(sock: Any, fd: int) -> bool:
     return last
 
 
-def loose(sock: Any, fd: int) -> None:
-    """fd, a descriptor of sock's socket, was handed out by detach(): a reference."""
+def detach(sock: Any, fd: int) -> bool:
+    """Handle sock hands out its descriptor fd (detach()): False if it was closed
+    already. The descriptor stays a reference, unless another handle was made over
+    the same number meanwhile (it is that handle's now)."""
     with sock._lock:
+        if sock._gone:
+            return False
         sock._gone = True
-        sock._loose.add(fd)
-        sock._fds.add(fd)
+        if sock._fds[fd] > 1:   # taken over already: one reference, the other handle's
+            _drop(sock, fd)
+            sock._handles -= 1
+        else:
+            sock._loose.add(fd)
+    return True
+
+
+def live_fds(sock: Any) -> list[int]:
+    """The descriptors of the socket still open: its own and its handles'."""
+    return [fd for fd in {sock._fd, *sock._fds} if inode(fd) == sock._key]
 
 
 def rekey(sock: Any) -> None:
@@ -90,5 +109,11 @@ def rekey(sock: Any) -> None:
     old = sock.__dict__.get("_key")
     if old is not None:
         _BY_INODE.pop(old, None)
-    sock._key = _inode(sock._fd)
+    sock._key = inode(sock._fd)
     _BY_INODE[sock._key] = sock.__dict__
+
+
+def _drop(sock: Any, fd: int) -> None:
+    sock._fds[fd] -= 1
+    if sock._fds[fd] <= 0:
+        del sock._fds[fd]

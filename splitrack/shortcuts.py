@@ -208,14 +208,15 @@ class PipePath:
 
     def __init__(self, stub: Any, fd: int):
         self.stub = stub
-        for handle in stub._fds:   # fileno() is now the pipe's end (of every handle)
-            os.dup2(fd, handle, inheritable=False)
+        for own in handles.live_fds(stub):   # fileno() is now the pipe's end (the stub's
+            os.dup2(fd, own, inheritable=False)   # own and every handle's)
         os.close(fd)
         handles.rekey(stub)
         os.set_blocking(stub._fd, False)
         stub._bell.close()   # the pipe itself says when it is readable
         stub._bell = None
-        _roomy(stub)
+        self.sock = stub._own   # the stub's own socket object: now the pipe's end
+        _roomy(self.sock)
         self.fd = stub._fd
         self.readable = select.poll()   # kept: a poll object per wait costs ~1 us
         self.readable.register(self.fd, select.POLLIN)
@@ -225,8 +226,8 @@ class PipePath:
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         flags = socket.MSG_DONTWAIT | (socket.MSG_PEEK if peek else 0)
         try:   # the stub's own socket object holds the fd: the kernel's recv on it
-            data = _std.recv(self.stub, want, flags) if view is None else None
-            n = len(data) if view is None else _std.recv_into(self.stub, view, want, flags)
+            data = self.sock.recv(want, flags) if view is None else None
+            n = len(data) if view is None else self.sock.recv_into(view, want, flags)
         except BlockingIOError:
             return None
         if n == 0:
@@ -236,7 +237,7 @@ class PipePath:
 
     def put(self, chunk: memoryview) -> int:
         try:
-            return _std.send(self.stub, chunk, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            return self.sock.send(chunk, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
         except BlockingIOError:
             return 0
 
@@ -273,7 +274,7 @@ class PipePath:
 
     def shutdown(self, how: int) -> None:
         try:
-            _std.shutdown(self.stub, how)   # SHUT_WR: the peer reads EOF
+            self.sock.shutdown(how)   # SHUT_WR: the peer reads EOF
         except OSError:
             pass   # the peer is gone already
 

@@ -48,6 +48,7 @@ class Options:
 
     def setsockopt(self, level: int, optname: int, value: Any, optlen: int | None = None
                    ) -> None:
+        self._alive()
         key = (level, optname)
         if key == LINGER:
             return self._set_linger(value)
@@ -77,14 +78,21 @@ class Options:
         self._opts[LINGER] = (onoff, seconds)
         self._send_linger()
 
-    def _send_linger(self) -> None:
-        """The skeleton's kernel socket resets at close if linger is on with 0 s."""
+    def _send_linger(self, quiet: bool = False) -> None:
+        """The skeleton's kernel socket resets at close if linger is on with 0 s.
+        quiet: best effort (a connect or accept that made it: a socket already
+        connected, which a failure here must not undo)."""
         onoff, seconds = self._opts.get(LINGER, (0, 0))
         if self._sk and self._n is not None:
-            self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": SOL_SOCKET,
-                                      "opt": LINGER[1], "linger": [onoff, seconds]})
+            try:
+                self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": SOL_SOCKET,
+                                          "opt": LINGER[1], "linger": [onoff, seconds]})
+            except OSError:
+                if not quiet:
+                    raise
 
     def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> Any:
+        self._alive()
         key = (level, optname)
         if key == LINGER:
             packed = _LINGER.pack(*self._opts.get(LINGER, (0, 0)))

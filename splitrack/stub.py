@@ -33,7 +33,6 @@ In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 Untraced, the class is as written here.
 """
 
-import _socket
 import errno
 import operator
 import os
@@ -103,9 +102,10 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
             return
         bell, self._bell = _socket_module.socketpair()
         bell.setsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_SNDBUF, 1)   # (the least)
-        self._fd = bell.detach()
-        os.set_blocking(self._fd, False)
-        super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, self._fd)
+        bell.setblocking(False)
+        self._own, self._fd = bell, bell.fileno()   # the connection's own (handles.py)
+        fd = os.dup(self._fd)                        # and this handle's
+        super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, fd)
         self._bell.setblocking(False)
         self._rt = runtime()
         self._id = self._rt.register(self)
@@ -133,7 +133,7 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         self._pending: tuple[str, int, NicPath] | None = None   # ... its handshake goes on
         self._rung = False
         self._clogged = False      # fileno() is not writable now (_sync_writable)
-        handles.first(self)
+        handles.first(self, fd)
 
     # ---- names ---------------------------------------------------------------------------
     family = property(lambda self: _socket_module.AddressFamily.AF_INET)
@@ -154,9 +154,13 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         return (_LOCALHOST if ip == self._rt.loopback else ip), port
 
     def getsockname(self) -> tuple[str, int]:
+        self._alive()
         return self._local
 
     def getpeername(self) -> tuple[str, int]:
+        self._alive()
+        if self._pending is not None:
+            self._settle()
         if self._peer is None:
             raise err(errno.ENOTCONN)
         return self._peer
@@ -207,6 +211,8 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
             self._cond.wait_for(self._can_send, timeout)
 
     def _can_send(self) -> bool:
+        if self._pending is not None:   # a non-blocking connect's handshake goes on
+            return self._connect_ended()
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
                     or self._peer_gone or self._dead)
 
@@ -274,6 +280,7 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
 
     # ---- bind, listen, accept, connect -------------------------------------------------------
     def bind(self, address: Any) -> None:
+        self._alive()
         ip, port = self._to_rack(address)
         if self._n is not None:
             raise err(errno.EINVAL)
@@ -293,6 +300,7 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         self._local = ("0.0.0.0" if any_ip else self._to_program((ip, 0))[0], reply["port"])
 
     def listen(self, backlog: int = 128) -> None:
+        self._alive()
         if self._peer is not None:
             raise err(errno.EINVAL)
         if self._n is None:
@@ -301,6 +309,7 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         self._listening = True
 
     def accept(self) -> tuple["BsdSocketStub", tuple[str, int]]:
+        self._alive()
         if not self._listening:
             raise err(errno.EINVAL)
         deadline = self._deadline()
@@ -332,7 +341,7 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         self._rt.send(self._n, Op.N_START, codec.encode(
             {"sk": conn._sk, "stub": conn._id, "buffers": path.buffers}))
         if LINGER in conn._opts:
-            conn._send_linger()
+            conn._send_linger(quiet=True)
         return conn, conn._peer
 
     # ---- receiving ---------------------------------------------------------------------------
@@ -385,6 +394,8 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
 
     def _recv_some(self, want: int, flags: int, view: memoryview | None) -> Any:
         """What is there, up to `want` (waiting, as the timeout says, for something)."""
+        if self._pending is not None:   # a non-blocking connect not settled yet
+            self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
         deadline = self._deadline()
         lock = self._lock
         while True:
@@ -485,6 +496,8 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
             raise err(errno.EOPNOTSUPP)
         view = memoryview(view)   # slices of what is left: no copies
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
+        if self._pending is not None:   # a non-blocking connect not settled yet
+            self._await_connect(nonblocking)
         deadline = None   # computed if it must wait (this is the hot path)
         sent, total = 0, len(view)
         while True:
@@ -549,11 +562,11 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
 
     def _real_close(self, _ss: Any = _std) -> None:
-        if self._gone:
-            return   # closed, or detached
-        if not handles.release(self, _std.fileno(self)):   # another descriptor is open:
-            if self is not self._primary:                   # only this one closes
-                super()._real_close()
+        last = handles.release(self, _std.fileno(self))
+        if last is None:
+            return   # closed already, or detached
+        if not last:   # another handle is open: only this one's descriptor closes
+            super()._real_close()
             return
         with self._cond:
             if self._dead:
@@ -576,25 +589,29 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         for conn in waiting:   # shortcut connections no accept() took: their peers see EOF
             conn.close()
         self._n, self._sk = None, 0
-        if self._bell is not None:
-            self._bell.close()
-        if self is not self._primary:   # the first handle's descriptor was kept till now
-            _socket.socket.close(self._primary)
+        with self._lock:
+            if self._bell is not None:
+                self._bell.close()
+                self._bell = None
+        self._own.close()   # the connection's own descriptor (handles.py)
         super()._real_close()
+
+    def __del__(self) -> None:
+        """A handle dropped without close(): its descriptor closes, as a CPython socket's
+        does (the connection with the last handle: handles.py)."""
+        try:
+            if not self._gone and _std.fileno(self) >= 0:
+                self._real_close()
+        except Exception:   # (half made, or the interpreter is going away)
+            pass
 
     def detach(self) -> int:
         """This handle's descriptor, for socket(fileno=) to take back (handles.py);
         the handle is closed, the connection is not. (dup() is CPython's: a dup of
         fileno() made into a handle by __init__.)"""
-        if self._gone:
+        if not handles.detach(self, _std.fileno(self)):
             return -1
-        if self is self._primary:
-            fd = os.dup(self._fd)   # its own stays open: a pipe shortcut reads through it
-            self._closed = True
-        else:
-            fd = _std.detach(self)
-        handles.loose(self, fd)
-        return fd
+        return _std.detach(self)
 
     def _alive(self) -> None:
         if self._dead or self._gone:
@@ -634,7 +651,9 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
                 answer = codec.decode(payload[SK.size:])[0]
                 if answer.get("until") == self._attempt:   # else a shortcut's answer
                     self._connected = answer                # that came too late
-                    self._cond.notify_all()
+                    if self._pending is not None and "errno" in answer:
+                        self._ring()   # a failed non-blocking connect: readable too
+                    self._wake_senders()
             elif op == Op.STUB_SC_CONNECT:
                 shortcuts.accept(self, codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CLOSED:

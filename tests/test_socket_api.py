@@ -17,7 +17,7 @@ from netprogs import SCRATCH, network_rack
 # The listener is the program's own: on the rack a pipe shortcut, or with
 # --no-shortcuts a connection through the nComponent, both ends on the rack.
 PROBE = textwrap.dedent("""
-    import select, socket, struct, sys, threading, time
+    import gc, select, socket, struct, sys, threading, time
     def t(name, fn):
         try:
             print(f"{name}: ok {fn()!r}", flush=True)
@@ -96,6 +96,11 @@ PROBE = textwrap.dedent("""
     d.close()
     t("a closed dup: recv", lambda: d.recv(1))
     t("a closed dup: fileno", lambda: d.fileno())
+    t("a closed dup: getsockname", lambda: d.getsockname())
+    t("a closed dup: setsockopt", lambda: d.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+    lost = s.dup()
+    del lost   # dropped without close(): its descriptor closes, the connection does not
+    gc.collect()
     t("the first after its dup closed", lambda: (s.send(b"E"), c.recv(1))[1])
     e = socket.fromfd(s.fileno(), socket.AF_INET, socket.SOCK_STREAM)
     t("fromfd receives", lambda: (c.send(b"F"), e.recv(1))[1])
@@ -121,6 +126,16 @@ PROBE = textwrap.dedent("""
     g.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
     g.close()
     t("the last closed: EOF", lambda: c.recv(1))
+    s = socket.create_connection((host, port), timeout=10)
+    c, _ = srv.accept()
+    c.settimeout(10)
+    new = socket.socket(fileno=s.fileno())   # a hand-over, as ssl does it
+    t("handed over", lambda: (s.detach() == new.fileno(), new.send(b"N"), c.recv(1))[::2])
+    dropped = new.dup()
+    new.close()
+    del dropped
+    gc.collect()
+    t("a dropped last handle closes it", lambda: c.recv(1))
     u = socket.socket()
     v = u.dup()
     u.connect((host, port))
@@ -291,3 +306,54 @@ def test_so_linger_zero_resets_the_connection(net, mode):
             with pytest.raises(ConnectionResetError):
                 while conn.recv(1 << 16):
                     pass
+
+
+PENDING = textwrap.dedent("""
+    import select, socket, sys, time
+    host = sys.argv[1]
+    srv = socket.socket(); srv.bind((host, 0)); srv.listen(0)
+    fill = []
+    for _ in range(4):   # fill the accept queue: the next SYN is dropped, retried in 1 s
+        x = socket.socket(); x.settimeout(0.5)
+        try:
+            x.connect(srv.getsockname()); fill.append(x)
+        except OSError:
+            pass
+    s = socket.socket(); s.setblocking(False)
+    try:
+        s.connect(srv.getsockname())
+    except BlockingIOError as exc:
+        print("connect", exc.errno, flush=True)
+    print("writable", bool(select.select([], [s], [], 0.3)[1]))
+    print("SO_ERROR", s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+    for call in (lambda: s.send(b"x"), lambda: s.recv(1), lambda: s.connect(srv.getsockname())):
+        try:
+            call()
+        except OSError as exc:
+            print(type(exc).__name__, exc.errno)
+    srv.settimeout(0.5)
+    for _ in range(8):   # room: the retried SYN gets in
+        try:
+            fill.append(srv.accept()[0])
+        except OSError:
+            pass
+    print("writable at last", bool(select.select([], [s], [], 10)[1]))
+    print("send", s.send(b"x"), s.getpeername()[0] == host)
+""")
+
+
+def test_a_non_blocking_connect_whose_handshake_waits(net):
+    """A full accept queue: the nComponent's handshake is pending. Not writable, send
+    and recv EAGAIN, connect EALREADY; once the SYN gets in, writable and connected."""
+    _, env = net
+    linux = subprocess.run([sys.executable, "-c", PENDING, "127.0.0.1"], cwd=SCRATCH,
+                           capture_output=True, text=True, timeout=60)
+    rack = subprocess.run([SPLITRACK, "run", "--name", "api", "--no-shortcuts", "--",
+                           sys.executable, "-c", PENDING, "127.0.0.11"], env=env,
+                          cwd=SCRATCH, capture_output=True, text=True, timeout=60)
+    assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
+    assert linux.stdout.splitlines() == ["connect 115", "writable False", "SO_ERROR 0",
+                                         "BlockingIOError 11", "BlockingIOError 11",
+                                         "BlockingIOError 114", "writable at last True",
+                                         "send 1 True"]
+    assert rack.stdout == linux.stdout
