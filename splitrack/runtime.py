@@ -43,6 +43,7 @@ At exit every open stub closes, so data sent just before exit still leaves.
 """
 
 import atexit
+import errno
 import itertools
 import os
 import random
@@ -114,6 +115,7 @@ class Runtime:
             self.inbox.on(op, self._push)
         self._stop = False
         self.threaded = False
+        self.forked = False   # this is a fork()ed child's copy (_after_fork_in_child)
         self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
         self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread
         self._rewatch = False                 # _watched changed since the inbox thread looked
@@ -135,6 +137,8 @@ class Runtime:
 
     # ---- stubs --------------------------------------------------------------------------------
     def register(self, stub: Any) -> int:
+        if self.forked:
+            raise OSError(errno.EOPNOTSUPP, _FORKED)
         sid = next(self._ids)
         self.stubs[sid] = stub
         return sid
@@ -450,7 +454,10 @@ class Runtime:
 
     def close(self) -> None:
         """At exit: every open stub closes, even one a makefile() still holds; then
-        the inbox (its rendezvous socket goes from the run directory)."""
+        the inbox (its rendezvous socket goes from the run directory). In a fork()ed
+        child, nothing: the sockets, the inbox and its links are the parent's."""
+        if self.forked:
+            return
         for stub in list(self.stubs.values()):
             try:
                 stub._real_close()
@@ -467,6 +474,23 @@ def _slice(left: float | None, most: float) -> float:
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
+_FORKED = ("splitrack: rack sockets do not cross fork() yet: a child of a rack program "
+           "makes none, and its copies of its parent's are closed (the parent's stay its own)")
+
+
+def _after_fork_in_child() -> None:
+    """A fork()ed child: the runtime (its inbox, links, stubs) is its parent's. So that
+    nothing the child does, nor its exit, reaches its parent's skeletons or rings, its
+    copies of the parent's rack sockets are closed here (EBADF from now on) and it
+    makes none (EOPNOTSUPP, _FORKED). A child that exec()s starts afresh."""
+    if _runtime is None:
+        return
+    _runtime.forked = True
+    for stub in list(_runtime.stubs.values()):
+        stub._dead = True   # (the shared state: every handle of it)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def runtime() -> Runtime:

@@ -313,9 +313,23 @@ _vm: VirtualMemory | None = None
 
 def _this() -> VirtualMemory:
     global _vm
+    if _forked:
+        raise OSError(errno.EOPNOTSUPP, "splitrack: rack memory does not cross fork() yet: "
+                                        "a child of a rack program cannot use splitrack.vm")
     if _vm is None:
         _vm = VirtualMemory.from_env()
     return _vm
+
+
+def _after_fork_in_child() -> None:
+    """A fork()ed child's VirtualMemory would be its parent's (its pid, its links, its
+    pages at the mComponent): the child uses none."""
+    global _forked
+    _forked = _vm is not None
+
+
+_forked = False
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def alloc(size: int) -> int:

@@ -357,3 +357,36 @@ def test_a_non_blocking_connect_whose_handshake_waits(net):
                                          "BlockingIOError 114", "writable at last True",
                                          "send 1 True"]
     assert rack.stdout == linux.stdout
+
+
+FORK = textwrap.dedent("""
+    import os, socket, sys
+    l = socket.socket(); l.bind(("127.0.0.11", 0)); l.listen()
+    c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+    pid = os.fork()
+    if pid == 0:   # a child that exits as programs do (atexit runs)
+        for name, call in (("inherited", lambda: c.send(b"x")), ("new", socket.socket)):
+            try:
+                call()
+                print("child", name, "ok", flush=True)
+            except OSError as exc:
+                print("child", name, exc.errno, "fork()" in str(exc), flush=True)
+        sys.exit(0)
+    os.waitpid(pid, 0)
+    c.sendall(b"parent"); print("parent", a.recv(10), flush=True)
+    a.sendall(b"back"); print("parent", c.recv(10), flush=True)
+""")
+
+
+@pytest.mark.parametrize("flags", [("--no-shortcuts",), ()], ids=["ddio", "pipe"])
+def test_a_forked_child_leaves_its_parents_sockets_alone(net, flags):
+    """Rack sockets do not cross fork() yet: the child's copies are closed and it makes
+    none, saying why; its parent's, which it shares rings with, stay whole (before,
+    the child's send broke the parent's ring to n0, and its exit closed them)."""
+    _, env = net
+    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
+                           "-c", FORK], env=env, cwd=SCRATCH, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["child inherited 9 False", "child new 95 True",
+                                        "parent b'parent'", "parent b'back'"]
