@@ -10,8 +10,7 @@ skeleton talk directly (runtime.py carries the messages).
 This file is the socket API and the connection's state (addresses, timeouts,
 EOF, errors, the accept queue); connect() is connecting.py's, the socket
 options sockopts.py's, and what the API takes and says (errors, addresses,
-timeouts) sockargs.py's. A connected
-stub's bytes take a path object:
+timeouts) sockargs.py's. A connected stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 `set_rack_mode()`), or, to a listener of the rack, a shortcut: `PipePath`
@@ -24,9 +23,10 @@ while a send would not block (a full window is not writable), so select,
 selectors and asyncio work. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
 dup, socket.fromfd, socket(fileno=) and detach make more handles of one
-connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB. AF_INET6 is
-refused (EAFNOSUPPORT); any other network socket (UDP, raw, netlink) stays the
-host's, with a line on stderr that says so.
+connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB.
+AF_INET6 is refused (EAFNOSUPPORT); any other network socket (UDP, raw,
+netlink) stays the host's, with a line on stderr that says so. A fork()ed
+child neither uses its parent's rack sockets nor makes any (runtime.py).
 
 In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 (the methods in `_OPERATIONS`) is recorded, and what it sends is caused by it.
