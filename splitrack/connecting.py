@@ -76,7 +76,10 @@ class Connecting:
             answer = {"errno": exc.errno or errno.EIO}
         if answer.get("pending"):
             if not wait:
-                self._pending = (ip, port, path)
+                with self._lock:
+                    self._pending = (ip, port, path)
+                    if self._rt.threaded:
+                        self._sync_writable()   # not writable while it goes on
                 return
             # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
             deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
@@ -126,16 +129,17 @@ class Connecting:
         if not self._connect_ended():
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            deadline = time.monotonic() + CONNECT_TIMEOUT_S + 5.0
-            self._rt.wait(self._connect_ended, deadline, self._park_connect)
+            deadline = self._deadline() or time.monotonic() + CONNECT_TIMEOUT_S + 5.0
+            if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
+                raise TimeoutError("timed out")
         self._settle()
 
     def _connect_again(self) -> None:
         """connect() after a non-blocking one began, as Linux answers it: EALREADY while
         the handshake goes on, then once 0 or its error (ECONNABORTED if SO_ERROR took
         the error already), and after that EISCONN, or a new attempt after a failure."""
-        if self._pending is not None and self._timeout != 0.0:   # blocking now: Linux
-            self._await_connect(False)                            # waits for the end
+        if self._pending is not None and self._timeout is None:   # blocking now: Linux
+            self._await_connect(False)                             # waits for the end
         self._rt.pump()   # what the skeleton said so far
         self._settle()
         if self._pending is not None:

@@ -13,8 +13,11 @@ way:
   own (a dup of `_fd`), with its own timeout, as CPython's socket objects
   are; all of them share one `__dict__`: the connection's state;
 - `_handles` counts the handles and the descriptors detach() handed out;
-  closing a handle (or losing it to the garbage collector) closes only its
-  descriptor, until the last one, which closes the connection;
+  closing a handle closes only its descriptor, until the last one, which
+  closes the connection; a handle the garbage collector takes closes its
+  descriptor and is counted gone at the next change (it takes no lock: the
+  collector may run where the stub's lock is held), so a connection whose
+  last handle the collector took closes when the process exits;
 - a descriptor is known to be a rack socket's by its socket's inode (a dup, a
   detach()ed descriptor, one socket.fromfd() dups, are the same socket);
 - detach() hands out the handle's descriptor as a reference: a socket(fileno=)
@@ -28,7 +31,7 @@ stub state is its own), and dup2() onto a rack socket's descriptor.
 """
 
 import os
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 _BY_INODE: dict[tuple[int, int], dict[str, Any]] = {}   # socket inode -> shared state
@@ -52,6 +55,7 @@ def first(sock: Any, fd: int) -> None:
     """sock, over descriptor fd, is a new rack socket's first handle."""
     sock._gone = False
     sock._handles, sock._loose, sock._fds = 1, set(), Counter({fd: 1})
+    sock._dropped = deque()   # descriptors of handles the collector took (stub.__del__)
     rekey(sock)
 
 
@@ -60,11 +64,12 @@ def adopt(sock: Any, fd: int, state: dict[str, Any]) -> None:
     sock.__dict__ = state
     sock._gone = False
     with sock._lock:
+        _count_dropped(sock)
         if fd in sock._loose:   # a descriptor detach() handed out: counted already
             sock._loose.discard(fd)
         else:
             sock._handles += 1
-        sock._fds[fd] += 1
+            sock._fds[fd] += 1
 
 
 def release(sock: Any, fd: int) -> bool | None:
@@ -75,6 +80,7 @@ def release(sock: Any, fd: int) -> bool | None:
         if sock._gone:
             return None
         sock._gone = True
+        _count_dropped(sock)
         _drop(sock, fd)
         sock._handles -= 1
         last = sock._handles <= 0
@@ -91,6 +97,7 @@ def detach(sock: Any, fd: int) -> bool:
         if sock._gone:
             return False
         sock._gone = True
+        _count_dropped(sock)
         if sock._fds[fd] > 1:   # taken over already: one reference, the other handle's
             _drop(sock, fd)
             sock._handles -= 1
@@ -111,6 +118,39 @@ def rekey(sock: Any) -> None:
         _BY_INODE.pop(old, None)
     sock._key = inode(sock._fd)
     _BY_INODE[sock._key] = sock.__dict__
+
+
+DROPPED: deque[dict[str, Any]] = deque()   # states with handles the collector took
+
+
+def dropped(sock: Any, fd: int) -> None:
+    """Handle sock (over fd) is being collected: no lock taken here (stub.__del__)."""
+    sock._dropped.append(fd)
+    DROPPED.append(sock.__dict__)
+
+
+def reap(rt: Any) -> None:
+    """Count the collected handles gone (a socket call about to wait does it, and the
+    runtime's calls and waits); a connection whose last handle went closes now."""
+    while DROPPED:
+        state = DROPPED.popleft()
+        first = rt.stubs.get(state.get("_id"))   # the registered handle: its methods
+        if first is None:
+            continue   # closed meanwhile
+        with first._lock:
+            before = first._handles
+            _count_dropped(first)
+            last = first._handles <= 0 < before
+        if last:
+            _BY_INODE.pop(first._key, None)
+            first._close_connection()
+
+
+def _count_dropped(sock: Any) -> None:
+    """(lock held) The handles the collector took since: gone, each with its descriptor."""
+    while sock._dropped:
+        _drop(sock, sock._dropped.popleft())
+        sock._handles -= 1
 
 
 def _drop(sock: Any, fd: int) -> None:

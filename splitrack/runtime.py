@@ -59,7 +59,7 @@ from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
 from native import stubpath
 from native.fitring import spin_yield
-from splitrack import shortcuts
+from splitrack import handles, shortcuts
 from splitrack.params import (
     FIT_POLL_US,
     PACK_DELAY_S,
@@ -124,6 +124,8 @@ class Runtime:
     # ---- calls (any thread) ---------------------------------------------------------------
     def call(self, peer: str, op: int, args: dict[str, Any], timeout: float | None = None
              ) -> dict[str, Any]:
+        if handles.DROPPED:   # handles the collector took: counted here, not in __del__
+            handles.reap(self)
         with self.lock:
             return self.vm.ep.call_args(peer, op, args, timeout=timeout)[0]
 
@@ -138,7 +140,7 @@ class Runtime:
     # ---- stubs --------------------------------------------------------------------------------
     def register(self, stub: Any) -> int:
         if self.forked:
-            raise OSError(errno.EOPNOTSUPP, _FORKED)
+            raise OSError(errno.EOPNOTSUPP, FORKED)
         sid = next(self._ids)
         self.stubs[sid] = stub
         return sid
@@ -263,6 +265,8 @@ class Runtime:
              park: Callable[[float | None], object]) -> bool:
         """Until ready() (True) or the deadline (False). Inline, the waiter reads the
         inbox if nobody else does; otherwise park(timeout) waits for a wake-up."""
+        if handles.DROPPED:
+            handles.reap(self)
         while not ready():
             now = time.monotonic()
             left = None if deadline is None else deadline - now
@@ -460,7 +464,7 @@ class Runtime:
             return
         for stub in list(self.stubs.values()):
             try:
-                stub._real_close()
+                stub._close_connection()   # (whatever handles of it are open)
             except OSError:
                 pass
         self._stop = True
@@ -474,7 +478,7 @@ def _slice(left: float | None, most: float) -> float:
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
-_FORKED = ("splitrack: rack sockets do not cross fork() yet: a child of a rack program "
+FORKED = ("splitrack: rack sockets do not cross fork() yet: a child of a rack program "
            "makes none, and its copies of its parent's are closed (the parent's stay its own)")
 
 
@@ -482,12 +486,16 @@ def _after_fork_in_child() -> None:
     """A fork()ed child: the runtime (its inbox, links, stubs) is its parent's. So that
     nothing the child does, nor its exit, reaches its parent's skeletons or rings, its
     copies of the parent's rack sockets are closed here (EBADF from now on) and it
-    makes none (EOPNOTSUPP, _FORKED). A child that exec()s starts afresh."""
+    makes none (EOPNOTSUPP, FORKED); closing one closes its descriptors only. Its locks
+    are new: another thread of the parent may have held one at the fork. A child that
+    exec()s starts afresh."""
     if _runtime is None:
         return
     _runtime.forked = True
-    for stub in list(_runtime.stubs.values()):
-        stub._dead = True   # (the shared state: every handle of it)
+    for stub in list(_runtime.stubs.values()):   # (each shared state: every handle of it)
+        stub._dead = True
+        stub._lock = threading.Lock()
+        stub._cond = threading.Condition(stub._lock)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

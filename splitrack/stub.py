@@ -33,6 +33,7 @@ In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 Untraced, the class is as written here.
 """
 
+import _socket
 import errno
 import operator
 import os
@@ -48,7 +49,7 @@ from fit_rpc.netpath import SK, SK_ERR
 from splitrack import handles, shortcuts
 from splitrack.connecting import Connecting
 from splitrack.nic_path import NicPath
-from splitrack.runtime import runtime
+from splitrack.runtime import FORKED, runtime
 from splitrack.sockargs import bytes_view, err, ipv4, timeout_value, warn_host_socket
 from splitrack.sockopts import LINGER, RCVLOWAT, Options
 
@@ -95,6 +96,9 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
 
     def __init__(self, family: int = -1, type: int = -1, proto: int = -1,
                  fileno: int | None = None):
+        self._rt = runtime()
+        if self._rt.forked:   # (before any descriptor is made: runtime.py)
+            raise OSError(errno.EOPNOTSUPP, FORKED)
         if fileno is not None:   # (a rack socket's, or __new__ made a kernel socket)
             super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, fileno)
             self._timeout = _socket_module.getdefaulttimeout()
@@ -107,7 +111,6 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         fd = os.dup(self._fd)                        # and this handle's
         super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, fd)
         self._bell.setblocking(False)
-        self._rt = runtime()
         self._id = self._rt.register(self)
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -191,6 +194,8 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
 
     def _wait_readable(self, deadline: float | None) -> None:
         """Until the bell rings; BlockingIOError / TimeoutError as the timeout says."""
+        if handles.DROPPED:   # handles the collector took: counted before anyone waits
+            handles.reap(self._rt)
         if self._timeout == 0.0:
             raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
         if self._path is not None:
@@ -565,8 +570,15 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         last = handles.release(self, _std.fileno(self))
         if last is None:
             return   # closed already, or detached
-        if not last:   # another handle is open: only this one's descriptor closes
-            super()._real_close()
+        if last:   # else another handle is open: only this one's descriptor closes
+            self._close_connection()
+        super()._real_close()
+
+    def _close_connection(self) -> None:
+        """The connection's end, whatever handles are open (the last one closed, or the
+        process exits: runtime.close)."""
+        if self._rt.forked:   # a fork()ed child's copy: its descriptors, nothing more
+            self._close_own()
             return
         with self._cond:
             if self._dead:
@@ -589,21 +601,28 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
         for conn in waiting:   # shortcut connections no accept() took: their peers see EOF
             conn.close()
         self._n, self._sk = None, 0
+        self._close_own()
+
+    def _close_own(self) -> None:
+        """The connection's own descriptors: the bell pair (handles.py)."""
         with self._lock:
             if self._bell is not None:
                 self._bell.close()
                 self._bell = None
-        self._own.close()   # the connection's own descriptor (handles.py)
-        super()._real_close()
+        self._own.close()
 
     def __del__(self) -> None:
         """A handle dropped without close(): its descriptor closes, as a CPython socket's
-        does (the connection with the last handle: handles.py)."""
+        does. Nothing here takes a lock (the collector may run inside code that holds
+        the stub's): the connection counts the handle gone at its next handle change,
+        and closes with the last handle (handles.py)."""
         try:
             if not self._gone and _std.fileno(self) >= 0:
-                self._real_close()
+                self._gone = True
+                handles.dropped(self, _std.fileno(self))
         except Exception:   # (half made, or the interpreter is going away)
             pass
+        _socket.socket.close(self)
 
     def detach(self) -> int:
         """This handle's descriptor, for socket(fileno=) to take back (handles.py);

@@ -136,6 +136,17 @@ PROBE = textwrap.dedent("""
     del dropped
     gc.collect()
     t("a dropped last handle closes it", lambda: c.recv(1))
+    s = socket.create_connection((host, port), timeout=10)
+    c, _ = srv.accept()
+    c.settimeout(10)
+    d = s.dup()
+    again = socket.socket(fileno=s.detach())
+    fd = again.detach()   # a descriptor detached twice over: one reference still
+    d.close()
+    back = socket.socket(fileno=fd)
+    t("detached twice, taken back", lambda: (back.send(b"U"), c.recv(1))[1])
+    back.close()
+    t("and closed", lambda: c.recv(1))
     u = socket.socket()
     v = u.dup()
     u.connect((host, port))
@@ -319,6 +330,8 @@ PENDING = textwrap.dedent("""
             x.connect(srv.getsockname()); fill.append(x)
         except OSError:
             pass
+    if sys.argv[2:] == ["threaded"]:   # a program that selected before: asyncio's case
+        select.select([srv], [], [], 0)
     s = socket.socket(); s.setblocking(False)
     try:
         s.connect(srv.getsockname())
@@ -342,14 +355,17 @@ PENDING = textwrap.dedent("""
 """)
 
 
-def test_a_non_blocking_connect_whose_handshake_waits(net):
+@pytest.mark.parametrize("threaded", [False, True], ids=["plain", "threaded"])
+def test_a_non_blocking_connect_whose_handshake_waits(net, threaded):
     """A full accept queue: the nComponent's handshake is pending. Not writable, send
-    and recv EAGAIN, connect EALREADY; once the SYN gets in, writable and connected."""
+    and recv EAGAIN, connect EALREADY; once the SYN gets in, writable and connected.
+    (threaded: the program selected on a socket before, so its runtime is threaded.)"""
     _, env = net
-    linux = subprocess.run([sys.executable, "-c", PENDING, "127.0.0.1"], cwd=SCRATCH,
+    more = ["threaded"] if threaded else []
+    linux = subprocess.run([sys.executable, "-c", PENDING, "127.0.0.1", *more], cwd=SCRATCH,
                            capture_output=True, text=True, timeout=60)
     rack = subprocess.run([SPLITRACK, "run", "--name", "api", "--no-shortcuts", "--",
-                           sys.executable, "-c", PENDING, "127.0.0.11"], env=env,
+                           sys.executable, "-c", PENDING, "127.0.0.11", *more], env=env,
                           cwd=SCRATCH, capture_output=True, text=True, timeout=60)
     assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
     assert linux.stdout.splitlines() == ["connect 115", "writable False", "SO_ERROR 0",
@@ -360,9 +376,15 @@ def test_a_non_blocking_connect_whose_handshake_waits(net):
 
 
 FORK = textwrap.dedent("""
-    import os, socket, sys
+    import os, socket, sys, threading, time
     l = socket.socket(); l.bind(("127.0.0.11", 0)); l.listen()
     c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+    held, go = threading.Event(), threading.Event()
+    def holder():   # a thread of the parent holds c's lock across the fork
+        with c._lock:
+            held.set(); go.wait()
+    threading.Thread(target=holder).start()
+    held.wait()
     pid = os.fork()
     if pid == 0:   # a child that exits as programs do (atexit runs)
         for name, call in (("inherited", lambda: c.send(b"x")), ("new", socket.socket)):
@@ -371,7 +393,17 @@ FORK = textwrap.dedent("""
                 print("child", name, "ok", flush=True)
             except OSError as exc:
                 print("child", name, exc.errno, "fork()" in str(exc), flush=True)
+        fds = len(os.listdir("/proc/self/fd"))
+        for _ in range(50):
+            try:
+                socket.socket()
+            except OSError:
+                pass
+        print("child descriptors", len(os.listdir("/proc/self/fd")) - fds, flush=True)
+        c.close()   # its copy's descriptors go; the lock its parent's thread held is not
+        print("child closed", flush=True)   # this child's
         sys.exit(0)
+    go.set()
     os.waitpid(pid, 0)
     c.sendall(b"parent"); print("parent", a.recv(10), flush=True)
     a.sendall(b"back"); print("parent", c.recv(10), flush=True)
@@ -389,4 +421,5 @@ def test_a_forked_child_leaves_its_parents_sockets_alone(net, flags):
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["child inherited 9 False", "child new 95 True",
+                                        "child descriptors 0", "child closed",
                                         "parent b'parent'", "parent b'back'"]
