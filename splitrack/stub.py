@@ -9,8 +9,8 @@ skeleton talk directly (runtime.py carries the messages).
 
 This file is the socket API and the connection's state (addresses, timeouts,
 EOF, errors, the accept queue); connect() is connecting.py's, the socket
-options sockopts.py's, and what the API takes and says (errors, addresses,
-timeouts) sockargs.py's. A connected stub's bytes take a path object:
+options sockopts.py's, fileno()'s readiness bell.py's, and what the API takes
+and says (errors, addresses, timeouts) sockargs.py's. A connected stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 `set_rack_mode()`), or, to a listener of the rack, a shortcut: `PipePath`
@@ -47,6 +47,7 @@ from typing import Any
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
 from splitrack import handles, shortcuts
+from splitrack.bell import Bell
 from splitrack.connecting import Connecting
 from splitrack.nic_path import NicPath
 from splitrack.runtime import FORKED, runtime
@@ -57,7 +58,6 @@ _std = _socket_module.socket          # the stdlib class, whatever is installed 
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
-_CLOG = bytes(4096)   # what fills the bell's other direction (_sync_writable)
 _PEEK, _DONTWAIT, _NOSIGNAL, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
     _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL,
     _socket_module.MSG_WAITALL))
@@ -75,7 +75,7 @@ class _Meta(type):
         return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
-class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
+class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
     # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
     # the connection's, shared by every handle of it (handles.py: dup, fromfd)
     __slots__ = ("__dict__", "_timeout", "_gone")
@@ -220,68 +220,6 @@ class BsdSocketStub(Connecting, Options, _std, metaclass=_Meta):
             return self._connect_ended()
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
                     or self._peer_gone or self._dead)
-
-    # ---- the bell: fileno() is readable while something waits ----------------------------
-    # `_rung` is the state; the byte in the socketpair mirrors it once the runtime is
-    # threaded (before, nobody outside selects on it, and the two syscalls are saved).
-    def fileno(self) -> int:
-        if self._dead or self._gone:
-            return -1   # as a closed socket's
-        if not self._rt.threaded:
-            self._rt.go_threaded()
-        return _std.fileno(self)   # this handle's descriptor (handles.py)
-
-    def _ring(self) -> None:
-        if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
-            self._rung = True
-            if self._rt.threaded:
-                self._bell.send(b"!")
-
-    def _hush(self) -> None:
-        if self._rung and self._bell is not None:
-            self._rung = False
-            if self._rt.threaded:
-                try:
-                    os.read(self._fd, 16)
-                except BlockingIOError:
-                    pass   # rung before the switch to threaded: no byte was written
-
-    def _sync_bell(self) -> None:
-        """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
-        the path holds no sends back (nic_path.py, packing)."""
-        with self._lock:
-            if self._rung and not self._dead and self._bell is not None:
-                self._bell.send(b"!")
-            self._sync_writable()
-            sync = getattr(self._path, "sync_packing", None)
-            if sync is not None:
-                sync()
-
-    # fileno() is writable exactly while a send would not block: while it would (a
-    # full window), the pair's other direction is kept full (its SO_SNDBUF is tiny).
-    def _wake_senders(self) -> None:
-        """(lock held) What a sender waits for changed: waiters wake, and fileno()'s
-        writability follows."""
-        self._cond.notify_all()
-        if self._rt.threaded:
-            self._sync_writable()
-
-    def _sync_writable(self) -> None:
-        if self._bell is None:   # a pipe's fileno is writable by itself
-            return
-        shut = self._path is not None and not self._can_send()
-        if shut == self._clogged:
-            return
-        self._clogged = shut
-        try:
-            if shut:
-                while True:
-                    os.write(self._fd, _CLOG)
-            else:
-                while self._bell.recv(len(_CLOG) * 4):
-                    pass
-        except BlockingIOError:
-            pass
 
     # ---- bind, listen, accept, connect -------------------------------------------------------
     def bind(self, address: Any) -> None:

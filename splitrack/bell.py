@@ -1,0 +1,86 @@
+"""fileno() of a bsdSocketStub: a real descriptor whose readiness is exact.
+
+`Bell` is the part of BsdSocketStub (stub.py) that keeps it so; its state is
+the stub's. The descriptor is one end of a socketpair (`_fd`, the connection's
+own; every handle's is a dup of it: handles.py), `_bell` the other end:
+
+- readable exactly while data, EOF, an error or a connection waits: `_rung` is
+  the state, and once the runtime is threaded (a program selects, so fileno()
+  was asked for) a byte written from `_bell` mirrors it (`_ring`, `_hush`);
+  before, nobody outside selects on it, and the two syscalls are saved;
+- writable exactly while a send would not block: while the send window is
+  full, the other direction (`_fd` to `_bell`) is kept full -- `_fd`'s
+  SO_SNDBUF is the kernel's least, so one 4 KiB write fills it -- and drained
+  when the window opens again, the socket breaks, shuts down or closes
+  (`_wake_senders`, `_sync_writable`).
+
+A pipe shortcut's fileno() is the pipe's end, exact by itself (`_bell` None).
+"""
+
+import _socket
+import os
+
+_CLOG = bytes(4096)   # what fills the pair's other direction (_sync_writable)
+
+
+class Bell:
+    """BsdSocketStub's fileno() and the readiness behind it."""
+
+    __slots__ = ()   # (its state is the stub's)
+
+    def fileno(self) -> int:
+        if self._dead or self._gone:
+            return -1   # as a closed socket's
+        if not self._rt.threaded:
+            self._rt.go_threaded()
+        return _socket.socket.fileno(self)   # this handle's descriptor (handles.py)
+
+    def _ring(self) -> None:
+        if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
+            self._rung = True
+            if self._rt.threaded:
+                self._bell.send(b"!")
+
+    def _hush(self) -> None:
+        if self._rung and self._bell is not None:
+            self._rung = False
+            if self._rt.threaded:
+                try:
+                    os.read(self._fd, 16)
+                except BlockingIOError:
+                    pass   # rung before the switch to threaded: no byte was written
+
+    def _sync_bell(self) -> None:
+        """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
+        the path holds no sends back (nic_path.py, packing)."""
+        with self._lock:
+            if self._rung and not self._dead and self._bell is not None:
+                self._bell.send(b"!")
+            self._sync_writable()
+            sync = getattr(self._path, "sync_packing", None)
+            if sync is not None:
+                sync()
+
+    def _wake_senders(self) -> None:
+        """(lock held) What a sender waits for changed: waiters wake, and fileno()'s
+        writability follows."""
+        self._cond.notify_all()
+        if self._rt.threaded:
+            self._sync_writable()
+
+    def _sync_writable(self) -> None:
+        if self._bell is None:   # a pipe's fileno is writable by itself
+            return
+        shut = self._path is not None and not self._can_send()
+        if shut == self._clogged:
+            return
+        self._clogged = shut
+        try:
+            if shut:
+                while True:
+                    os.write(self._fd, _CLOG)
+            else:
+                while self._bell.recv(len(_CLOG) * 4):
+                    pass
+        except BlockingIOError:
+            pass
