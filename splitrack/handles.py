@@ -17,7 +17,8 @@ way:
   closes the connection; a handle the garbage collector takes closes its
   descriptor and is counted gone at the next change (it takes no lock: the
   collector may run where the stub's lock is held), so a connection whose
-  last handle the collector took closes when the process exits;
+  last handle the collector took closes at the process's next socket wait or
+  rack call (`reap`), or at its exit;
 - a descriptor is known to be a rack socket's by its socket's inode (a dup, a
   detach()ed descriptor, one socket.fromfd() dups, are the same socket);
 - detach() hands out the handle's descriptor as a reference: a socket(fileno=)
