@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from benchmarks.servers import stop
 from fit_rpc import Op
 from helpers import SPLITRACK, running_rack, small_spec
 
@@ -109,19 +110,16 @@ def on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None =
         yield proc, [int(w) for w in line.split()]
     finally:
         if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
         for f in (proc.stdout, proc.stderr):
             f.close()
 
 
 def run_on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None = None,
-                name: str = "net", timeout: float = 60) -> subprocess.CompletedProcess:
-    cmd = [SPLITRACK, "run", "--name", name, "--on", on]
+                name: str = "net", timeout: float = 60, flags: tuple[str, ...] = ()
+                ) -> subprocess.CompletedProcess:
+    """Run `code` on the rack to its end (`flags`: more `splitrack run` options)."""
+    cmd = [SPLITRACK, "run", "--name", name, "--on", on, *flags]
     if mode:
         cmd += ["--mode", mode]
     return subprocess.run([*cmd, "--", sys.executable, "-c", code, *args], env=env,

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from helpers import SPLITRACK
-from netprogs import SCRATCH, network_rack
+from netprogs import SCRATCH, network_rack, run_on_rack
 
 # Each line: a call and what came of it (a value, or the exception's class and errno).
 # The listener is the program's own: on the rack a pipe shortcut, or with
@@ -208,9 +208,7 @@ def _linux() -> list[str]:
                          ids=["pipe", "ddio", "dma"])
 def test_the_socket_api_answers_as_linux_does(net, flags):
     _, env = net
-    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
-                           "-c", PROBE, "127.0.0.11"], env=env, cwd=SCRATCH,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_on_rack(env, PROBE, "127.0.0.11", name="api", timeout=120, flags=flags)
     assert proc.returncode == 0, proc.stderr
     rack = proc.stdout.splitlines()
     linux = _linux()
@@ -235,9 +233,7 @@ def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
         socket.socketpair()
         print("udp made")
     """)
-    proc = subprocess.run([SPLITRACK, "run", "--name", "api", "--", sys.executable, "-c",
-                           code], env=env, cwd=SCRATCH, capture_output=True, text=True,
-                          timeout=60)
+    proc = run_on_rack(env, code, name="api", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["ipv6 OSError 97", "udp made"]
     said = [line for line in proc.stderr.splitlines() if line.startswith("splitrack:")]
@@ -251,9 +247,7 @@ def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
                          ids=["ddio", "dma", "pipe"])
 def test_a_full_window_is_not_writable(net, flags):
     _, env = net
-    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
-                           "-c", WRITABILITY, "127.0.0.11"], env=env, cwd=SCRATCH,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_on_rack(env, WRITABILITY, "127.0.0.11", name="api", timeout=120, flags=flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["writable at first True",
                                         "full, not writable True writable but full 0",
@@ -281,9 +275,7 @@ def test_a_blocking_recv_waits_for_so_rcvlowat_bytes(net, flags):
     """(Not compared with Linux: its own recv hangs here more often than not, two small
     segments below SO_RCVLOWAT never waking it on this kernel.)"""
     _, env = net
-    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
-                           "-c", LOWAT], env=env, cwd=SCRATCH, capture_output=True,
-                          text=True, timeout=60)
+    proc = run_on_rack(env, LOWAT, name="api", timeout=60, flags=flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["b'abcd' True", "b'ef'"]
 
@@ -364,9 +356,8 @@ def test_a_non_blocking_connect_whose_handshake_waits(net, threaded):
     more = ["threaded"] if threaded else []
     linux = subprocess.run([sys.executable, "-c", PENDING, "127.0.0.1", *more], cwd=SCRATCH,
                            capture_output=True, text=True, timeout=60)
-    rack = subprocess.run([SPLITRACK, "run", "--name", "api", "--no-shortcuts", "--",
-                           sys.executable, "-c", PENDING, "127.0.0.11", *more], env=env,
-                          cwd=SCRATCH, capture_output=True, text=True, timeout=60)
+    rack = run_on_rack(env, PENDING, "127.0.0.11", *more, name="api",
+                       flags=("--no-shortcuts",))
     assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
     assert linux.stdout.splitlines() == ["connect 115", "writable False", "SO_ERROR 0",
                                          "BlockingIOError 11", "BlockingIOError 11",
@@ -416,9 +407,7 @@ def test_a_forked_child_leaves_its_parents_sockets_alone(net, flags):
     none, saying why; its parent's, which it shares rings with, stay whole (before,
     the child's send broke the parent's ring to n0, and its exit closed them)."""
     _, env = net
-    proc = subprocess.run([SPLITRACK, "run", "--name", "api", *flags, "--", sys.executable,
-                           "-c", FORK], env=env, cwd=SCRATCH, capture_output=True,
-                          text=True, timeout=60)
+    proc = run_on_rack(env, FORK, name="api", timeout=60, flags=flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["child inherited 9 False", "child new 95 True",
                                         "child descriptors 0", "child closed",
