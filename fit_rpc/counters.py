@@ -3,7 +3,7 @@
 Interface:
     c = Counters()
     c.tx(peer, op, nbytes); c.rx(peer, op, nbytes)   # hot path: one dict lookup
-    c.error(name)                                     # malformed, unknown_op, ...
+    c.error(name[, n])                                # malformed, unknown_op, ...
     c.fold(peer, into)                                # a peer that is gone: its counts
                                                       # join `into`'s (e.g. "p0.*")
     c.snapshot() -> {"links": {peer: {op_name: {tx_msgs, tx_bytes, rx_msgs, rx_bytes}}},
@@ -47,8 +47,8 @@ class Counters:
     def rx(self, peer: str, op: int, nbytes: int) -> None:
         _count(self._rx, (peer, op), nbytes)
 
-    def error(self, name: str) -> None:
-        self._errors[name] = self._errors.get(name, 0) + 1
+    def error(self, name: str, n: int = 1) -> None:
+        self._errors[name] = self._errors.get(name, 0) + n
 
     def fold(self, peer: str, into: str) -> None:
         self._collect()

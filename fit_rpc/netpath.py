@@ -9,11 +9,25 @@ A skeleton is named by a u32 id its nComponent chose (unique per nComponent).
     DMA_LEASE <II> (lease, pieces)
     PIECE  <qI>   (arena offset, length); offset -1: a page never written (reads as zeros)
     SK     <I>    lease                    M_DMA_DONE
-The control ops (N_BIND, N_CONNECT, N_LISTEN, N_START, N_SOCKOPT, N_RELEASE,
-STUB_ACCEPT) use the JSON "args" layout (codec.py): they are not per-byte.
+    CONNECT ...   N_CONNECT, whose nComponent answers it in C (native/skelconnect.h):
+                  <II4s4sHBBIQIQId16sHH> stub, sk (0: a new socket), src, dst (IPv4),
+                  port, mode (MODES), flags (CONNECT_TIMEOUT), window, rbuf (addr,
+                  size), tbuf (addr, size), timeout (s), home (NUL-padded), nopts,
+                  ninbox; then nopts OPT <iii> (level, opt, value), then the inbox
+    CONNECTED <I4sHH> (sk, local ip, local port, flags: CONNECT_PENDING)   its reply
+    pack_connect(args) / unpack_connect(payload) -> args    the layout <-> N_CONNECT's
+    pack_connected(sk, local, pending) / unpack_connected(payload) -> {sk, local, pending}
+                                                            args (docs/protocol.md)
+The other control ops (N_BIND, N_LISTEN, N_START, N_SOCKOPT, N_RELEASE,
+STUB_ACCEPT) use the JSON "args" layout (codec.py): they are not per-byte, nor
+on the way of a connect() that Linux makes in one system call.
 """
 
+import errno
+import math
+import socket
 import struct
+from typing import Any
 
 SK = struct.Struct("<I")
 SK_N = struct.Struct("<II")
@@ -23,6 +37,70 @@ DMA_WRITE = 1   # M_DMA_MAP: take (zeroed) frames for pages that have none
 DMA_HOLD = 2    # M_DMA_MAP: the lease lives until M_DMA_DONE or the process's release
 DMA_LEASE = struct.Struct("<II")
 PIECE = struct.Struct("<qI")
+CONNECT = struct.Struct("<II4s4sHBBIQIQId16sHH")
+OPT = struct.Struct("<iii")
+CONNECTED = struct.Struct("<I4sHH")
+MODES = ("ddio", "dma")   # CONNECT's mode: an index
+CONNECT_TIMEOUT = 1       # CONNECT's flags: timeout is set (else: none)
+CONNECT_PENDING = 1       # CONNECTED's flags: the handshake goes on (STUB_CONNECTED ends it)
+HOME_BYTES = 16
+
+
+def pack_connect(args: dict[str, Any]) -> bytes:
+    """N_CONNECT's payload from its args: {stub, sk?, src?, dst: [ip, port], timeout,
+    buffers: {mode, home, window, rbuf, tbuf}, opts?, inbox}."""
+    ip, port = args["dst"]
+    b, opts, timeout = args["buffers"], args.get("opts", []), args.get("timeout")
+    inbox, home = args["inbox"].encode(), b["home"].encode()
+    if len(home) > HOME_BYTES:
+        raise ValueError(f"an mComponent id of {len(home)} bytes: {b['home']!r}")
+    return b"".join((CONNECT.pack(
+        args["stub"], args.get("sk", 0), socket.inet_aton(args.get("src") or "0.0.0.0"),
+        socket.inet_aton(ip), port, MODES.index(b["mode"]),
+        0 if timeout is None else CONNECT_TIMEOUT, b["window"], *b["rbuf"], *b["tbuf"],
+        0.0 if timeout is None else timeout, home, len(opts), len(inbox)),
+        *(OPT.pack(*o) for o in opts), inbox))
+
+
+def unpack_connect(payload: bytes | memoryview) -> dict[str, Any]:
+    """pack_connect's args again (struct.error: too short; EINVAL: what no args are)."""
+    (stub, sk, src, dst, port, mode, flags, window, rbuf, rbuf_size, tbuf, tbuf_size,
+     timeout, home, nopts, ninbox) = CONNECT.unpack_from(payload)
+    at = CONNECT.size + nopts * OPT.size
+    if len(payload) != at + ninbox:
+        raise OSError(errno.EINVAL, f"N_CONNECT of {len(payload)} bytes, not {at + ninbox}")
+    if mode >= len(MODES):
+        raise OSError(errno.EINVAL, f"no data path {mode} (0 ddio, 1 dma)")
+    if flags & CONNECT_TIMEOUT and not (math.isfinite(timeout) and timeout >= 0):
+        raise OSError(errno.EINVAL, f"a connect timeout of {timeout} s")
+    try:
+        home_id, inbox = home.rstrip(b"\0").decode("ascii"), \
+            bytes(payload[at:at + ninbox]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise OSError(errno.EINVAL, "N_CONNECT's home or inbox is not text") from None
+    args: dict[str, Any] = {
+        "stub": stub, "dst": [socket.inet_ntoa(dst), port], "inbox": inbox,
+        "timeout": timeout if flags & CONNECT_TIMEOUT else None,
+        "buffers": {"mode": MODES[mode], "home": home_id, "window": window,
+                    "rbuf": [rbuf, rbuf_size], "tbuf": [tbuf, tbuf_size]},
+        "opts": [list(OPT.unpack_from(payload, CONNECT.size + i * OPT.size))
+                 for i in range(nopts)]}
+    if sk:
+        args["sk"] = sk
+    else:   # 0.0.0.0: none (the Proxy's unbound socket)
+        args["src"] = "" if src == bytes(4) else socket.inet_ntoa(src)
+    return args
+
+
+def pack_connected(sk: int, local: tuple[str, int] | list, pending: bool) -> bytes:
+    return CONNECTED.pack(sk, socket.inet_aton(local[0]), local[1],
+                          CONNECT_PENDING if pending else 0)
+
+
+def unpack_connected(payload: bytes | memoryview) -> dict[str, Any]:
+    sk, ip, port, flags = CONNECTED.unpack_from(payload)
+    return {"sk": sk, "local": [socket.inet_ntoa(ip), port],
+            "pending": bool(flags & CONNECT_PENDING)}
 
 
 def ring_pieces(ring: tuple[int, int] | list[int], pos: int, n: int) -> list[tuple[int, int]]:

@@ -23,8 +23,9 @@
   freed when the endpoint says it is done (done()). A reply is copied out.
 - A native data plane (the nComponent's, native/skelpath.c) may read the
   inbound rings and write to a peer's ring itself, in this thread, between
-  calls into this transport: inbox_rings() says which rings there are (and
-  which links are vouched for), out_ring(peer) which ring reaches a peer's
+  calls into this transport: inbox_rings() says which rings there are (which
+  links are vouched for, and the ring back on each, where it may write a
+  reply: its connect(), native/skelconnect.h), out_ring(peer) which ring reaches a peer's
   inbox now, and link_closed(peer) is called before the ring of a link to
   peer goes (so nobody writes into a segment that is unmapped).
 - Channels (channel()): shm_channel.py; the rendezvous here hands them their
@@ -260,15 +261,17 @@ class ShmTransport(Transport):
             self._close(link, gone=False)
 
     # ---- for a native data plane ---------------------------------------------------------------
-    def inbox_rings(self, known: int = -1) -> tuple[int, list[tuple[str, Ring, Any]] | None]:
-        """(generation, [(peer, ring, verdict)]) of the inbound links (verdict: the
-        endpoint's vouch, None until it was asked); the generation changes whenever
-        the list does (a ring in an older list may be unmapped). None for the list
-        if the generation is still `known`."""
+    def inbox_rings(self, known: int = -1
+                    ) -> tuple[int, list[tuple[str, Ring, Ring, Any]] | None]:
+        """(generation, [(peer, ring, reply ring, verdict)]) of the inbound links (the
+        reply ring: ours back to the peer on the same link, where replies go; verdict:
+        the endpoint's vouch, None until it was asked); the generation changes
+        whenever the list does (a ring in an older list may be unmapped). None for the
+        list if the generation is still `known`."""
         self._sync()
         if known == self._gen:
             return known, None
-        return self._gen, [(x.peer, x.rx, x.verdict) for x in self.inbound]
+        return self._gen, [(x.peer, x.rx, x.tx, x.verdict) for x in self.inbound]
 
     def out_ring(self, peer: str) -> Ring | None:
         """The ring that carries our messages to `peer`'s inbox now (None: no link up)."""

@@ -162,8 +162,12 @@ class Monitor:
         })
         answer, _ = self.ep.call_args(GLOBAL_ID, Op.SLICE_LIST)
         self.slices = {c["id"]: c["slice"] for c in answer["components"]}
+        self.slices_changed()
 
     # ---- slices ------------------------------------------------------------------
+    def slices_changed(self) -> None:
+        """The slice table is new (a kind's monitor may cache what it allows)."""
+
     def as_process(self, who: str) -> str:
         """The id a sender is confined as: a client whose process runs under a pMonitor
         (a rack program that opened an endpoint of its own) is a process of that
@@ -216,6 +220,7 @@ class Monitor:
         args, _ = msg.args()
         table = need(args, "components", dict)
         self.slices = {cid: s if isinstance(s, str) else None for cid, s in table.items()}
+        self.slices_changed()
         return codec.encode()
 
     # ---- lifecycle ---------------------------------------------------------------

@@ -9,7 +9,8 @@ readiness fd (arm, sleep, disarm: fit_rpc/transport.py), after spinning for
 rack.poll_us like every FIT waiter. A stub's message and a kernel event are
 handled by the same thread, in arrival order.
 
-The data plane (native/skelpath.c) does the per-byte work of that loop in C:
+The data plane (native/skelpath.c) does the per-byte work of that loop in C,
+and answers most N_CONNECTs (connector.py keeps it supplied):
 for each DDIO connection in its plain state (Skeleton.plain) it handles the
 kernel socket's events, N_SEND and N_CREDIT (read straight off the inbox's
 FIT rings, on shm) and the pushes they cause, and hands everything else back
@@ -25,6 +26,7 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
     N_CONNECT   {sk | src+opts+inbox+stub, dst, timeout, buffers} -> {sk, local} when
                 the kernel's handshake was done inside connect() (loopback), else
                 {sk, pending}, and STUB_CONNECTED {sk, local} | {errno} once it is
+                (connector.py: mostly answered by the data plane, skelconnect.h)
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
     N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value | linger]} -> {value}
@@ -59,18 +61,29 @@ from typing import Any
 from fit_rpc import Message, Op, codec, tracing
 from fit_rpc.codec import need
 from fit_rpc.counters import Counters
-from fit_rpc.header import MAGIC, ONEWAY, VERSION
+from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK, SK_ERR, SK_N
+from monitors.connector import Connector
 from monitors.core import Monitor
 from monitors.data_paths import Ddio, Dma, RackMemory
-from monitors.proxy import Proxy
+from monitors.proxy import ALLOWED, Proxy
 from monitors.skeleton import Skeleton
+from monitors.slices import allowed
 from native import skelpath
 from native.fitring import spin_yield
-from native.skelpath import EVENT, FAIL, FLUSH, MAX_FDS, MAX_PEERS, NO_PEER, PUSH, RECEIVED
+from native.skelpath import (
+    CONNECTED,
+    EVENT,
+    FAIL,
+    FLUSH,
+    MAX_FDS,
+    MAX_PEERS,
+    NO_PEER,
+    PUSH,
+    RECEIVED,
+)
 from splitrack.params import (
-    CONNECT_TIMEOUT_S,
     MONITOR_IDLE_CHECK_S,
     SKELETON_RECV_CHUNK_BYTES,
     SOCKET_SENT_BYTES,
@@ -81,11 +94,13 @@ _RESET = struct.pack("ii", 1, 0)   # SO_LINGER on, 0 s: close() sends RST
 
 _IN, _OUT, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR  # plain ints: hot path
 _INBOX_BATCH = 64   # inbox messages per poll round, so kernel sockets are not starved
-_PLANE_OPS = {"n_send": Op.N_SEND, "n_credit": Op.N_CREDIT, "stub_data": Op.STUB_DATA,
-              "stub_sent": Op.STUB_SENT, "magic": MAGIC, "version": VERSION, "oneway": ONEWAY}
+_PLANE_OPS = {"n_send": Op.N_SEND, "n_credit": Op.N_CREDIT, "n_connect": Op.N_CONNECT,
+              "stub_data": Op.STUB_DATA, "stub_sent": Op.STUB_SENT, "magic": MAGIC,
+              "version": VERSION, "request": REQUEST, "reply": REPLY, "oneway": ONEWAY}
 # the data plane's counts (skelpath.take_counts) -> the endpoint's counters
 _PLANE_COUNTS = (("rx", Op.N_SEND, "rx_send"), ("rx", Op.N_CREDIT, "rx_credit"),
-                 ("tx", Op.STUB_DATA, "tx_data"), ("tx", Op.STUB_SENT, "tx_sent"))
+                 ("tx", Op.STUB_DATA, "tx_data"), ("tx", Op.STUB_SENT, "tx_sent"),
+                 ("rx", Op.N_CONNECT, "rx_connect"), ("tx", Op.N_CONNECT, "tx_connect"))
 
 
 class NMonitor(Monitor):
@@ -104,6 +119,7 @@ class NMonitor(Monitor):
         self._ring_gen = -1                # the inbox rings the plane has (their generation)
         self._unvouched = False            # ... some not vouched for yet: look again
         self._peer_nos: dict[str, int] = {}   # the plane's numbers for peers (processes)
+        self.peer_names: dict[int, str] = {}  # ... and back
         self._free_nos = list(range(MAX_PEERS - 1, -1, -1))
         self.ep.counters.sources.append(self._plane_counts)
         self.memory = RackMemory(self.ep, os.getcwd())   # monitors run in the run directory
@@ -113,13 +129,16 @@ class NMonitor(Monitor):
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self._next_sk = 0
+        self.connector = Connector(self, [*self.config["nics"], self.rack["loopback"]],
+                                   self.memory.m_ids,
+                                   {pair for pair in ALLOWED if pair[1] != socket.SO_ERROR})
         self._load: dict[str, Any] = {}
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
                        "shortcuts_pipe": 0, "shortcuts_fit": 0,
                        "ddio_extcache_bytes": 0, "ddio_mcomponent_bytes": 0}
         self._lines_bytes = 0   # what the plane's closed connections copied to or from lines
         for op, fn in ((Op.N_BIND, self.n_bind), (Op.N_LISTEN, self.n_listen),
-                       (Op.N_CONNECT, self.n_connect), (Op.N_START, self.n_start),
+                       (Op.N_CONNECT, self.connector.n_connect), (Op.N_START, self.n_start),
                        (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send),
                        (Op.N_CREDIT, self.n_credit), (Op.N_SHUTDOWN, self.n_shutdown),
                        (Op.N_CLOSE, self.n_close), (Op.N_SOCKOPT, self.n_sockopt),
@@ -140,6 +159,7 @@ class NMonitor(Monitor):
             "dram_buffers_used": self.proxy.slots_used, "dram_buffers": self.proxy.slots_total,
             "connections_max": self.proxy.connections_max,
             "plane": {"connections": sum(1 for s in live if s.c.fast), **self.plane.stats()},
+            "pooled": self.connector.pooled(),
             "by_mode": {m: sum(1 for s in live if s.path is not None and s.path.name == m)
                         for m in ("ddio", "dma")}}}
 
@@ -155,6 +175,7 @@ class NMonitor(Monitor):
         while True:
             if plane_reads_inbox:
                 self._sync_inbox()
+            self.connector.tend()
             n = plane.run(spin if plane_reads_inbox else 0.0, int(next_tick * 1e9))
             if n:                                       # (time.monotonic: CLOCK_MONOTONIC)
                 self._plane_events(n, bell)
@@ -194,6 +215,9 @@ class NMonitor(Monitor):
                 elif fd not in self.stale:
                     self._kernel_event(fd, ev.events)
                 continue
+            if kind == CONNECTED:
+                self.connector.made(i)
+                continue
             skel = self.skels.get(ev.sk)
             if skel is None or skel.dead:
                 continue
@@ -221,10 +245,11 @@ class NMonitor(Monitor):
         if rings is None:
             return   # as they were
         self._ring_gen = gen
-        self._unvouched = any(verdict is None for _, _, verdict in rings)   # not yet asked
-        self.plane.set_inbox([ring for _, ring, _ in rings],
-                             [self._peer_no(peer) if verdict else NO_PEER
-                              for peer, _, verdict in rings])
+        self._unvouched = any(verdict is None for _, _, _, verdict in rings)   # not yet asked
+        self.plane.set_inbox([ring for _, ring, _, _ in rings],
+                             [self.peer_no(peer) if verdict else NO_PEER
+                              for peer, _, _, verdict in rings],
+                             [reply for _, _, reply, _ in rings])
 
     def refresh(self, skel: Skeleton) -> None:
         """Whether the data plane runs skel now (skeleton.Net): a plain DDIO connection
@@ -233,20 +258,21 @@ class NMonitor(Monitor):
         fast = self.rings is not None and skel.in_plane and skel.plain() and \
             skel.owner not in self.gone
         if fast and not c.fast:
-            c.owner = self._peer_no(skel.owner)
+            c.owner = self.peer_no(skel.owner)
             c.stub = skel.stub
             c.recv_chunk, c.sent_batch = SKELETON_RECV_CHUNK_BYTES, SOCKET_SENT_BYTES
             c.push = skelpath.ring_ptr(self.rings.out_ring(skel.owner))
             fast = c.owner != NO_PEER
         c.fast = fast
 
-    def _peer_no(self, peer: str) -> int:
+    def peer_no(self, peer: str) -> int:
         """The plane's number for a peer (NO_PEER when all are taken)."""
         no = self._peer_nos.get(peer)
         if no is None:
             if not self._free_nos:
                 return NO_PEER
             no = self._peer_nos[peer] = self._free_nos.pop()
+            self.peer_names[no] = peer
         return no
 
     def _forget_peer(self, peer: str) -> None:
@@ -256,6 +282,8 @@ class NMonitor(Monitor):
         no = self._peer_nos.pop(peer, None)
         if no is None:
             return
+        del self.peer_names[no]
+        self.connector.forget(peer, no)
         for skel in self.skels.values():
             if skel.owner == peer:
                 skel.c.fast, skel.c.owner = False, NO_PEER
@@ -275,6 +303,8 @@ class NMonitor(Monitor):
             got = self.plane.take_counts(no)
             for direction, op, key in _PLANE_COUNTS:
                 counters.add(direction, peer, op, got[key], got[f"{key}_bytes"])
+            if got["connect_errors"]:   # answered with an errno, as the endpoint counts it
+                counters.error("service_error", got["connect_errors"])
 
     def _kernel_event(self, fd: int, ev: int) -> None:
         skel = self.by_fd.get(fd)
@@ -315,6 +345,7 @@ class NMonitor(Monitor):
     def close(self) -> None:
         for skel in list(self.skels.values()):
             self.closed(skel)
+        self.connector.close()
         super().close()
         self.epoll.close()
         self.proxy.close()
@@ -354,7 +385,7 @@ class NMonitor(Monitor):
             peer = conn.getpeername()
         except OSError:   # reset while it waited in the kernel's queue: as on Linux, the
             peer = ("0.0.0.0", 0)   # program accepts it, and its first recv says ECONNRESET
-        skel = self._new(listener.owner, [conn])
+        skel = self.new(listener.owner, [conn])
         skel.parent = listener
         listener.waiting.add(skel.sk)
         self.counts["accepted"] += 1
@@ -415,17 +446,17 @@ class NMonitor(Monitor):
     def n_bind(self, msg: Message) -> bytes:
         args, _ = msg.args()
         self.check_slice(msg.src, errno.EADDRNOTAVAIL)   # a NIC of another slice: not ours
-        self._inbox(msg, args)
+        self.check_inbox(msg, args)
         socks, port = self.proxy.bound(need(args, "ip", str), need(args, "port", int),
                                        args.get("opts", []), bool(args.get("loopback")))
-        skel = self._new(msg.src, socks)
+        skel = self.new(msg.src, socks)
         skel.stub = need(args, "stub", int)
         skel.inbox = need(args, "inbox", str)
         return codec.encode({"sk": skel.sk, "port": port})
 
     def n_listen(self, msg: Message) -> bytes:
         args, _ = msg.args()
-        skel = self._own(msg, need(args, "sk", int))
+        skel = self.own(msg, need(args, "sk", int))
         skel.backlog = max(1, min(need(args, "backlog", int), socket.SOMAXCONN))
         for s in skel.socks:
             s.listen(skel.backlog)
@@ -433,77 +464,33 @@ class NMonitor(Monitor):
         self.watch(skel)
         return codec.encode()
 
-    def n_connect(self, msg: Message) -> bytes:
-        args, _ = msg.args()
-        skel = self._connect(msg, args, need(args, "stub", int))
-        if skel.connecting:
-            return codec.encode({"sk": skel.sk, "pending": True})
-        return codec.encode({"sk": skel.sk, "local": list(skel.sock.getsockname())})
-
-    def _connect(self, msg: Message, args: dict[str, Any], stub: int) -> Skeleton:
-        ip, port = need(args, "dst", list)
-        self.check_slice(msg.src)
-        self._inbox(msg, args)
-        if "sk" in args:
-            skel = self._own(msg, need(args, "sk", int))
-            if skel.listening or skel.rx is not None:
-                raise OSError(errno.EISCONN if skel.rx is not None else errno.EINVAL,
-                              "socket already connected or listening")
-        else:
-            skel = self._new(msg.src, [self.proxy.for_connect(need(args, "src", str),
-                                                              args.get("opts", []))])
-        skel.stub = stub
-        try:
-            self._start(skel, need(args, "buffers", dict))
-            err = skel.sock.connect_ex((ip, port))
-        except OSError:
-            self.closed(skel)
-            raise
-        if err in (errno.EINPROGRESS, errno.EAGAIN):
-            err = _handshake(skel.sock)
-        if err is None:   # the handshake goes on: writable once it is done (connect_done)
-            skel.connecting = True
-            self.refresh(skel)
-            timeout = args.get("timeout")
-            skel.connect_deadline = time.monotonic() + (
-                CONNECT_TIMEOUT_S if timeout is None else float(timeout))
-            self.watch(skel)
-        elif err:
-            self.closed(skel)
-            raise OSError(err, os.strerror(err))
-        else:
-            self.counts["connected"] += 1
-            self.watch(skel)
-        return skel
-
     def n_start(self, msg: Message) -> None:
         args, _ = msg.args()
-        skel = self._own(msg, need(args, "sk", int))
+        skel = self.own(msg, need(args, "sk", int))
         if skel.parent is not None:
             skel.parent.waiting.discard(skel.sk)
             self.watch(skel.parent)
         skel.stub = need(args, "stub", int)
         try:
-            self._start(skel, need(args, "buffers", dict))
-        except OSError as exc:   # e.g. ENOBUFS: nComponent DRAM is full
-            self.push(skel, Op.STUB_CLOSED, SK_ERR.pack(skel.stub, exc.errno or errno.EIO))
-            self.closed(skel)
+            self.start(skel, need(args, "buffers", dict))
+        except OSError as exc:
+            self.fail_new(skel, exc.errno or errno.EIO)
 
     # ---- ops: the data path ----------------------------------------------------------------
     def n_send(self, msg: Message) -> None:
         """N_SEND (dDDIO) or N_SEND_DMA: the stub's next n bytes wait in its send ring."""
         sk, n = SK_N.unpack_from(msg.payload)
-        skel = self._own(msg, sk)
+        skel = self.own(msg, sk)
         if skel.path is not None and skel.path.send_op == msg.op and not skel.broken:
             skel.path.load(skel, n)
 
     def n_credit(self, msg: Message) -> None:
         sk, n = SK_N.unpack_from(msg.payload)
-        self._own(msg, sk).credit(n)
+        self.own(msg, sk).credit(n)
 
     def n_shutdown(self, msg: Message) -> bytes:
         sk, how = SK_ERR.unpack_from(msg.payload)
-        self._own(msg, sk).shutdown(how)
+        self.own(msg, sk).shutdown(how)
         return b""
 
     def n_close(self, msg: Message) -> bytes:
@@ -516,7 +503,7 @@ class NMonitor(Monitor):
 
     def n_sockopt(self, msg: Message) -> bytes:
         args, _ = msg.args()
-        skel = self._own(msg, need(args, "sk", int))
+        skel = self.own(msg, need(args, "sk", int))
         level, opt = need(args, "level", int), need(args, "opt", int)
         if "linger" in args:   # SO_LINGER, on with 0 s: close resets (Skeleton.close)
             linger = need(args, "linger", list)
@@ -573,7 +560,7 @@ class NMonitor(Monitor):
             skel.close()   # as the kernel does at exit: what was sent still leaves
 
     # ---- internals --------------------------------------------------------------------------
-    def _inbox(self, msg: Message, args: dict[str, Any]) -> str:
+    def check_inbox(self, msg: Message, args: dict[str, Any]) -> str:
         """The stub's process's inbox, where pushes go: its own, or EPERM."""
         inbox = need(args, "inbox", str)
         if msg.pid is not None and address_pid(inbox) != msg.pid:
@@ -582,15 +569,10 @@ class NMonitor(Monitor):
         self.ep.add_peer(msg.src, inbox)
         return inbox
 
-    def _new(self, owner: str, socks: list[socket.socket]) -> Skeleton:
-        """A skeleton over socks; its id names its first socket's fd in its low 16 bits,
-        so that the data plane finds it from a message (skelpath.h)."""
+    def new(self, owner: str, socks: list[socket.socket], sk: int = 0) -> Skeleton:
+        """A skeleton over socks (sk: its id, chosen by next_sk before)."""
         fd = socks[0].fileno()
-        while True:
-            self._next_sk = (self._next_sk + 1) & 0xFFFF
-            sk = self._next_sk << 16 | (fd if fd < MAX_FDS else 0xFFFF)
-            if sk and sk not in self.skels:
-                break
+        sk = sk or self.next_sk(fd)
         skel = Skeleton(self, sk, owner, socks, self.plane.conn(fd, sk))
         skel.in_plane = self.plane.add(skel.c)   # False: an fd past what it can hold
         self.skels[skel.sk] = skel
@@ -598,7 +580,30 @@ class NMonitor(Monitor):
             self.by_fd[s.fileno()] = skel
         return skel
 
-    def _start(self, skel: Skeleton, buffers: dict[str, Any]) -> None:
+    def next_sk(self, fd: int) -> int:
+        """A skeleton id for a socket at fd, in use by none (nor by a pooled socket): it
+        names the fd in its low 16 bits, so that the data plane finds it from a
+        message (skelpath.h)."""
+        while True:
+            self._next_sk = (self._next_sk + 1) & 0xFFFF
+            sk = self._next_sk << 16 | (fd if fd < MAX_FDS else 0xFFFF)
+            if sk and sk not in self.skels and sk not in self.connector.reserved:
+                return sk
+
+    def fail_new(self, skel: Skeleton, err: int) -> None:
+        """A connection that cannot start (e.g. ENOBUFS: nComponent DRAM is full): its
+        stub hears the error, and it closes."""
+        self.push(skel, Op.STUB_CLOSED, SK_ERR.pack(skel.stub, err))
+        self.closed(skel)
+
+    def may_use(self, who: str, component: str) -> bool:
+        """Whether `who` may use `component` (the slices: monitors/slices.py)."""
+        return allowed(self.slices, self.as_process(who), component)
+
+    def slices_changed(self) -> None:
+        self.connector.regrant()
+
+    def start(self, skel: Skeleton, buffers: dict[str, Any]) -> None:
         mode = need(buffers, "mode", str)
         kinds = {"dma": Dma, "ddio": Ddio}
         if mode not in kinds:
@@ -617,7 +622,7 @@ class NMonitor(Monitor):
         rx, tx = self.proxy.rings()
         skel.start(rx, tx, path, need(buffers, "window", int))
 
-    def _own(self, msg: Message, sk: int) -> Skeleton:
+    def own(self, msg: Message, sk: int) -> Skeleton:
         skel = self.skels.get(sk)
         if skel is None:
             raise OSError(errno.EBADF, f"no socket {sk} on {self.id}")
@@ -662,17 +667,4 @@ class NMonitor(Monitor):
                 nics[ip]["bytes"] += skel.bytes_in + skel.bytes_out
         if nics != self._load and not self.stopping and self.report_load({"nics": nics}, 0.5):
             self._load = nics
-
-
-def _handshake(sock: socket.socket) -> int | None:
-    """After a non-blocking connect: 0 connected, an errno failed, None not done yet.
-    On loopback the kernel has run the whole handshake before connect() returns."""
-    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if err:
-        return err
-    try:
-        sock.getpeername()
-    except OSError:   # ENOTCONN: the SYN is still out
-        return None
-    return 0
 

@@ -7,7 +7,7 @@ Interface (used by nmonitor.py only):
     proxy.for_connect(src_ip, opts) -> kernel socket bound to (src_ip, 0)
     proxy.apply(sock, level, opt, value) / proxy.query(sock, level, opt)
     proxy.rings() -> (rx, tx) NRings of NCOMPONENT_RING_BYTES each; ENOBUFS when DRAM is full
-    proxy.free(rx, tx)
+    proxy.free(rx, tx); proxy.connections_free   connections the DRAM holds still
 
 Routing: a socket leaves from the NIC it was bound on; an unbound one from the
 NIC GNM allocated to its process (the stub names it), or from the rack
@@ -127,6 +127,11 @@ class Proxy:
     def connections_max(self) -> int:
         """How many connections the DRAM holds (an rx and a tx ring each)."""
         return self.slots_total // 2
+
+    @property
+    def connections_free(self) -> int:
+        """How many more connections the DRAM holds now."""
+        return len(self._free) // 2
 
     @property
     def slots_used(self) -> int:

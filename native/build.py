@@ -3,8 +3,9 @@
     extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache)
     nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring,
                    native/ddio.{h,c}                           dDDIO's copies between it and
-                   native/skelpath.{h,c}                       extCache lines, and the data
-                                                               plane that runs its skeletons:
+                   native/skelconnect.{h,c}                    extCache lines, and the data
+                   native/skelpath.{h,c}                       plane that runs its skeletons
+                                                               and their connect():
                                                                ddio.c calls extcache.c,
                                                                skelpath.c fitring.c, both
                                                                built in too)
@@ -49,7 +50,7 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 
 
 extcache_ffi = _ffi("extcache", ["pthread"])
-nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelpath"),
+nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
                  sources=("extcache",))
 fitring_ffi = _ffi("fitring", [])
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))

@@ -13,19 +13,10 @@
 #include <sys/epoll.h>
 #include <time.h>
 
-/* The FIT header (fit_rpc/header.py: "<HBBHHIIII", 24 bytes). */
-typedef struct __attribute__((packed)) {
-    uint16_t magic;
-    uint8_t version, kind;
-    uint16_t op, err;
-    uint32_t seq, length, trace, event;
-} fit_header;
+#include "fitheader.h"
 
-#define HEADER_BYTES 24
 #define SK_N_BYTES 8            /* the payload of N_SEND, N_CREDIT, STUB_DATA, STUB_SENT */
 #define SK_FD_MASK 0xFFFFu      /* a fast connection's sk names its fd in its low bits */
-
-_Static_assert(sizeof(fit_header) == HEADER_BYTES, "the FIT header is 24 bytes");
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -36,17 +27,25 @@ static uint64_t now_ns(void) {
 void kp_init(kp_plane *kp, int epfd, const kp_ops *ops) {
     kp->epfd = epfd;
     kp->ops = *ops;
+    kc_init(&kp->connect, ops->magic, ops->version, ops->reply, ops->n_connect);
 }
 
-void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers, uint32_t n) {
+void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers,
+                  fr_ring *const *replies, uint32_t n) {
     kp->truncated = n > KP_MAX_RINGS;
     if (n > KP_MAX_RINGS)
         n = KP_MAX_RINGS;   /* the rest stay Python's: its serve() reads every ring */
     for (uint32_t i = 0; i < n; i++) {
         kp->rings[i] = rings[i];
         kp->ring_peer[i] = peers[i] < KP_MAX_PEERS ? peers[i] : KP_NO_PEER;
+        kp->replies[i] = replies[i];
     }
     kp->nrings = n;
+}
+
+void kp_grant(kp_plane *kp, uint32_t p, uint64_t homes) {
+    if (p < KP_MAX_PEERS)
+        kp->grants[p] = homes;
 }
 
 int kp_watch(kp_plane *kp, int fd, uint32_t mask) {
@@ -207,6 +206,35 @@ static int kernel_event(kp_plane *kp, kp_conn *c, uint32_t ev, kp_event *out) {
     return 0;
 }
 
+/* An N_CONNECT at the head of inbox ring i (skelconnect.h): 1 taken (consumed,
+ * answered, an event in *out if it made a connection: *nout moved), 0 Python's. */
+static int on_connect(kp_plane *kp, uint32_t i, const fit_header *h, int64_t off,
+                      uint32_t len, kp_event *out, int *nout) {
+    fr_ring *r = kp->rings[i];
+    uint32_t peer = kp->ring_peer[i], replied = 0;
+    kc_made *made = &kp->made[*nout];
+    int got = kc_connect(&kp->connect, kp->grants[peer], kp->replies[i], h->seq,
+                         r->data + off + HEADER_BYTES, len - HEADER_BYTES, made, &replied);
+    if (got == KC_PYTHON)
+        return 0;
+    fr_consume(r);
+    kp->messages++;
+    kp_peer *p = peer_of(kp, peer);
+    p->rx_connect++;
+    p->rx_connect_bytes += len;
+    p->tx_connect++;
+    p->tx_connect_bytes += replied;
+    if (got == KC_FAILED) {
+        p->connect_errors++;
+        return 1;
+    }
+    made->peer = peer;
+    out[*nout] = (kp_event){.fd = made->fd, .sk = made->sk, .kind = KP_CONNECTED,
+                            .value = *nout};
+    (*nout)++;
+    return 1;
+}
+
 /* The inbox rings: the fast messages at their heads. Returns the work done; events
  * go to out[*nout...max); kp->inbox says a message waits for Python. */
 static int read_inbox(kp_plane *kp, kp_event *out, int max, int *nout) {
@@ -219,13 +247,25 @@ static int read_inbox(kp_plane *kp, kp_event *out, int max, int *nout) {
             int64_t off = fr_peek(r, &len);
             if (off == -EAGAIN)
                 break;
-            if (off < 0 || peer == KP_NO_PEER || len != HEADER_BYTES + SK_N_BYTES) {
-                kp->inbox = 1;   /* a broken ring, a link not vouched for, another op */
+            if (off < 0 || peer == KP_NO_PEER || len < HEADER_BYTES) {
+                kp->inbox = 1;   /* a broken ring, a link not vouched for, not FIT */
                 break;
             }
             fit_header h;
-            uint32_t body[2];
             memcpy(&h, r->data + off, HEADER_BYTES);
+            if (h.op == kp->ops.n_connect && h.kind == kp->ops.request &&
+                h.magic == kp->ops.magic && h.version == kp->ops.version && !h.trace &&
+                h.length == len - HEADER_BYTES && on_connect(kp, i, &h, off, len, out, nout)) {
+                work++;
+                if (*nout >= max)
+                    break;
+                continue;
+            }
+            if (len != HEADER_BYTES + SK_N_BYTES) {
+                kp->inbox = 1;   /* another op */
+                break;
+            }
+            uint32_t body[2];
             memcpy(body, r->data + off + HEADER_BYTES, SK_N_BYTES);
             int send = h.op == kp->ops.n_send, credit = h.op == kp->ops.n_credit;
             kp_conn *c = kp->by_fd[body[0] & SK_FD_MASK];
@@ -267,6 +307,8 @@ int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int 
     struct epoll_event evs[64];
     uint64_t idle_since = 0;
     int nout = 0;
+    if (max > KP_MAX_EVENTS)
+        max = KP_MAX_EVENTS;   /* (made[] has that many) */
     kp->inbox = kp->truncated;   /* rings past KP_MAX_RINGS: Python's serve() reads them */
     for (;;) {
         int work = read_inbox(kp, out, max, &nout);

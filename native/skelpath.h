@@ -16,7 +16,10 @@
  *     bytes from the stub's send ring's lines into tx, tx into the kernel,
  *     STUB_SENT every `sent_batch` bytes pulled; the same when the kernel
  *     socket turns writable;
- *   - N_CREDIT: the receive window reopens.
+ *   - N_CREDIT: the receive window reopens;
+ *   - N_CONNECT: a pooled kernel socket connects, and the reply goes back at
+ *     once (skelconnect.h); the connection it made is handed back
+ *     (KP_CONNECTED) for Python to give it its skeleton.
  *
  * Everything else is the nMonitor's (Python): every other op, every other
  * socket (listeners, connecting ones, DMA, traced, closing, shut down,
@@ -28,8 +31,9 @@
  * is full, or not known (KP_PUSH). Python's code continues from there (and
  * the connection is Python's until it says otherwise: kp_run clears `fast`
  * when it hands an event of it back). A
- * message that is not one of the three, or not well-formed, or traced, or
- * for a connection that is not fast or not its sender's, stays in its ring
+ * message that is not one of the four, or not well-formed, or traced, or
+ * for a connection that is not fast or not its sender's, or an N_CONNECT
+ * that kc_connect does not take, stays in its ring
  * for Python (whose Endpoint answers it as before): kp_run stops reading
  * that ring there, so every ring is still read in order.
  *
@@ -53,11 +57,13 @@
 #include "ddio.h"
 #include "fitring.h"
 #include "nring.h"
+#include "skelconnect.h"
 
 #define KP_MAX_FDS 65536      /* kernel sockets at descriptors below this can be fast */
 #define KP_MAX_PEERS 4096     /* peer numbers: 0 .. KP_MAX_PEERS-1 */
 #define KP_NO_PEER 0xFFFFFFFF /* an inbox ring not vouched for: not read here */
 #define KP_MAX_RINGS 4096     /* inbox rings at most */
+#define KP_MAX_EVENTS 64      /* events one kp_run hands back at most */
 
 /* What kp_run hands back (kp_event.kind). */
 #define KP_EVENT 0     /* an epoll event of a descriptor that is not fast: fd, events */
@@ -68,12 +74,13 @@
 #define KP_FAIL 3      /* conn's connection failed with errno `value` (a kernel send's
                           failure: tx was reset; ENOBUFS: the stub sent past its ring) */
 #define KP_PUSH 4      /* push op `op` with n `value` to conn's stub: its ring was full */
+#define KP_CONNECTED 5 /* an N_CONNECT answered here (skelconnect.h): made[value] describes
+                          the connection at fd, sk, for Python to finish */
 
 /* The ops it knows (fit_rpc/ops.py) and the FIT header (fit_rpc/header.py). */
 typedef struct {
-    uint16_t n_send, n_credit, stub_data, stub_sent;
-    uint16_t magic, version, oneway;
-    uint16_t pad;
+    uint16_t n_send, n_credit, n_connect, stub_data, stub_sent;
+    uint16_t magic, version, request, reply, oneway;
 } kp_ops;
 
 /* One connection's data-plane state: the skeleton's and its dDDIO path's. */
@@ -112,6 +119,8 @@ typedef struct {
 typedef struct {
     uint64_t rx_send, rx_send_bytes, rx_credit, rx_credit_bytes;
     uint64_t tx_data, tx_data_bytes, tx_sent, tx_sent_bytes;
+    uint64_t rx_connect, rx_connect_bytes, tx_connect, tx_connect_bytes;
+    uint64_t connect_errors;  /* N_CONNECTs answered with an error */
 } kp_peer;
 
 typedef struct {
@@ -124,7 +133,11 @@ typedef struct {
     uint64_t kernel_events;   /* kernel events of fast connections it handled */
     uint64_t handed_back;     /* connections' events it handed back (not KP_EVENT) */
     fr_ring *rings[KP_MAX_RINGS];   /* the inbox rings ... */
-    uint32_t ring_peer[KP_MAX_RINGS];   /* ... and their senders' numbers */
+    uint32_t ring_peer[KP_MAX_RINGS];   /* ... their senders' numbers ... */
+    fr_ring *replies[KP_MAX_RINGS];     /* ... and the rings back on the same links */
+    kc_state connect;                /* N_CONNECT (skelconnect.h) */
+    uint64_t grants[KP_MAX_PEERS];   /* per peer number: the homes it may connect with */
+    kc_made made[KP_MAX_EVENTS];     /* what KP_CONNECTED events describe */
     kp_conn *by_fd[KP_MAX_FDS];      /* the fast-capable connections, by fd */
     uint32_t masks[KP_MAX_FDS];      /* what the epoll watches of each fd (kp_watch) */
     kp_peer peers[KP_MAX_PEERS];
@@ -133,8 +146,10 @@ typedef struct {
 /* A plane over the epoll fd epfd (a fresh kp_plane, zeroed, ops filled in). */
 void kp_init(kp_plane *kp, int epfd, const kp_ops *ops);
 
-/* The inbox rings and their senders' numbers (KP_NO_PEER: not vouched for). */
-void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers, uint32_t n);
+/* The inbox rings, their senders' numbers (KP_NO_PEER: not vouched for) and the
+ * rings back to them on the same links (replies; NULL: none). */
+void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers,
+                  fr_ring *const *replies, uint32_t n);
 
 /* Register fd in the epoll with `mask` (0: unregister), kept in kp->masks.
  * Returns 0 or -errno. Every change of what the epoll watches
@@ -159,6 +174,9 @@ void kp_drop(kp_plane *kp, kp_conn *c);
  * most max); kp->inbox says whether a message waits for Python. 0 events and
  * no inbox: idle, sleep. */
 int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int max);
+
+/* What peer p may connect with here (skelconnect.h: bit i, home i; 0: nothing). */
+void kp_grant(kp_plane *kp, uint32_t p, uint64_t homes);
 
 /* Copy peer p's counters into *out and zero them. */
 void kp_take_counts(kp_plane *kp, uint32_t p, kp_peer *out);

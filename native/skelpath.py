@@ -5,8 +5,18 @@ Interface:
                                        FIT header constants it reads and writes
     plane.watch(fd, mask)              register / modify / unregister (mask 0) an fd in
                                        the epoll: every change goes through here
-    plane.set_inbox(rings, peers)      the inbox's FIT rings (native.fitring.Ring) and
-                                       their senders' numbers (NO_PEER: not vouched for)
+    plane.set_inbox(rings, peers, replies)
+                                       the inbox's FIT rings (native.fitring.Ring), their
+                                       senders' numbers (NO_PEER: not vouched for) and the
+                                       rings back to them on the same links (replies)
+    plane.grant(peer, homes)           the homes (bit i: the i-th of plane.homes()) peer
+                                       may connect with here, in C (0: none)
+    plane.homes(ids); plane.allow(level, opt)
+                                       what N_CONNECT in C may name and set
+    plane.pool_put(ip, fd, sk) -> bool / plane.pool_count(ip) / plane.pool_take(ip)
+                                       the sockets it connects, made ahead (skelconnect.h)
+    plane.made(i)                      what a CONNECTED event describes (kc_made)
+    plane.connect                      its counts (made, failed) and DRAM budget (dram)
     conn = plane.conn(fd, sk)          a connection's state (a cdata `kp_conn *` whose
                                        fields the skeleton and its path read and set)
     plane.add(conn) -> bool            fast-capable (False: its fd or sk cannot be)
@@ -16,21 +26,24 @@ Interface:
     plane.take_counts(peer) -> dict    peer's message counts since the last take
     plane.stats() -> dict              what it did so far (STATS)
     ring_ptr(ring)                     a fitring Ring's handle, as this module types it
-Constants: EVENT, RECEIVED, FLUSH, FAIL, PUSH (an event's kind), NO_PEER, MAX_PEERS.
+Constants: EVENT, RECEIVED, FLUSH, FAIL, PUSH, CONNECTED (an event's kind), NO_PEER,
+MAX_PEERS, POOL (sockets made ahead per source), HOMES (homes a grant can name).
 """
 
+import socket
 from typing import Any
 
 from native import fitring
 from native.nring import ffi, lib
 
-EVENT, RECEIVED, FLUSH, FAIL, PUSH = (lib.KP_EVENT, lib.KP_RECEIVED, lib.KP_FLUSH, lib.KP_FAIL,
-                                      lib.KP_PUSH)
+EVENT, RECEIVED, FLUSH, FAIL, PUSH, CONNECTED = (
+    lib.KP_EVENT, lib.KP_RECEIVED, lib.KP_FLUSH, lib.KP_FAIL, lib.KP_PUSH, lib.KP_CONNECTED)
 NO_PEER, MAX_PEERS, MAX_FDS = lib.KP_NO_PEER, lib.KP_MAX_PEERS, lib.KP_MAX_FDS
-_EVENTS = 64   # events one run hands back at most
+POOL, HOMES = lib.KC_POOL, lib.KC_HOMES
+_EVENTS = lib.KP_MAX_EVENTS   # events one run hands back at most
 
-__all__ = ["EVENT", "FAIL", "FLUSH", "MAX_FDS", "MAX_PEERS", "NO_PEER", "PUSH", "Plane",
-           "RECEIVED", "ring_ptr"]
+__all__ = ["CONNECTED", "EVENT", "FAIL", "FLUSH", "HOMES", "MAX_FDS", "MAX_PEERS", "NO_PEER",
+           "POOL", "PUSH", "Plane", "RECEIVED", "ring_ptr"]
 
 
 def ring_ptr(ring: fitring.Ring | None) -> Any:
@@ -49,7 +62,10 @@ class Plane:
         self.events = ffi.new("kp_event[]", _EVENTS)
         self._rings = ffi.new("fr_ring *[]", 1)
         self._peers = ffi.new("uint32_t[]", 1)
+        self._replies = ffi.new("fr_ring *[]", 1)
         self._counts = ffi.new("kp_peer *")
+        self.connect = ffi.addressof(self.kp, "connect")   # kc_state *
+        self._fd, self._sk = ffi.new("int32_t *"), ffi.new("uint32_t *")
 
     @property
     def inbox(self) -> bool:
@@ -57,19 +73,52 @@ class Plane:
 
     def stats(self) -> dict[str, int]:
         """What it did so far: messages read off the inbox, kernel events of its
-        connections, and their events it handed back."""
+        connections, their events it handed back, and the N_CONNECTs it answered
+        (connects: with a connection; connects_failed: with the kernel's errno)."""
         kp = self.kp
         return {"messages": kp.messages, "kernel_events": kp.kernel_events,
-                "handed_back": kp.handed_back}
+                "handed_back": kp.handed_back, "connects": kp.connect.made,
+                "connects_failed": kp.connect.failed}
 
     def watch(self, fd: int, mask: int) -> int:
         """0, or -errno (-EBADF: an fd past MAX_FDS, which the caller watches itself)."""
         return lib.kp_watch(self.kp, fd, mask)
 
-    def set_inbox(self, rings: list[fitring.Ring], peers: list[int]) -> None:
+    def set_inbox(self, rings: list[fitring.Ring], peers: list[int],
+                  replies: list[fitring.Ring | None]) -> None:
         self._rings = ffi.new("fr_ring *[]", [ring_ptr(r) for r in rings] or [ffi.NULL])
         self._peers = ffi.new("uint32_t[]", peers or [NO_PEER])
-        lib.kp_set_inbox(self.kp, self._rings, self._peers, len(rings))
+        self._replies = ffi.new("fr_ring *[]", [ring_ptr(r) for r in replies] or [ffi.NULL])
+        lib.kp_set_inbox(self.kp, self._rings, self._peers, self._replies, len(rings))
+
+    # ---- N_CONNECT in C (skelconnect.h) ----------------------------------------------
+    def grant(self, peer: int, homes: int) -> None:
+        lib.kp_grant(self.kp, peer, homes)
+
+    def homes(self, ids: list[str]) -> None:
+        for i, home in enumerate(ids[:HOMES]):
+            lib.kc_home(self.connect, i, home.encode())
+
+    def allow(self, level: int, opt: int) -> None:
+        if lib.kc_allow(self.connect, level, opt):
+            raise OSError(f"more than {lib.KC_ALLOWED} options for the data plane's connect")
+
+    def pool_put(self, ip: str, fd: int, sk: int) -> bool:
+        """Whether the pool of source ip took the socket (False: it is full)."""
+        return lib.kc_pool_put(self.connect, _addr(ip), fd, sk) == 0
+
+    def pool_count(self, ip: str) -> int:
+        return lib.kc_pool_count(self.connect, _addr(ip))
+
+    def pool_take(self, ip: str) -> tuple[int, int] | None:
+        """(fd, sk) of a pooled socket, taken out; None when the pool is empty."""
+        if lib.kc_pool_take(self.connect, _addr(ip), self._fd, self._sk):
+            return None
+        return self._fd[0], self._sk[0]
+
+    def made(self, i: int) -> Any:
+        """The kc_made of the CONNECTED event at events[i] (valid until the next run)."""
+        return self.kp.made[i]
 
     def conn(self, fd: int, sk: int) -> Any:
         """A connection's state at fd, not fast, its rings (rx, tx) set when it starts."""
@@ -89,4 +138,11 @@ class Plane:
         c = self._counts
         return {name: getattr(c, name) for name in (
             "rx_send", "rx_send_bytes", "rx_credit", "rx_credit_bytes",
-            "tx_data", "tx_data_bytes", "tx_sent", "tx_sent_bytes")}
+            "tx_data", "tx_data_bytes", "tx_sent", "tx_sent_bytes",
+            "rx_connect", "rx_connect_bytes", "tx_connect", "tx_connect_bytes",
+            "connect_errors")}
+
+
+def _addr(ip: str) -> int:
+    """An IPv4 address as the u32 whose bytes it is (kc_pool.addr)."""
+    return int.from_bytes(socket.inet_aton(ip), "little")

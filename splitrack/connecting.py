@@ -9,9 +9,10 @@ kernel's handshake goes on, 0 or the error once (ECONNABORTED if SO_ERROR took
 it), then EISCONN (or, after a failure, a new attempt).
 
 Through a skeleton: one N_CONNECT to the nComponent GNM named, whose kernel
-socket connects there. If its handshake is not done at once (a full accept
-queue drops the SYN), the answer is {pending}, and STUB_CONNECTED ends it
-(stub.py's _pushed sets `_connected`).
+socket connects there (in the nComponent's data plane, from a socket it made
+before: native/skelconnect.h). If its handshake is not done at once (a full
+accept queue drops the SYN), the answer is {pending}, and STUB_CONNECTED ends
+it (stub.py's _pushed sets `_connected`).
 """
 
 import errno
@@ -20,6 +21,7 @@ import time
 from typing import Any
 
 from fit_rpc import Op
+from fit_rpc.netpath import pack_connect, unpack_connected
 from splitrack import shortcuts
 from splitrack.nic_path import NicPath
 from splitrack.params import CONNECT_TIMEOUT_S
@@ -71,7 +73,8 @@ class Connecting:
             args.update(src=src, opts=self._opt_list())
         self._connected, self._path = None, path   # pushes may come before connect() returns
         try:
-            answer = self._rt.call(self._n, Op.N_CONNECT, args)
+            answer = unpack_connected(self._rt.call_raw(self._n, Op.N_CONNECT,
+                                                        pack_connect(args)))
         except OSError as exc:
             answer = {"errno": exc.errno or errno.EIO}
         if answer.get("pending"):

@@ -129,9 +129,11 @@ class Runtime:
         with self.lock:
             return self.vm.ep.call_args(peer, op, args, timeout=timeout)[0]
 
-    def call_raw(self, peer: str, op: int, payload: bytes) -> None:
+    def call_raw(self, peer: str, op: int, payload: bytes) -> memoryview:
+        if handles.DROPPED:
+            handles.reap(self)
         with self.lock:
-            self.vm.ep.call(peer, op, payload)
+            return self.vm.ep.call(peer, op, payload)
 
     def send(self, peer: str, op: int, payload: bytes, timeout: float | None = None) -> None:
         with self.lock:

@@ -518,7 +518,7 @@ def test_a_hung_link_whose_last_messages_a_native_plane_read_is_closed():
         for _ in range(3):
             b.send("m9", a.address, header.pack(header.ONEWAY, Op.ECHO, 0, 0), 5.0)
         wait_until(lambda: len(a.inbox_rings()[1]) == 1)
-        _, [(who, ring, _)] = a.inbox_rings()
+        _, [(who, ring, _, _)] = a.inbox_rings()
         b.close()   # its rendezvous socket hangs up, three messages unread
         wait_until(lambda: a.inbound[0].hung)
         a.inbox_rings()   # the hang-up is taken in while the messages wait

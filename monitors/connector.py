@@ -1,0 +1,216 @@
+"""The nComponent's connect(): N_CONNECT, in C where it can be, in Python where not.
+
+A connect() on the rack is one call to the nComponent that owns the stub's
+NIC (docs/network.md). Its common case is the data plane's
+(native/skelconnect.h): a kernel socket made before it was needed connects,
+and the reply goes straight back into the caller's FIT ring before any Python
+runs. This file keeps the plane able to do that, and does the rest:
+
+- pools: a few sockets per source address (each NIC of this nComponent, and
+  the rack's loopback alias), non-blocking, bound with the port left to
+  connect() (the Proxy's `for_connect`), each with the skeleton id it will
+  have; topped up (`refill`) whenever the plane took some;
+- grants: the plane connects for a sender only with a grant from here, set
+  once the sender's inbox was checked (its first N_BIND or N_CONNECT, in
+  Python: `granted`) and set again whenever the slices change (`regrant`):
+  a bit per mComponent the sender's slice lets it use as the home of its
+  socket buffers, none if the sender may not use this nComponent at all;
+- `made(i)`: the plane's CONNECTED event i -- a connection it made and
+  answered -- gets its bsdSocketSkeleton, DRAM rings and data path, before
+  the nMonitor reads any other message or kernel event;
+- `n_connect`: every N_CONNECT the plane leaves (a bound socket's, options
+  it may not set, an empty pool, a sender without a grant, a traced one),
+  answered here with the same replies (fit_rpc/netpath.py CONNECT,
+  CONNECTED).
+
+Interface (nmonitor.py): Connector(net, sources, homes, allowed) with net an
+`Owner`; n_connect(msg), made(i), tend() before each plane run, granted(peer),
+regrant(), forget(peer, no), pooled() (sockets ready per source), close().
+"""
+
+import errno
+import os
+import socket
+import time
+from typing import Any, Protocol
+
+from fit_rpc import Message
+from fit_rpc.codec import need
+from fit_rpc.netpath import MODES, pack_connected, unpack_connect
+from monitors.skeleton import Skeleton
+from native.skelpath import HOMES, POOL, Plane
+from splitrack.params import CONNECT_TIMEOUT_S
+
+
+class Owner(Protocol):
+    """What the connector needs of its nMonitor."""
+
+    id: str
+    plane: Plane
+    proxy: Any
+    counts: dict[str, int]
+    skels: dict[int, Skeleton]
+
+    def new(self, owner: str, socks: list[socket.socket], sk: int = 0) -> Skeleton: ...
+    def start(self, skel: Skeleton, buffers: dict[str, Any]) -> None: ...
+    def own(self, msg: Message, sk: int) -> Skeleton: ...
+    def check_inbox(self, msg: Message, args: dict[str, Any]) -> str: ...
+    def check_slice(self, who: str, err: int = errno.EPERM, component: str | None = None
+                    ) -> None: ...
+    def may_use(self, who: str, component: str) -> bool: ...
+    def peer_no(self, peer: str) -> int: ...
+    peer_names: dict[int, str]
+    def watch(self, skel: Skeleton) -> None: ...
+    def refresh(self, skel: Skeleton) -> None: ...
+    def closed(self, skel: Skeleton) -> None: ...
+    def fail_new(self, skel: Skeleton, err: int) -> None: ...
+    def next_sk(self, fd: int) -> int: ...
+
+
+class Connector:
+    def __init__(self, net: Owner, sources: list[str], homes: list[str], allowed: set):
+        self.net, self.plane = net, net.plane
+        self.sources = sources             # the addresses it keeps pools for
+        self.homes = homes[:HOMES]         # grant bit i: homes[i]
+        self.reserved: set[int] = set()    # the pooled sockets' skeleton ids
+        self.granted_peers: set[str] = set()
+        self._taken = -1                   # the plane's made + failed when last refilled
+        self.plane.homes(self.homes)       # (-1: the pools are filled at the first tend)
+        for level, opt in sorted(allowed):
+            self.plane.allow(level, opt)
+
+    # ---- the plane's part -------------------------------------------------------------
+    def tend(self) -> None:
+        """Before each plane run: its DRAM budget, and its pools topped up."""
+        c = self.plane.connect
+        c.dram = self.net.proxy.connections_free
+        if c.made + c.failed != self._taken:
+            self.refill()
+
+    def refill(self) -> None:
+        c = self.plane.connect
+        self._taken = c.made + c.failed
+        for ip in self.sources:
+            while self.plane.pool_count(ip) < POOL:
+                try:
+                    sock = self.net.proxy.for_connect(ip, [])
+                except OSError:   # out of descriptors: Python's path says so, per request
+                    return
+                sock.setblocking(False)
+                sk = self.net.next_sk(sock.fileno())
+                if not self.plane.pool_put(ip, sock.fileno(), sk):
+                    sock.close()
+                    break
+                self.reserved.add(sk)
+                sock.detach()   # the plane's now
+
+    def pooled(self) -> dict[str, int]:
+        """Sockets ready, per source address."""
+        return {ip: self.plane.pool_count(ip) for ip in self.sources}
+
+    def made(self, i: int) -> None:
+        """The plane connected and answered (its CONNECTED event i): the skeleton."""
+        m = self.plane.made(i)
+        self.reserved.discard(m.sk)
+        owner = self.net.peer_names[m.peer]
+        skel = self.net.new(owner, [socket.socket(fileno=m.fd)], m.sk)
+        skel.stub = m.stub
+        buffers = {"mode": MODES[m.mode], "home": self.homes[m.home], "window": m.window,
+                   "rbuf": [m.rbuf, m.rbuf_size], "tbuf": [m.tbuf, m.tbuf_size]}
+        try:
+            self.net.start(skel, buffers)
+        except OSError as exc:   # answered connected already: the socket breaks at once
+            self.net.fail_new(skel, exc.errno or errno.EIO)
+            return
+        if m.pending:
+            self._pending(skel, None if m.timeout < 0 else m.timeout)
+        else:
+            self.net.counts["connected"] += 1
+            self.net.watch(skel)
+
+    # ---- grants ---------------------------------------------------------------------------
+    def granted(self, peer: str) -> None:
+        """peer's inbox is checked (Python's path): the plane may connect for it."""
+        self.granted_peers.add(peer)
+        self.plane.grant(self.net.peer_no(peer), self._homes_of(peer))
+
+    def regrant(self) -> None:
+        for peer in self.granted_peers:
+            self.plane.grant(self.net.peer_no(peer), self._homes_of(peer))
+
+    def forget(self, peer: str, no: int) -> None:
+        """peer's process ended: its number may serve another peer, without its grant."""
+        self.granted_peers.discard(peer)
+        self.plane.grant(no, 0)
+
+    def _homes_of(self, peer: str) -> int:
+        if not self.net.may_use(peer, self.net.id):
+            return 0
+        return sum(1 << i for i, m in enumerate(self.homes) if self.net.may_use(peer, m))
+
+    # ---- Python's path ----------------------------------------------------------------------
+    def n_connect(self, msg: Message) -> bytes:
+        args = unpack_connect(msg.payload)
+        skel = self._connect(msg, args)
+        if skel.connecting:
+            return pack_connected(skel.sk, ("0.0.0.0", 0), pending=True)
+        return pack_connected(skel.sk, skel.sock.getsockname(), pending=False)
+
+    def _connect(self, msg: Message, args: dict[str, Any]) -> Skeleton:
+        net = self.net
+        ip, port = args["dst"]
+        net.check_slice(msg.src)
+        net.check_inbox(msg, args)
+        self.granted(msg.src)
+        if "sk" in args:
+            skel = net.own(msg, args["sk"])
+            if skel.listening or skel.rx is not None:
+                raise OSError(errno.EISCONN if skel.rx is not None else errno.EINVAL,
+                              "socket already connected or listening")
+        else:
+            skel = net.new(msg.src, [net.proxy.for_connect(need(args, "src", str),
+                                                           args["opts"])])
+        skel.stub = args["stub"]
+        try:
+            net.start(skel, args["buffers"])
+            err = skel.sock.connect_ex((ip, port))
+        except OSError:
+            net.closed(skel)
+            raise
+        if err in (errno.EINPROGRESS, errno.EAGAIN):
+            err = _handshake(skel.sock)
+        if err is None:   # the handshake goes on: writable once it is done (connect_done)
+            self._pending(skel, args["timeout"])
+        elif err:
+            net.closed(skel)
+            raise OSError(err, os.strerror(err))
+        else:
+            net.counts["connected"] += 1
+            net.watch(skel)
+        return skel
+
+    def _pending(self, skel: Skeleton, timeout: float | None) -> None:
+        skel.connecting = True
+        self.net.refresh(skel)
+        skel.connect_deadline = time.monotonic() + (
+            CONNECT_TIMEOUT_S if timeout is None else timeout)
+        self.net.watch(skel)
+
+    def close(self) -> None:
+        for ip in self.sources:
+            while (got := self.plane.pool_take(ip)) is not None:
+                os.close(got[0])
+        self.reserved.clear()
+
+
+def _handshake(sock: socket.socket) -> int | None:
+    """After a non-blocking connect: 0 connected, an errno failed, None not done yet.
+    On loopback the kernel has run the whole handshake before connect() returns."""
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        return err
+    try:
+        sock.getpeername()
+    except OSError:   # ENOTCONN: the SYN is still out
+        return None
+    return 0
