@@ -9,12 +9,14 @@ runs. This file keeps the plane able to do that, and does the rest:
 - pools: a few sockets per source address (each NIC of this nComponent, and
   the rack's loopback alias), non-blocking, bound with the port left to
   connect() (the Proxy's `for_connect`), each with the skeleton id it will
-  have; topped up (`refill`) whenever the plane took some;
+  have; topped up (`refill`) when the nMonitor is idle, or at once when one
+  runs low;
 - grants: the plane connects for a sender only with a grant from here, set
-  once the sender's inbox was checked (its first N_BIND or N_CONNECT, in
-  Python: `granted`) and set again whenever the slices change (`regrant`):
-  a bit per mComponent the sender's slice lets it use as the home of its
-  socket buffers, none if the sender may not use this nComponent at all;
+  once the sender's inbox was checked (its first N_CONNECT, in Python:
+  `granted`) and set again whenever the slices change (`regrant`): a bit per
+  mComponent the sender's slice lets it use as the home of its socket
+  buffers, none if the sender may not use this nComponent at all; and the
+  checked inbox, which its requests must name (another is Python's: EPERM);
 - `made(i)`: the plane's CONNECTED event i -- a connection it made and
   answered -- gets its bsdSocketSkeleton, DRAM rings and data path, before
   the nMonitor reads any other message or kernel event;
@@ -38,7 +40,7 @@ from fit_rpc import Message
 from fit_rpc.codec import need
 from fit_rpc.netpath import MODES, pack_connected, unpack_connect
 from monitors.skeleton import Skeleton
-from native.skelpath import HOMES, POOL, Plane
+from native.skelpath import HOMES, NO_PEER, POOL, Plane
 from splitrack.params import CONNECT_TIMEOUT_S
 
 
@@ -46,6 +48,7 @@ class Owner(Protocol):
     """What the connector needs of its nMonitor."""
 
     id: str
+    log: Any
     plane: Plane
     proxy: Any
     counts: dict[str, int]
@@ -73,7 +76,7 @@ class Connector:
         self.sources = sources             # the addresses it keeps pools for
         self.homes = homes[:HOMES]         # grant bit i: homes[i]
         self.reserved: set[int] = set()    # the pooled sockets' skeleton ids
-        self.granted_peers: set[str] = set()
+        self.grants: dict[str, tuple[int, str]] = {}   # peer -> (its number, its inbox)
         self._taken = -1                   # the plane's made + failed when last refilled
         self.plane.homes(self.homes)       # (-1: the pools are filled at the first tend)
         for level, opt in sorted(allowed):
@@ -81,28 +84,41 @@ class Connector:
 
     # ---- the plane's part -------------------------------------------------------------
     def tend(self) -> None:
-        """Before each plane run: its DRAM budget, and its pools topped up."""
-        c = self.plane.connect
-        c.dram = self.net.proxy.connections_free
-        if c.made + c.failed != self._taken:
-            self.refill()
+        """Before each plane run: its DRAM budget, and a pool that runs low refilled
+        (the rest wait for the loop to be idle: refill(all_of_it=True))."""
+        self.plane.connect.dram = self.net.proxy.connections_free
+        self.refill()
 
-    def refill(self) -> None:
+    def refill(self, all_of_it: bool = False) -> bool:
+        """Top up the pools the plane took from since the last time: those at half or
+        less (all_of_it: every one). Whether it made any socket."""
         c = self.plane.connect
-        self._taken = c.made + c.failed
-        for ip in self.sources:
-            while self.plane.pool_count(ip) < POOL:
-                try:
-                    sock = self.net.proxy.for_connect(ip, [])
-                except OSError:   # out of descriptors: Python's path says so, per request
-                    return
-                sock.setblocking(False)
-                sk = self.net.next_sk(sock.fileno())
-                if not self.plane.pool_put(ip, sock.fileno(), sk):
-                    sock.close()
-                    break
-                self.reserved.add(sk)
-                sock.detach()   # the plane's now
+        c.low = 0
+        if c.made + c.failed == self._taken:
+            return False
+        low = [ip for ip in self.sources if self.plane.pool_count(ip) <= POOL // 2]
+        if not all_of_it and not low:
+            return False
+        for ip in self.sources if all_of_it else low:
+            self._fill(ip)
+        if all_of_it:
+            self._taken = c.made + c.failed
+        self.reserved = self.plane.pooled_sks()   # (a failed connect's socket is gone)
+        return True
+
+    def _fill(self, ip: str) -> None:
+        while self.plane.pool_count(ip) < POOL:
+            try:
+                sock = self.net.proxy.for_connect(ip, [])
+            except OSError:   # out of descriptors: Python's path says so, per request
+                return
+            sock.setblocking(False)
+            sk = self.net.next_sk(sock.fileno())
+            if not self.plane.pool_put(ip, sock.fileno(), sk):
+                sock.close()
+                return
+            self.reserved.add(sk)
+            sock.detach()   # the plane's now
 
     def pooled(self) -> dict[str, int]:
         """Sockets ready, per source address."""
@@ -112,15 +128,21 @@ class Connector:
         """The plane connected and answered (its CONNECTED event i): the skeleton."""
         m = self.plane.made(i)
         self.reserved.discard(m.sk)
-        owner = self.net.peer_names[m.peer]
-        skel = self.net.new(owner, [socket.socket(fileno=m.fd)], m.sk)
+        sock = socket.socket(fileno=m.fd)
+        owner = self.net.peer_names.get(m.peer)
+        if owner is None:   # its process ended since (a push found its ring gone)
+            sock.close()
+            return
+        skel = self.net.new(owner, [sock], m.sk)
         skel.stub = m.stub
         buffers = {"mode": MODES[m.mode], "home": self.homes[m.home], "window": m.window,
                    "rbuf": [m.rbuf, m.rbuf_size], "tbuf": [m.tbuf, m.tbuf_size]}
         try:
             self.net.start(skel, buffers)
-        except OSError as exc:   # answered connected already: the socket breaks at once
-            self.net.fail_new(skel, exc.errno or errno.EIO)
+        except Exception as exc:   # answered connected already: the socket breaks at once
+            if not isinstance(exc, OSError):
+                self.net.log.exception("skeleton %d of %s did not start", skel.sk, owner)
+            self.net.fail_new(skel, getattr(exc, "errno", None) or errno.EIO)
             return
         if m.pending:
             self._pending(skel, None if m.timeout < 0 else m.timeout)
@@ -129,18 +151,21 @@ class Connector:
             self.net.watch(skel)
 
     # ---- grants ---------------------------------------------------------------------------
-    def granted(self, peer: str) -> None:
+    def granted(self, peer: str, inbox: str) -> None:
         """peer's inbox is checked (Python's path): the plane may connect for it."""
-        self.granted_peers.add(peer)
-        self.plane.grant(self.net.peer_no(peer), self._homes_of(peer))
+        no = self.net.peer_no(peer)
+        if no == NO_PEER:   # every number taken: Python's path serves it
+            return
+        self.grants[peer] = (no, inbox)
+        self.plane.grant(no, self._homes_of(peer), inbox)
 
     def regrant(self) -> None:
-        for peer in self.granted_peers:
-            self.plane.grant(self.net.peer_no(peer), self._homes_of(peer))
+        for peer, (no, inbox) in self.grants.items():
+            self.plane.grant(no, self._homes_of(peer), inbox)
 
     def forget(self, peer: str, no: int) -> None:
         """peer's process ended: its number may serve another peer, without its grant."""
-        self.granted_peers.discard(peer)
+        self.grants.pop(peer, None)
         self.plane.grant(no, 0)
 
     def _homes_of(self, peer: str) -> int:
@@ -152,16 +177,13 @@ class Connector:
     def n_connect(self, msg: Message) -> bytes:
         args = unpack_connect(msg.payload)
         skel = self._connect(msg, args)
-        if skel.connecting:
-            return pack_connected(skel.sk, ("0.0.0.0", 0), pending=True)
-        return pack_connected(skel.sk, skel.sock.getsockname(), pending=False)
+        return pack_connected(skel.sk, skel.sock.getsockname(), pending=skel.connecting)
 
     def _connect(self, msg: Message, args: dict[str, Any]) -> Skeleton:
         net = self.net
         ip, port = args["dst"]
         net.check_slice(msg.src)
-        net.check_inbox(msg, args)
-        self.granted(msg.src)
+        self.granted(msg.src, net.check_inbox(msg, args))
         if "sk" in args:
             skel = net.own(msg, args["sk"])
             if skel.listening or skel.rx is not None:

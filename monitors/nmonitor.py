@@ -160,6 +160,7 @@ class NMonitor(Monitor):
             "connections_max": self.proxy.connections_max,
             "plane": {"connections": sum(1 for s in live if s.c.fast), **self.plane.stats()},
             "pooled": self.connector.pooled(),
+            "pooled_ids": len(self.connector.reserved),
             "by_mode": {m: sum(1 for s in live if s.path is not None and s.path.name == m)
                         for m in ("ddio", "dma")}}}
 
@@ -196,6 +197,8 @@ class NMonitor(Monitor):
                 if now - idle_since < spin and spin_yield():   # the CPU
                     continue
             idle_since = None
+            if self.connector.refill(all_of_it=True):   # idle: the pools full again first
+                continue
             if ep.arm():   # idle after the spin: sleep on the inbox and the sockets
                 self.epoll.poll(max(0.0, next_tick - now))   # (level-triggered: the
                 ep.disarm()                                   # plane reads the events)
@@ -584,11 +587,12 @@ class NMonitor(Monitor):
         """A skeleton id for a socket at fd, in use by none (nor by a pooled socket): it
         names the fd in its low 16 bits, so that the data plane finds it from a
         message (skelpath.h)."""
-        while True:
+        for _ in range(0x10000):
             self._next_sk = (self._next_sk + 1) & 0xFFFF
             sk = self._next_sk << 16 | (fd if fd < MAX_FDS else 0xFFFF)
             if sk and sk not in self.skels and sk not in self.connector.reserved:
                 return sk
+        raise OSError(errno.ENFILE, f"no skeleton id free for descriptor {fd}")
 
     def fail_new(self, skel: Skeleton, err: int) -> None:
         """A connection that cannot start (e.g. ENOBUFS: nComponent DRAM is full): its

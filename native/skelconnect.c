@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -112,6 +113,15 @@ int kc_pool_take(kc_state *s, uint32_t addr, int32_t *fd, uint32_t *sk) {
     return 0;
 }
 
+uint64_t kc_inbox_hash(const char *inbox, uint32_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < n; i++) {
+        h ^= (uint8_t)inbox[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
 static int allowed(const kc_state *s, int32_t level, int32_t opt) {
     for (uint32_t i = 0; i < s->nallowed; i++)
         if (s->allowed[i][0] == level && s->allowed[i][1] == opt)
@@ -127,15 +137,26 @@ static int home_bit(const kc_state *s, const char *home) {
     return -1;
 }
 
+/* A ring [start, size] the nMonitor takes: size > 0, start + size <= 2^64. */
+static int ring_ok(uint64_t start, uint32_t size) {
+    return size && (!start || size <= 0 - start);
+}
+
 /* Whether the request is one this file takes (every check the nMonitor's Python
  * would make, or would fail it with: those stay Python's). */
-static int takes(const kc_state *s, uint64_t grant, const kc_request *q, uint32_t len,
-                 int *bit) {
+static int takes(const kc_state *s, uint64_t grant, uint64_t inbox, const kc_request *q,
+                 const char *body, uint32_t len, int *bit) {
     if (len < REQUEST_BYTES || q->nopts > KC_MAX_OPTS ||
         len != REQUEST_BYTES + q->nopts * sizeof(kc_opt) + q->ninbox)
         return 0;
-    if (q->sk || q->mode > 1 || !q->rbuf_size || !q->tbuf_size || !s->dram)
+    if (q->sk || q->mode > 1 || !s->dram || !ring_ok(q->rbuf, q->rbuf_size) ||
+        !ring_ok(q->tbuf, q->tbuf_size))
         return 0;
+    if (q->flags & KC_FLAG_TIMEOUT && !(isfinite(q->timeout) && q->timeout >= 0))
+        return 0;
+    const char *named = body + REQUEST_BYTES + q->nopts * sizeof(kc_opt);
+    if (kc_inbox_hash(named, q->ninbox) != inbox)
+        return 0;   /* not the inbox checked for this sender: Python says EPERM */
     *bit = home_bit(s, q->home);
     return *bit >= 0 && (grant >> *bit & 1);
 }
@@ -171,14 +192,14 @@ static int apply(int fd, const kc_opt *opts, uint16_t n) {
     return 0;
 }
 
-int kc_connect(kc_state *s, uint64_t grant, fr_ring *reply, uint32_t seq, const char *body,
-               uint32_t len, kc_made *made, uint32_t *replied) {
+int kc_connect(kc_state *s, uint64_t grant, uint64_t inbox, fr_ring *reply, uint32_t seq,
+               const char *body, uint32_t len, kc_made *made, uint32_t *replied) {
     kc_request q;
     int bit;
-    if (len < REQUEST_BYTES || !reply)
+    if (len < REQUEST_BYTES || !reply || !grant)
         return KC_PYTHON;
     memcpy(&q, body, REQUEST_BYTES);
-    if (!takes(s, grant, &q, len, &bit))
+    if (!takes(s, grant, inbox, &q, body, len, &bit))
         return KC_PYTHON;
     const kc_opt *opts = (const kc_opt *)(body + REQUEST_BYTES);
     for (uint16_t i = 0; i < q.nopts; i++) {
@@ -198,6 +219,8 @@ int kc_connect(kc_state *s, uint64_t grant, fr_ring *reply, uint32_t seq, const 
 
     /* From here on the request is answered, one way or the other. */
     kc_socket sock = p->ready[--p->n];
+    if (p->n <= KC_POOL / 2)
+        s->low = 1;
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(q.port)};
     memcpy(&dst.sin_addr, q.dst, 4);
     int err = apply(sock.fd, opts, q.nopts);

@@ -25,10 +25,13 @@
  *
  * Authority stays with the nMonitor. kc_connect takes a request only from a
  * sender whose grant (a bit mask, set by the nMonitor from the slices and the
- * sender's vouched identity) names the request's home mComponent, only while
+ * sender's vouched identity) names the request's home mComponent, that names
+ * the inbox the nMonitor checked for that sender (by its hash, kc_inbox_hash),
+ * whose rings and timeout the nMonitor would take too, only while
  * the nMonitor's DRAM budget (`dram`) holds a connection more, and only for a
  * source address with a pooled socket. Everything else -- a request it cannot
- * parse, a bound socket's connect (sk != 0), an option not allowed, a reply
+ * parse, a bound socket's connect (sk != 0), an option not allowed, another
+ * inbox, a ring past 2^64, a timeout that is no number of seconds, a reply
  * ring with no room -- it leaves in the ring, untouched, for the nMonitor's
  * Python to answer (KC_PYTHON), as it answers every malformed or refused
  * request.
@@ -55,6 +58,9 @@
 #define KC_ALLOWED 16         /* (level, opt) pairs kc_allow can list */
 #define KC_FLAG_TIMEOUT 1     /* request flags: `timeout` is set */
 #define KC_FLAG_PENDING 1     /* reply flags: the handshake goes on (STUB_CONNECTED ends it) */
+
+/* The hash a grant names an inbox by: 64-bit FNV-1a of its bytes. */
+uint64_t kc_inbox_hash(const char *inbox, uint32_t n);
 
 /* kc_connect's results */
 #define KC_PYTHON 0           /* not taken: the message stays in its ring */
@@ -92,6 +98,8 @@ typedef struct {
     uint32_t npools, nhomes, nallowed;
     uint32_t dram;            /* connections the nMonitor's DRAM still holds (it sets this;
                                  kc_connect takes one from it per connection made) */
+    uint32_t low;             /* a pool is down to half: the nMonitor should refill it
+                                 (kc_connect sets it, the nMonitor clears it) */
     uint64_t made, failed;    /* answered here, in all */
     kc_pool pools[KC_SOURCES];
     char homes[KC_HOMES][KC_HOME_BYTES];
@@ -120,10 +128,11 @@ uint32_t kc_pool_count(const kc_state *s, uint32_t addr);
 int kc_pool_take(kc_state *s, uint32_t addr, int32_t *fd, uint32_t *sk);
 
 /* An N_CONNECT request: seq, its payload (body, len), from a sender whose grant
- * is `grant`, answered on `reply` (the ring back to it on the same link).
- * KC_PYTHON, KC_FAILED or KC_MADE (above). *replied: the reply's bytes with
- * its header (counted as the nMonitor counts what it sends). */
-int kc_connect(kc_state *s, uint64_t grant, fr_ring *reply, uint32_t seq, const char *body,
-               uint32_t len, kc_made *made, uint32_t *replied);
+ * is `grant` with its checked inbox's hash `inbox`, answered on `reply` (the
+ * ring back to it on the same link). KC_PYTHON, KC_FAILED or KC_MADE (above).
+ * *replied: the reply's bytes with its header (counted as the nMonitor counts
+ * what it sends). */
+int kc_connect(kc_state *s, uint64_t grant, uint64_t inbox, fr_ring *reply, uint32_t seq,
+               const char *body, uint32_t len, kc_made *made, uint32_t *replied);
 
 #endif

@@ -43,9 +43,11 @@ void kp_set_inbox(kp_plane *kp, fr_ring *const *rings, const uint32_t *peers,
     kp->nrings = n;
 }
 
-void kp_grant(kp_plane *kp, uint32_t p, uint64_t homes) {
-    if (p < KP_MAX_PEERS)
+void kp_grant(kp_plane *kp, uint32_t p, uint64_t homes, uint64_t inbox) {
+    if (p < KP_MAX_PEERS) {
         kp->grants[p] = homes;
+        kp->inboxes[p] = inbox;
+    }
 }
 
 int kp_watch(kp_plane *kp, int fd, uint32_t mask) {
@@ -213,8 +215,9 @@ static int on_connect(kp_plane *kp, uint32_t i, const fit_header *h, int64_t off
     fr_ring *r = kp->rings[i];
     uint32_t peer = kp->ring_peer[i], replied = 0;
     kc_made *made = &kp->made[*nout];
-    int got = kc_connect(&kp->connect, kp->grants[peer], kp->replies[i], h->seq,
-                         r->data + off + HEADER_BYTES, len - HEADER_BYTES, made, &replied);
+    int got = kc_connect(&kp->connect, kp->grants[peer], kp->inboxes[peer], kp->replies[i],
+                         h->seq, r->data + off + HEADER_BYTES, len - HEADER_BYTES, made,
+                         &replied);
     if (got == KC_PYTHON)
         return 0;
     fr_consume(r);
@@ -325,7 +328,7 @@ int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int 
             kp->kernel_events++;
             nout += kernel_event(kp, c, evs[i].events, &out[nout]);
         }
-        if (nout || kp->inbox)
+        if (nout || kp->inbox || kp->connect.low)   /* (low: its pools want refilling) */
             return handed_back(kp, out, nout);
         uint64_t t = now_ns();
         if (t >= until_ns)

@@ -136,7 +136,8 @@ typedef struct {
     uint32_t ring_peer[KP_MAX_RINGS];   /* ... their senders' numbers ... */
     fr_ring *replies[KP_MAX_RINGS];     /* ... and the rings back on the same links */
     kc_state connect;                /* N_CONNECT (skelconnect.h) */
-    uint64_t grants[KP_MAX_PEERS];   /* per peer number: the homes it may connect with */
+    uint64_t grants[KP_MAX_PEERS];   /* per peer number: the homes it may connect with, */
+    uint64_t inboxes[KP_MAX_PEERS];  /* ... and its checked inbox's hash (kc_inbox_hash) */
     kc_made made[KP_MAX_EVENTS];     /* what KP_CONNECTED events describe */
     kp_conn *by_fd[KP_MAX_FDS];      /* the fast-capable connections, by fd */
     uint32_t masks[KP_MAX_FDS];      /* what the epoll watches of each fd (kp_watch) */
@@ -171,12 +172,14 @@ void kp_drop(kp_plane *kp, kp_conn *c);
  * rings and the epoll, handling what is fast, spinning up to spin_ns while
  * nothing comes (yielding; not once the CPU is contended), and never past
  * until_ns (CLOCK_MONOTONIC). Returns the number of events put in out (at
- * most max); kp->inbox says whether a message waits for Python. 0 events and
- * no inbox: idle, sleep. */
+ * most max); kp->inbox says whether a message waits for Python, and
+ * kp->connect.low whether a pool of sockets wants refilling. 0 events, no
+ * inbox, not low: idle, sleep. */
 int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int max);
 
-/* What peer p may connect with here (skelconnect.h: bit i, home i; 0: nothing). */
-void kp_grant(kp_plane *kp, uint32_t p, uint64_t homes);
+/* What peer p may connect with here (skelconnect.h: bit i, home i; 0: nothing), and
+ * the hash of the inbox its requests must name. */
+void kp_grant(kp_plane *kp, uint32_t p, uint64_t homes, uint64_t inbox);
 
 /* Copy peer p's counters into *out and zero them. */
 void kp_take_counts(kp_plane *kp, uint32_t p, kp_peer *out);

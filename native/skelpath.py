@@ -9,12 +9,14 @@ Interface:
                                        the inbox's FIT rings (native.fitring.Ring), their
                                        senders' numbers (NO_PEER: not vouched for) and the
                                        rings back to them on the same links (replies)
-    plane.grant(peer, homes)           the homes (bit i: the i-th of plane.homes()) peer
-                                       may connect with here, in C (0: none)
+    plane.grant(peer, homes, inbox)    the homes (bit i: the i-th of plane.homes()) peer
+                                       may connect with here, in C (0: none), naming
+                                       `inbox`, its checked inbox
     plane.homes(ids); plane.allow(level, opt)
                                        what N_CONNECT in C may name and set
     plane.pool_put(ip, fd, sk) -> bool / plane.pool_count(ip) / plane.pool_take(ip)
-                                       the sockets it connects, made ahead (skelconnect.h)
+    plane.pooled_sks()                 the sockets it connects, made ahead (skelconnect.h),
+                                       and their skeleton ids
     plane.made(i)                      what a CONNECTED event describes (kc_made)
     plane.connect                      its counts (made, failed) and DRAM budget (dram)
     conn = plane.conn(fd, sk)          a connection's state (a cdata `kp_conn *` whose
@@ -92,8 +94,10 @@ class Plane:
         lib.kp_set_inbox(self.kp, self._rings, self._peers, self._replies, len(rings))
 
     # ---- N_CONNECT in C (skelconnect.h) ----------------------------------------------
-    def grant(self, peer: int, homes: int) -> None:
-        lib.kp_grant(self.kp, peer, homes)
+    def grant(self, peer: int, homes: int, inbox: str = "") -> None:
+        """homes: bit i, the i-th of homes(); inbox: the one its requests must name."""
+        data = inbox.encode()
+        lib.kp_grant(self.kp, peer, homes, lib.kc_inbox_hash(data, len(data)))
 
     def homes(self, ids: list[str]) -> None:
         for i, home in enumerate(ids[:HOMES]):
@@ -115,6 +119,11 @@ class Plane:
         if lib.kc_pool_take(self.connect, _addr(ip), self._fd, self._sk):
             return None
         return self._fd[0], self._sk[0]
+
+    def pooled_sks(self) -> set[int]:
+        """The skeleton ids of every pooled socket."""
+        c = self.connect
+        return {c.pools[i].ready[j].sk for i in range(c.npools) for j in range(c.pools[i].n)}
 
     def made(self, i: int) -> Any:
         """The kc_made of the CONNECTED event at events[i] (valid until the next run)."""

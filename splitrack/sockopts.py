@@ -56,6 +56,8 @@ class Options:
             raise err(errno.ENOPROTOOPT)
         if not isinstance(value, int):
             raise err(errno.EINVAL)
+        if not -(1 << 31) <= value < 1 << 31:   # CPython's: not a C int, so not an int
+            raise TypeError("a bytes-like object is required, not 'int'")
         if key == RCVLOWAT:
             self._opts[key] = _INT_MAX if value < 0 else value or 1
             return
