@@ -6,11 +6,10 @@ NIC (docs/network.md). Its common case is the data plane's
 and the reply goes straight back into the caller's FIT ring before any Python
 runs. This file keeps the plane able to do that, and does the rest:
 
-- pools: a few sockets per source address (each NIC of this nComponent, and
-  the rack's loopback alias), non-blocking, bound with the port left to
-  connect() (the Proxy's `for_connect`), each with the skeleton id it will
-  have; topped up (`refill`) when the nMonitor is idle, or at once when one
-  runs low;
+- pools: the addresses the plane keeps sockets ready for (each NIC of this
+  nComponent, and the rack's loopback alias); the plane makes them (as the
+  Proxy's `for_connect` does) and replaces each it takes; `refill` at each
+  tick retries what it could not make;
 - grants: the plane connects for a sender only with a grant from here, set
   once the sender's inbox was checked (its first N_CONNECT, in Python:
   `granted`) and set again whenever the slices change (`regrant`): a bit per
@@ -26,8 +25,9 @@ runs. This file keeps the plane able to do that, and does the rest:
   CONNECTED).
 
 Interface (nmonitor.py): Connector(net, sources, homes, allowed) with net an
-`Owner`; n_connect(msg), made(i), tend() before each plane run, granted(peer),
-regrant(), forget(peer, no), pooled() (sockets ready per source), close().
+`Owner`; n_connect(msg), made(i), tend() before each plane run, refill() at
+each tick, granted(peer, inbox), regrant(), forget(peer, no), pooled() (sockets
+ready per source), close().
 """
 
 import errno
@@ -40,7 +40,7 @@ from fit_rpc import Message
 from fit_rpc.codec import need
 from fit_rpc.netpath import MODES, pack_connected, unpack_connect
 from monitors.skeleton import Skeleton
-from native.skelpath import HOMES, NO_PEER, POOL, Plane
+from native.skelpath import HOMES, NO_PEER, Plane
 from splitrack.params import CONNECT_TIMEOUT_S
 
 
@@ -67,7 +67,6 @@ class Owner(Protocol):
     def refresh(self, skel: Skeleton) -> None: ...
     def closed(self, skel: Skeleton) -> None: ...
     def fail_new(self, skel: Skeleton, err: int) -> None: ...
-    def next_sk(self, fd: int) -> int: ...
 
 
 class Connector:
@@ -75,50 +74,17 @@ class Connector:
         self.net, self.plane = net, net.plane
         self.sources = sources             # the addresses it keeps pools for
         self.homes = homes[:HOMES]         # grant bit i: homes[i]
-        self.reserved: set[int] = set()    # the pooled sockets' skeleton ids
         self.grants: dict[str, tuple[int, str]] = {}   # peer -> (its number, its inbox)
-        self._taken = -1                   # the plane's made + failed when last refilled
-        self.plane.homes(self.homes)       # (-1: the pools are filled at the first tend)
+        self.plane.homes(self.homes)
         for level, opt in sorted(allowed):
             self.plane.allow(level, opt)
+        for ip in sources:
+            self.plane.source(ip)
 
     # ---- the plane's part -------------------------------------------------------------
     def tend(self) -> None:
-        """Before each plane run: its DRAM budget, and a pool that runs low refilled
-        (the rest wait for the loop to be idle: refill(all_of_it=True))."""
+        """Before each plane run: the DRAM it may give connections."""
         self.plane.connect.dram = self.net.proxy.connections_free
-        self.refill()
-
-    def refill(self, all_of_it: bool = False) -> bool:
-        """Top up the pools the plane took from since the last time: those at half or
-        less (all_of_it: every one). Whether it made any socket."""
-        c = self.plane.connect
-        c.low = 0
-        if c.made + c.failed == self._taken:
-            return False
-        low = [ip for ip in self.sources if self.plane.pool_count(ip) <= POOL // 2]
-        if not all_of_it and not low:
-            return False
-        for ip in self.sources if all_of_it else low:
-            self._fill(ip)
-        if all_of_it:
-            self._taken = c.made + c.failed
-        self.reserved = self.plane.pooled_sks()   # (a failed connect's socket is gone)
-        return True
-
-    def _fill(self, ip: str) -> None:
-        while self.plane.pool_count(ip) < POOL:
-            try:
-                sock = self.net.proxy.for_connect(ip, [])
-            except OSError:   # out of descriptors: Python's path says so, per request
-                return
-            sock.setblocking(False)
-            sk = self.net.next_sk(sock.fileno())
-            if not self.plane.pool_put(ip, sock.fileno(), sk):
-                sock.close()
-                return
-            self.reserved.add(sk)
-            sock.detach()   # the plane's now
 
     def pooled(self) -> dict[str, int]:
         """Sockets ready, per source address."""
@@ -127,7 +93,6 @@ class Connector:
     def made(self, i: int) -> None:
         """The plane connected and answered (its CONNECTED event i): the skeleton."""
         m = self.plane.made(i)
-        self.reserved.discard(m.sk)
         sock = socket.socket(fileno=m.fd)
         owner = self.net.peer_names.get(m.peer)
         if owner is None:   # its process ended since (a push found its ring gone)
@@ -218,11 +183,13 @@ class Connector:
             CONNECT_TIMEOUT_S if timeout is None else timeout)
         self.net.watch(skel)
 
+    def refill(self) -> None:
+        """Pools a socket could not be made for (out of descriptors) filled again: at
+        each tick (the plane replaces each socket it takes as soon as it answered)."""
+        self.plane.fill()
+
     def close(self) -> None:
-        for ip in self.sources:
-            while (got := self.plane.pool_take(ip)) is not None:
-                os.close(got[0])
-        self.reserved.clear()
+        self.plane.close_pools()
 
 
 def _handshake(sock: socket.socket) -> int | None:

@@ -93,7 +93,7 @@ from splitrack.params import (
 _RESET = struct.pack("ii", 1, 0)   # SO_LINGER on, 0 s: close() sends RST
 
 _IN, _OUT, _ERR = select.EPOLLIN, select.EPOLLOUT, select.EPOLLERR  # plain ints: hot path
-_INBOX_BATCH = 64   # inbox messages per poll round, so kernel sockets are not starved
+_INBOX_BATCH = 64   # inbox messages per poll round (zmq), so kernel sockets are not starved
 _PLANE_OPS = {"n_send": Op.N_SEND, "n_credit": Op.N_CREDIT, "n_connect": Op.N_CONNECT,
               "stub_data": Op.STUB_DATA, "stub_sent": Op.STUB_SENT, "magic": MAGIC,
               "version": VERSION, "request": REQUEST, "reply": REPLY, "oneway": ONEWAY}
@@ -128,7 +128,6 @@ class NMonitor(Monitor):
         self.ep.on_peer_gone.append(self._forget_peer)
         self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
-        self._next_sk = 0
         self.connector = Connector(self, [*self.config["nics"], self.rack["loopback"]],
                                    self.memory.m_ids,
                                    {pair for pair in ALLOWED if pair[1] != socket.SO_ERROR})
@@ -160,7 +159,6 @@ class NMonitor(Monitor):
             "connections_max": self.proxy.connections_max,
             "plane": {"connections": sum(1 for s in live if s.c.fast), **self.plane.stats()},
             "pooled": self.connector.pooled(),
-            "pooled_ids": len(self.connector.reserved),
             "by_mode": {m: sum(1 for s in live if s.path is not None and s.path.name == m)
                         for m in ("ddio", "dma")}}}
 
@@ -181,8 +179,9 @@ class NMonitor(Monitor):
             if n:                                       # (time.monotonic: CLOCK_MONOTONIC)
                 self._plane_events(n, bell)
             served = 0
-            if plane.inbox or not plane_reads_inbox:
-                while served < _INBOX_BATCH and ep.serve(0):
+            if plane.inbox or not plane_reads_inbox:   # one at a time while the plane reads
+                batch = 1 if plane_reads_inbox else _INBOX_BATCH   # too: what follows may
+                while served < batch and ep.serve(0):             # be its (N_CONNECT...)
                     served += 1
             now = clock()
             if now >= next_tick:
@@ -197,8 +196,6 @@ class NMonitor(Monitor):
                 if now - idle_since < spin and spin_yield():   # the CPU
                     continue
             idle_since = None
-            if self.connector.refill(all_of_it=True):   # idle: the pools full again first
-                continue
             if ep.arm():   # idle after the spin: sleep on the inbox and the sockets
                 self.epoll.poll(max(0.0, next_tick - now))   # (level-triggered: the
                 ep.disarm()                                   # plane reads the events)
@@ -343,6 +340,7 @@ class NMonitor(Monitor):
             elif skel.connecting and now > skel.connect_deadline:
                 self.connect_done(skel, errno.ETIMEDOUT)
         self.gone &= {skel.owner for skel in self.skels.values()}   # forget the finished
+        self.connector.refill()
         self._report_load()
 
     def close(self) -> None:
@@ -584,13 +582,13 @@ class NMonitor(Monitor):
         return skel
 
     def next_sk(self, fd: int) -> int:
-        """A skeleton id for a socket at fd, in use by none (nor by a pooled socket): it
-        names the fd in its low 16 bits, so that the data plane finds it from a
-        message (skelpath.h)."""
+        """A skeleton id for a socket at fd, in use by none: it names the fd in its
+        low 16 bits, so that the data plane finds it from a message (skelpath.h). The
+        plane's pooled sockets take theirs from the same counter, and hold their
+        fds, so no id of theirs can be one of these."""
         for _ in range(0x10000):
-            self._next_sk = (self._next_sk + 1) & 0xFFFF
-            sk = self._next_sk << 16 | (fd if fd < MAX_FDS else 0xFFFF)
-            if sk and sk not in self.skels and sk not in self.connector.reserved:
+            sk = self.plane.next_sk(fd)   # (shared with the plane's pooled sockets)
+            if sk not in self.skels:
                 return sk
         raise OSError(errno.ENFILE, f"no skeleton id free for descriptor {fd}")
 

@@ -15,6 +15,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#ifndef IP_BIND_ADDRESS_NO_PORT
+#define IP_BIND_ADDRESS_NO_PORT 24   /* Linux 4.2 */
+#endif
+
 #include "fitheader.h"
 
 typedef struct __attribute__((packed)) {
@@ -81,7 +85,38 @@ static kc_pool *pool_of(kc_state *s, uint32_t addr) {
     return NULL;
 }
 
-int kc_pool_put(kc_state *s, uint32_t addr, int32_t fd, uint32_t sk) {
+uint32_t kc_next_sk(kc_state *s, int32_t fd) {
+    s->next_hi = (s->next_hi + 1) & 0xFFFF;
+    if (!s->next_hi)
+        s->next_hi = 1;
+    return s->next_hi << 16 | (fd >= 0 && fd < 0xFFFF ? (uint32_t)fd : 0xFFFF);
+}
+
+/* One more socket for pool p (Proxy.for_connect's, in C): 0 or -errno. */
+static int make_one(kc_state *s, kc_pool *p) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0)
+        return -(s->error = errno);
+    struct sockaddr_in at = {.sin_family = AF_INET};
+    memcpy(&at.sin_addr, &p->addr, 4);
+    if (setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one) < 0 ||
+        bind(fd, (struct sockaddr *)&at, sizeof at) < 0 || fd >= 0xFFFF) {
+        s->error = fd >= 0xFFFF ? EMFILE : errno;   /* (past 0xFFFF: no fast connection) */
+        close(fd);
+        return -s->error;
+    }
+    p->ready[p->n++] = (kc_socket){fd, kc_next_sk(s, fd)};
+    return 0;
+}
+
+static int fill(kc_state *s, kc_pool *p) {
+    int made = 0;
+    while (p->n < KC_POOL && make_one(s, p) == 0)
+        made++;
+    return made;
+}
+
+int kc_source(kc_state *s, uint32_t addr) {
     kc_pool *p = pool_of(s, addr);
     if (!p) {
         if (s->npools >= KC_SOURCES)
@@ -90,10 +125,15 @@ int kc_pool_put(kc_state *s, uint32_t addr, int32_t fd, uint32_t sk) {
         p->addr = addr;
         p->n = 0;
     }
-    if (p->n >= KC_POOL)
-        return -ENOSPC;
-    p->ready[p->n++] = (kc_socket){fd, sk};
+    fill(s, p);
     return 0;
+}
+
+int kc_fill(kc_state *s) {
+    int made = 0;
+    for (uint32_t i = 0; i < s->npools; i++)
+        made += fill(s, &s->pools[i]);
+    return made;
 }
 
 uint32_t kc_pool_count(const kc_state *s, uint32_t addr) {
@@ -103,14 +143,12 @@ uint32_t kc_pool_count(const kc_state *s, uint32_t addr) {
     return 0;
 }
 
-int kc_pool_take(kc_state *s, uint32_t addr, int32_t *fd, uint32_t *sk) {
-    kc_pool *p = pool_of(s, addr);
-    if (!p || !p->n)
-        return -ENOENT;
-    kc_socket got = p->ready[--p->n];
-    *fd = got.fd;
-    *sk = got.sk;
-    return 0;
+void kc_close(kc_state *s) {
+    for (uint32_t i = 0; i < s->npools; i++) {
+        kc_pool *p = &s->pools[i];
+        while (p->n)
+            close(p->ready[--p->n].fd);
+    }
 }
 
 uint64_t kc_inbox_hash(const char *inbox, uint32_t n) {
@@ -219,8 +257,6 @@ int kc_connect(kc_state *s, uint64_t grant, uint64_t inbox, fr_ring *reply, uint
 
     /* From here on the request is answered, one way or the other. */
     kc_socket sock = p->ready[--p->n];
-    if (p->n <= KC_POOL / 2)
-        s->low = 1;
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(q.port)};
     memcpy(&dst.sin_addr, q.dst, 4);
     int err = apply(sock.fd, opts, q.nopts);
@@ -239,6 +275,7 @@ int kc_connect(kc_state *s, uint64_t grant, uint64_t inbox, fr_ring *reply, uint
         fr_commit(reply, HEADER_BYTES + n);
         *replied = HEADER_BYTES + n;
         s->failed++;
+        make_one(s, p);   /* the answer is out: the pool gets its socket back */
         return KC_FAILED;
     }
     kc_reply r = {.sk = sock.sk, .flags = err < 0 ? KC_FLAG_PENDING : 0};
@@ -253,6 +290,7 @@ int kc_connect(kc_state *s, uint64_t grant, uint64_t inbox, fr_ring *reply, uint
     memcpy(out + HEADER_BYTES, &r, REPLY_BYTES);
     fr_commit(reply, HEADER_BYTES + REPLY_BYTES);
     *replied = HEADER_BYTES + REPLY_BYTES;
+    make_one(s, p);
     s->dram--;
     s->made++;
     *made = (kc_made){.fd = sock.fd, .sk = sock.sk, .stub = q.stub, .mode = q.mode,

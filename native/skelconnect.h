@@ -10,10 +10,11 @@
  * of an inbox ring):
  *
  *   - the socket comes from a pool per source address (a NIC, or the rack's
- *     loopback alias): non-blocking, bound to the address with its port left
- *     to connect() (IP_BIND_ADDRESS_NO_PORT), each with the skeleton id it
- *     will have. The nMonitor fills the pools (kc_pool_put) and refills them
- *     after the reply is out;
+ *     loopback alias, named by the nMonitor: kc_source): made before it is
+ *     needed, non-blocking, bound to the address with its port left to
+ *     connect() (IP_BIND_ADDRESS_NO_PORT, as the Proxy makes them), each with
+ *     the skeleton id it will have; the one taken is replaced once the reply
+ *     is out;
  *   - the request's options are applied (only those in the allowed list,
  *     kc_allow), the kernel connects, and the reply goes straight into the
  *     FIT ring back to the caller: {sk, local address}, or {sk, pending} when
@@ -69,7 +70,7 @@ uint64_t kc_inbox_hash(const char *inbox, uint32_t n);
 
 typedef struct {
     int32_t fd;               /* non-blocking, bound to the pool's address */
-    uint32_t sk;              /* the skeleton id it will have (its fd in the low 16 bits) */
+    uint32_t sk;              /* the skeleton id it will have (kc_next_sk) */
 } kc_socket;
 
 typedef struct {
@@ -98,8 +99,8 @@ typedef struct {
     uint32_t npools, nhomes, nallowed;
     uint32_t dram;            /* connections the nMonitor's DRAM still holds (it sets this;
                                  kc_connect takes one from it per connection made) */
-    uint32_t low;             /* a pool is down to half: the nMonitor should refill it
-                                 (kc_connect sets it, the nMonitor clears it) */
+    uint32_t next_hi;         /* the last skeleton id's high 16 bits (kc_next_sk) */
+    int32_t error;            /* the errno of the last socket a pool could not make */
     uint64_t made, failed;    /* answered here, in all */
     kc_pool pools[KC_SOURCES];
     char homes[KC_HOMES][KC_HOME_BYTES];
@@ -116,16 +117,26 @@ int kc_allow(kc_state *s, int32_t level, int32_t opt);
  * Python's). */
 void kc_home(kc_state *s, uint32_t i, const char *id);
 
-/* A pooled socket for source address addr (4 bytes): 0; -ENOSPC when that
- * pool is full or there are KC_SOURCES pools already (the caller keeps fd). */
-int kc_pool_put(kc_state *s, uint32_t addr, int32_t fd, uint32_t sk);
+/* A skeleton id for a kernel socket at fd (every skeleton's, the nMonitor's
+ * too): the fd in its low 16 bits (0xFFFF past 65535), so that the data plane
+ * finds the connection from a message, and a counter above, so that an id
+ * comes back only after 65535 others at the same fd. Never 0. The caller
+ * checks it is not in use (a live socket holds its fd, so only an fd past
+ * 65535 can meet one). */
+uint32_t kc_next_sk(kc_state *s, int32_t fd);
+
+/* A pool for source address addr (4 bytes), filled: 0, or -ENOSPC past
+ * KC_SOURCES. */
+int kc_source(kc_state *s, uint32_t addr);
+
+/* Fill every pool up to KC_POOL: the sockets made (a failure is in s->error). */
+int kc_fill(kc_state *s);
 
 /* Sockets ready in the pool of addr (0: no such pool). */
 uint32_t kc_pool_count(const kc_state *s, uint32_t addr);
 
-/* Take one pooled socket of addr out (the nMonitor's, to close: at its end). 0 or
- * -ENOENT; *fd and *sk set. */
-int kc_pool_take(kc_state *s, uint32_t addr, int32_t *fd, uint32_t *sk);
+/* Close every pooled socket (the nMonitor's end). */
+void kc_close(kc_state *s);
 
 /* An N_CONNECT request: seq, its payload (body, len), from a sender whose grant
  * is `grant` with its checked inbox's hash `inbox`, answered on `reply` (the

@@ -328,7 +328,7 @@ int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int 
             kp->kernel_events++;
             nout += kernel_event(kp, c, evs[i].events, &out[nout]);
         }
-        if (nout || kp->inbox || kp->connect.low)   /* (low: its pools want refilling) */
+        if (nout || kp->inbox)
             return handed_back(kp, out, nout);
         uint64_t t = now_ns();
         if (t >= until_ns)

@@ -172,9 +172,8 @@ void kp_drop(kp_plane *kp, kp_conn *c);
  * rings and the epoll, handling what is fast, spinning up to spin_ns while
  * nothing comes (yielding; not once the CPU is contended), and never past
  * until_ns (CLOCK_MONOTONIC). Returns the number of events put in out (at
- * most max); kp->inbox says whether a message waits for Python, and
- * kp->connect.low whether a pool of sockets wants refilling. 0 events, no
- * inbox, not low: idle, sleep. */
+ * most max); kp->inbox says whether a message waits for Python. 0 events and
+ * no inbox: idle, sleep. */
 int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int max);
 
 /* What peer p may connect with here (skelconnect.h: bit i, home i; 0: nothing), and

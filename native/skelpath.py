@@ -14,9 +14,10 @@ Interface:
                                        `inbox`, its checked inbox
     plane.homes(ids); plane.allow(level, opt)
                                        what N_CONNECT in C may name and set
-    plane.pool_put(ip, fd, sk) -> bool / plane.pool_count(ip) / plane.pool_take(ip)
-    plane.pooled_sks()                 the sockets it connects, made ahead (skelconnect.h),
-                                       and their skeleton ids
+    plane.source(ip); plane.fill(); plane.pool_count(ip); plane.close_pools()
+                                       the sockets it connects from ip, made ahead
+                                       (skelconnect.h): a pool, filled, counted, closed
+    plane.next_sk(fd)                  a skeleton id for a socket at fd (kc_next_sk)
     plane.made(i)                      what a CONNECTED event describes (kc_made)
     plane.connect                      its counts (made, failed) and DRAM budget (dram)
     conn = plane.conn(fd, sk)          a connection's state (a cdata `kp_conn *` whose
@@ -67,7 +68,6 @@ class Plane:
         self._replies = ffi.new("fr_ring *[]", 1)
         self._counts = ffi.new("kp_peer *")
         self.connect = ffi.addressof(self.kp, "connect")   # kc_state *
-        self._fd, self._sk = ffi.new("int32_t *"), ffi.new("uint32_t *")
 
     @property
     def inbox(self) -> bool:
@@ -107,23 +107,23 @@ class Plane:
         if lib.kc_allow(self.connect, level, opt):
             raise OSError(f"more than {lib.KC_ALLOWED} options for the data plane's connect")
 
-    def pool_put(self, ip: str, fd: int, sk: int) -> bool:
-        """Whether the pool of source ip took the socket (False: it is full)."""
-        return lib.kc_pool_put(self.connect, _addr(ip), fd, sk) == 0
+    def source(self, ip: str) -> None:
+        if lib.kc_source(self.connect, _addr(ip)):
+            raise OSError(f"more than {lib.KC_SOURCES} source addresses for the plane's connect")
+
+    def fill(self) -> int:
+        """Every pool full again (a socket it could not make: its errno is in
+        connect.error); the sockets made."""
+        return lib.kc_fill(self.connect)
 
     def pool_count(self, ip: str) -> int:
         return lib.kc_pool_count(self.connect, _addr(ip))
 
-    def pool_take(self, ip: str) -> tuple[int, int] | None:
-        """(fd, sk) of a pooled socket, taken out; None when the pool is empty."""
-        if lib.kc_pool_take(self.connect, _addr(ip), self._fd, self._sk):
-            return None
-        return self._fd[0], self._sk[0]
+    def close_pools(self) -> None:
+        lib.kc_close(self.connect)
 
-    def pooled_sks(self) -> set[int]:
-        """The skeleton ids of every pooled socket."""
-        c = self.connect
-        return {c.pools[i].ready[j].sk for i in range(c.npools) for j in range(c.pools[i].n)}
+    def next_sk(self, fd: int) -> int:
+        return lib.kc_next_sk(self.connect, fd)
 
     def made(self, i: int) -> Any:
         """The kc_made of the CONNECTED event at events[i] (valid until the next run)."""
