@@ -81,6 +81,7 @@ _pack_header_into = header.HEADER.pack_into
 _parse = header.parse_traced
 _current = tracing.current   # .ctx: the trace context messages are sent in (None: untraced)
 
+_SENT = object()   # _call_at_once: the request is out, its reply not read yet
 GLOBAL_ID = "global"
 
 
@@ -212,13 +213,41 @@ class Endpoint:
             timeout = FIT_CALL_TIMEOUT_S
         deadline = time.monotonic() + timeout  # sending, too, counts against the timeout
         self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
-        self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
         awaiting = self._awaiting
+        sent = False
+        if not (room or awaiting) and _current.ctx is None:   # the common case, at once
+            got = self._call_at_once(peer, op, seq, payload, timeout, serve)
+            if got is not None and got is not _SENT:
+                return got
+            sent = got is _SENT
+        if not sent:
+            self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
         awaiting.add(seq)
         try:
             return self._await_reply(peer, op, seq, deadline, serve)
         finally:
             awaiting.discard(seq)
+
+    def _call_at_once(self, peer: str, op: int, seq: int, payload: Frame, timeout: float,
+                      serve: bool) -> memoryview | object | None:
+        """The request sent and its reply read in one step of the transport's, on a
+        link that is up (shm: native/fitcall.h): the reply's payload; _SENT: the
+        request is out, its reply is the general loop's to wait for; None: nothing
+        was sent. Not for a nested or a traced call (call() says when)."""
+        n = len(payload)
+        if n > FIT_MAX_PAYLOAD_BYTES:
+            return None   # (_transmit says so)
+        head = _pack_header(MAGIC, VERSION, REQUEST, op, 0, seq, n, 0, 0)
+        got = self.transport.call(peer, head, payload, timeout, serve)
+        if got is False:
+            return None
+        self.counters.tx(peer, op, n + HEADER_SIZE)
+        if got is True:
+            return _SENT
+        if _seq_of(got) != seq:   # no outer call awaits it: what its caller gave up on
+            self.counters.error("stale_reply")
+            return _SENT
+        return self._take_reply(peer, got)
 
     def call_args(self, peer: str, op: int, args: dict[str, Any] | None = None,
                   data: Frame = b"", timeout: float | None = None

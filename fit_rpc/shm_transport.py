@@ -60,6 +60,7 @@ from fit_rpc.shm_channel import SCHEME, ShmChannel
 from fit_rpc.transport import Arrival, Frame, Transport
 from native.fitring import (
     NEVER,
+    SENT,
     WOKEN,
     Bell,
     Ring,
@@ -68,9 +69,16 @@ from native.fitring import (
     WaitSet,
     Waker,
     check_sealed,
+    landing,
     sealed_memfd,
 )
-from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_POLL_US, FIT_REPLY_WAIT_S, FIT_RING_BYTES
+from splitrack.params import (
+    FIT_CALL_COPY_BYTES,
+    FIT_CALL_TIMEOUT_S,
+    FIT_POLL_US,
+    FIT_REPLY_WAIT_S,
+    FIT_RING_BYTES,
+)
 
 
 class Link:
@@ -123,6 +131,8 @@ class ShmTransport(Transport):
         self._draining: set[Link] = set()           # hung, messages left: closed once read
         self._gen = 0                               # inbound changed: wait sets rebuilt
         self._inbox = WaitSet(self.bell.word, self.bell.efd)
+        self._back_view, self._back = landing(FIT_CALL_COPY_BYTES)   # call(): the reply,
+        #                                                              read here, copied out
         self._inbox_links: list[Link] = []
         self._inbox_gen = -1
         self.count = _no_count                      # error counters (the endpoint's)
@@ -171,6 +181,28 @@ class ShmTransport(Transport):
             self._lost(link, "ring_broken")
             raise PeerUnreachable(f"{peer} broke its ring") from None
         raise PeerUnreachable(f"{peer} takes no more: its ring stayed full for {timeout_s:g} s")
+
+    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool
+             ) -> Frame | bool:
+        link = self.out.get(peer)
+        if link is None or link.hung:
+            return False
+        ws = self._reply_set(link, serve)
+        link.busy += 1   # (as recv_reply: not closed under us)
+        try:
+            got = ws.call(link.tx, head, frame, self.spin_s, timeout_s, [link.sock.fileno()],
+                          self._back, FIT_CALL_COPY_BYTES)
+        except RingBroken:
+            self.count("ring_broken")
+            link.hung = True
+            raise PeerUnreachable(f"{peer} broke its ring") from None
+        finally:
+            link.busy -= 1
+            if link.hung and not link.busy:
+                self._lost(link)
+        if got >= 0:
+            return bytes(self._back_view[:got])
+        return got == SENT
 
     def reply(self, route: Any, frame: Frame, head: bytes = b"") -> None:
         link: Link = route

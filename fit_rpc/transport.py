@@ -27,6 +27,12 @@ Contract:
                      the next frame on the link to `peer` (a copy, the caller's
                      to keep). None: nothing within timeout_s, or (serve) a
                      request waits in the inbox, which the caller serves first
+    call(peer, head, frame, timeout_s, serve) -> frame | bool
+                     send() then recv_reply() in one step where the transport
+                     can (shm: native/fitcall.h), on a link that is up: the
+                     first frame back (a copy); True: sent, nothing back yet
+                     (the caller goes on with recv_reply); False: nothing sent
+                     (the caller sends). The default is False
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep
@@ -97,6 +103,10 @@ class Transport(ABC):
 
     @abstractmethod
     def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None: ...
+
+    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool
+             ) -> Frame | bool:
+        return False
 
     @abstractmethod
     def fileno(self) -> int: ...

@@ -9,7 +9,8 @@
                                                                ddio.c calls extcache.c,
                                                                skelpath.c fitring.c, both
                                                                built in too)
-    fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings)
+    fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
+                   native/fitcall.{h,c}                        and a call's common case on them)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: extcache.c built in too)
@@ -52,7 +53,7 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 extcache_ffi = _ffi("extcache", ["pthread"])
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
                  sources=("extcache",))
-fitring_ffi = _ffi("fitring", [])
+fitring_ffi = _ffi("fitring", [], also=("fitcall",))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ Interface:
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
     waitset = WaitSet(bell)            the rings one consumer waits on, and its bell
     waitset.rings = [...]; waitset.wait(spin_s, timeout_s, fds) -> index | WOKEN | TIMEOUT
+    waitset.call(tx, head, payload, spin_s, timeout_s, fds, out, cap) -> n | SENT | UNSENT
+                                       a request on tx and what comes back on rings[0],
+                                       read into out (landing(cap)'s handle), in one
+                                       native call (fitcall.h)
     waitset.arm() -> bool; waitset.due  armed: nothing due now; `due`: when a message
                                        published becomes due (ns, NEVER: none is)
     waitset.next_due() -> ns           likewise without arming (0: one is due now)
@@ -50,13 +54,15 @@ _c = load("_fitring", "C FIT rings")
 ffi, lib = _c.ffi, _c.lib
 
 __all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "RingBroken", "WOKEN", "TIMEOUT",
-           "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns"]
+           "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns", "landing"]
 
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034
 _SEAL_SEAL, _SEAL_SHRINK, _SEAL_GROW, _SEAL_FUTURE_WRITE = 1, 2, 4, 16
 _BELL_BYTES = 4096
 WOKEN = -1     # WaitSet.wait: woken with nothing to read (a doorbell with nothing behind it)
 TIMEOUT = -2   # WaitSet.wait: the timeout passed
+SENT = -3      # WaitSet.call: the request is out, nothing came back for it yet
+UNSENT = -4    # WaitSet.call: the ring had no room, nothing was sent
 NEVER = lib.FR_NEVER              # a due time: nothing is published
 DUE_SPIN_NS = lib.FR_DUE_SPIN_NS  # a waiter this close to a due time spins to it
 
@@ -283,6 +289,7 @@ class WaitSet:
         self._nfds = -1
         self._fds_list: list[int] = []
         self._due = ffi.new("uint64_t *")
+        self._len = ffi.new("uint32_t *")
         self.due = NEVER   # after arm(): when a message published becomes due
 
     @property
@@ -338,6 +345,25 @@ class WaitSet:
         """Bell down, eventfd drained; whether it had been rung."""
         return bool(lib.fr_disarm(self.word, self.efd))
 
+    def call(self, tx: Ring, head: bytes, payload: Any, spin_s: float, timeout_s: float,
+             fds: list[int], out: Any, cap: int) -> int:
+        """A request on tx and the wait for what comes back on rings[0] (fitcall.h):
+        its length, read into `out` (cap bytes at most); SENT: sent, the wait ended
+        otherwise; UNSENT: tx had no room (nothing sent). RingBroken if a ring is."""
+        if fds != self._fds_list:
+            self._fds_list = list(fds[:16])
+            for k, fd in enumerate(self._fds_list):
+                self._fds[k] = fd
+        rc = lib.fr_call(tx.r, head, len(head), _ptr(payload), len(payload), self._array,
+                         self._n, self._start, self.word, self.efd, self._fds,
+                         len(self._fds_list), int(spin_s * 1e9), _ns(timeout_s), out, cap,
+                         self._len)
+        if rc == lib.FC_REPLY:
+            return self._len[0]
+        if rc < 0:
+            raise _error(rc, "call")
+        return SENT if rc == lib.FC_SENT else UNSENT
+
     def wait(self, spin_s: float, timeout_s: float | None, fds: list[int] | None = None) -> int:
         """A ring index with a message; len(rings) + k if fds[k] hung up; WOKEN if
         woken with nothing to read (or by a signal); TIMEOUT."""
@@ -390,6 +416,12 @@ def spin_yield() -> bool:
     """Yield the CPU once while spinning: False if another task ran meanwhile (the
     CPU is contended: stop spinning and sleep)."""
     return bool(lib.fr_spin_yield())
+
+
+def landing(n: int) -> tuple[memoryview, Any]:
+    """n bytes for WaitSet.call to read a reply into: their view, and their handle."""
+    ptr = ffi.new("char[]", n)   # (the view keeps it alive, whatever the order of teardown)
+    return memoryview(ffi.buffer(ptr)), ptr
 
 
 def _ptr(data: Any) -> Any:

@@ -10,6 +10,8 @@ FIT_RING_BYTES = 4 * 1024 * 1024 + 4096   # shm: each ring of a link (a message 
 FIT_POLL_US = 200                         # shm: a waiter spins this long before it sleeps
                                           # (rack.poll_us; docs/evaluation.md says why 200)
 FIT_REPLY_WAIT_S = 0.1                    # shm: a reply waits this long for ring space
+FIT_CALL_COPY_BYTES = 16 * 1024           # shm: a reply up to this size is read by the call's
+#                                           native step (native/fitcall.h); larger, in place
 FIT_HARD_LIMIT_BYTES = 64 * 1024 * 1024   # ZeroMQ drops a peer that sends more (memory guard)
 FIT_CALL_TIMEOUT_S = 5.0                  # default request/reply timeout
 FIT_RECONNECT_IVL_MS = 10                 # ZeroMQ reconnect interval to a peer

@@ -1,0 +1,36 @@
+/*
+ * fitcall.c -- a FIT call's common case in one native call. Contract: fitcall.h.
+ */
+#include "fitcall.h"
+
+#include <errno.h>
+#include <string.h>
+
+int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
+            uint32_t npayload, fr_ring *const *rings, int n, int start, uint32_t *bell,
+            int efd, const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns,
+            char *out, uint32_t cap, uint32_t *len) {
+    int rc = fr_send2(tx, head, nhead, payload, npayload);
+    if (rc == -EAGAIN)
+        return FC_UNSENT;
+    if (rc < 0)
+        return rc;
+    fr_ring *back = rings[0];
+    for (;;) {
+        uint32_t l;
+        int64_t at = fr_peek(back, &l);
+        if (at >= 0) {
+            if (l > cap)
+                return FC_SENT;   /* the caller reads it in place */
+            memcpy(out, back->data + at, l);
+            fr_consume(back);
+            *len = l;
+            return FC_REPLY;
+        }
+        if (at != -EAGAIN)
+            return (int)at;
+        int i = fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, timeout_ns);
+        if (i != 0)
+            return FC_SENT;   /* another ring, a hang-up, woken, a signal, the time */
+    }
+}

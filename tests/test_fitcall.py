@@ -1,0 +1,140 @@
+"""A FIT call's common case in one native call (native/fitcall.c), through its binding
+(WaitSet.call) and through the Endpoint that uses it: the request goes out, the reply
+comes back read, and every other case is handed back untouched -- nothing sent when
+the ring is full, the request sent when another ring or the time ends the wait, a
+reply too large left in its ring. Both ends of a link are mapped here; a real rack
+answers the Endpoint's calls."""
+
+import errno
+import os
+import struct
+
+import pytest
+
+from fit_rpc import Op
+from fit_rpc.header import HEADER_SIZE
+from helpers import running_rack, small_spec
+from native.fitring import SENT, UNSENT, Bell, RingBroken, Segment, WaitSet, landing
+from splitrack.params import FIT_CALL_COPY_BYTES
+
+CAP = 64 * 1024
+
+
+def take(ring) -> bytes | None:
+    view = ring.peek()
+    if view is None:
+        return None
+    data = bytes(view)
+    ring.consume()
+    return data
+
+
+def link():
+    """The caller's ends of one link (tx: its requests; back: the replies to it), the
+    callee's ends (rx, reply) and the caller's bell."""
+    seg, fd = Segment.create(CAP)
+    other = Segment.open(fd)
+    os.close(fd)
+    caller, callee = Bell(), Bell()
+    caller_word, callee_word = Bell.peer_word(caller.page_fd), Bell.peer_word(callee.page_fd)
+    tx = seg.ring(0, callee_word.ptr, callee.efd, callee_word)
+    back = seg.ring(1, None, callee.efd)
+    rx = other.ring(0, None, caller.efd)
+    reply = other.ring(1, caller_word.ptr, caller.efd, caller_word)
+    return tx, back, rx, reply, caller
+
+
+def waitset(bell: Bell, *rings) -> WaitSet:
+    ws = WaitSet(bell.word, bell.efd)
+    ws.rings = list(rings)
+    return ws
+
+
+def test_the_reply_waiting_is_read_and_the_request_is_out():
+    tx, back, rx, reply, bell = link()
+    assert reply.send(b"", b"answer")   # (already there: a callee faster than us)
+    view, out = landing(1024)
+    n = waitset(bell, back).call(tx, b"HEAD", b"question", 0.0, 1.0, [], out, 1024)
+    assert bytes(view[:n]) == b"answer"
+    assert take(rx) == b"HEADquestion"
+    assert back.peek() is None   # consumed
+
+
+def test_a_full_ring_sends_nothing():
+    tx, back, rx, _, bell = link()
+    while tx.send(b"", b"x" * 1000):
+        pass
+    view, out = landing(1024)
+    ws = waitset(bell, back)
+    assert ws.call(tx, b"", b"y" * 1000, 0.0, 0.05, [], out, 1024) == UNSENT
+    last = None
+    while (got := take(rx)) is not None:
+        last = got
+    assert last == b"x" * 1000   # nothing of the call's in the ring
+
+
+def test_a_request_in_another_ring_ends_the_wait_with_the_call_sent():
+    tx, back, rx, _, bell = link()
+    other_tx, _, other_rx, _, _ = link()
+    other_rx_ws = waitset(bell, back, other_rx)
+    assert other_tx.send(b"", b"serve me")
+    view, out = landing(1024)
+    assert other_rx_ws.call(tx, b"", b"q", 0.0, 1.0, [], out, 1024) == SENT
+    assert take(rx) == b"q"
+    assert take(other_rx) == b"serve me"
+
+
+def test_a_reply_larger_than_the_landing_stays_in_its_ring():
+    tx, back, rx, reply, bell = link()
+    assert reply.send(b"", b"z" * 2000)
+    view, out = landing(1024)
+    assert waitset(bell, back).call(tx, b"", b"q", 0.0, 1.0, [], out, 1024) == SENT
+    assert take(back) == b"z" * 2000
+
+
+def test_no_reply_in_time_is_the_call_sent():
+    tx, back, rx, _, bell = link()
+    view, out = landing(1024)
+    assert waitset(bell, back).call(tx, b"", b"q", 0.0, 0.02, [], out, 1024) == SENT
+    assert take(rx) == b"q"
+
+
+def test_a_broken_ring_back_raises():
+    tx, back, rx, reply, bell = link()
+    assert reply.send(b"", b"fine")
+    data = 4096 + CAP   # ring 1's data: its first record's length and mark
+    reply.seg.view[data:data + 8] = struct.pack("<II", 7, 0)   # no mark: garbage
+    view, out = landing(1024)
+    with pytest.raises(RingBroken):
+        waitset(bell, back).call(tx, b"", b"q", 0.0, 1.0, [], out, 1024)
+
+
+@pytest.fixture(scope="module")
+def rack():
+    with running_rack(lambda storage: small_spec(storage, name="fcall")) as r:
+        yield r
+
+
+def test_an_endpoints_calls_take_the_native_step_and_answer_as_before(rack):
+    with rack.endpoint() as ep:
+        assert bytes(ep.call("m0", Op.ECHO, b"first")) == b"first"   # (the link is up)
+        seen = []
+        real = ep.transport.call
+
+        def watched(*args):   # the transport's own call, watched
+            got = real(*args)
+            seen.append(got)
+            return got
+        ep.transport.call = watched
+        most = FIT_CALL_COPY_BYTES - HEADER_SIZE   # a reply frame is its header and payload
+        for size in (0, 1, 100, most, most + 1, 100_000):
+            payload = os.urandom(size)
+            assert bytes(ep.call("m0", Op.ECHO, payload)) == payload
+        assert len(seen) == 6                                  # every call went through it,
+        assert all(isinstance(got, bytes) for got in seen[:4])  # read at once up to the
+        assert all(got is True for got in seen[4:])             # landing's size, in place past
+        with pytest.raises(OSError) as caught:
+            ep.call("m0", 0x7FFF, b"")   # an op it has not: the error, as before
+        assert caught.value.errno == errno.ENOSYS
+        links = ep.counters.snapshot()["links"]["m0"]
+        assert links["ECHO"]["tx_msgs"] == links["ECHO"]["rx_msgs"] == 7   # all counted
