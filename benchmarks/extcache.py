@@ -44,10 +44,10 @@ from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawClient, RawServer
 from benchmarks.report import finish, print_stats
 from benchmarks.stats import Series, repetitions, spanning, target
+from splitrack.guest.vm import VirtualMemory
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
-from splitrack.vm import VirtualMemory
 
 HIT_ROUNDS = 20_000
 MISS_ROUNDS = 2_000

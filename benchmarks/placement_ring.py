@@ -11,7 +11,7 @@ its own rank tell each where its neighbour listens, no rendezvous needed.
 
 So that every connection takes the intra-rack shortcut (a pipe between two
 processes of one pComponent, a FIT channel between two pComponents:
-splitrack/shortcuts.py), a listener is in accept(), reading its inbox, when
+splitrack/guest/shortcuts.py), a listener is in accept(), reading its inbox, when
 its left neighbour connects: rank 0 connects, then accepts; every other rank
 accepts, then connects. A connect that finds nobody listening yet
 (ECONNREFUSED) is tried again every RETRY_S, for at most CONNECT_WAIT_S.

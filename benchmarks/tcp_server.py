@@ -29,7 +29,7 @@ RX = struct.Struct("<Q")    # R's answer: bytes received
 
 def serve(ip: str) -> None:
     if ip == "nic":   # on the rack: the NIC GNM allocated to this process
-        from splitrack.runtime import runtime
+        from splitrack.guest.runtime import runtime
         ip = runtime().nic()[0]
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

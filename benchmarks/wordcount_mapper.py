@@ -1,7 +1,7 @@
 """The word-count mapper: reads its input, sends each <word, count> pair as it is made.
 
     python -m benchmarks.wordcount_mapper rack PATH IP PORT   PATH on the sComponent
-                                                              (splitrack.files; run it
+                                                              (splitrack.guest.files; run it
                                                               with `splitrack run`)
     python -m benchmarks.wordcount_mapper file PATH IP PORT   a local file (the Linux
                                                               baseline, a plain process)
@@ -26,7 +26,7 @@ CHUNK_BYTES = 1 << 20
 
 def _chunks(source: str, path: str) -> Iterator[bytes]:
     if source == "rack":
-        from splitrack import files
+        from splitrack.guest import files
         yield from files.chunks(path, CHUNK_BYTES)
         return
     with open(path, "rb") as f:

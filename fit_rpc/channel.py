@@ -1,6 +1,6 @@
 """A FIT channel: one-way messages in order from one object to one object.
 
-The FIT shortcut's two stubs talk over one (splitrack/shortcuts.py). It carries
+The FIT shortcut's two stubs talk over one (splitrack/guest/shortcuts.py). It carries
 FIT messages (header, counters) beside the endpoints' inboxes, with no routing
 id, no dispatch and no handler: its reader takes each message itself.
 

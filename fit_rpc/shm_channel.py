@@ -1,6 +1,6 @@
 """One end of a FIT channel over shared memory (Transport.channel, shm_transport.py).
 
-A channel joins two objects -- two stubs of a FIT shortcut (splitrack/shortcuts.py)
+A channel joins two objects -- two stubs of a FIT shortcut (splitrack/guest/shortcuts.py)
 -- with a segment of its own: ring 0 carries the messages of the end that
 connected, ring 1 the other's. Each side has a bell word in the segment and an
 eventfd, so either end sleeps on its own fd (fileno/arm/disarm) and no

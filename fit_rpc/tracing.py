@@ -6,7 +6,7 @@ in its environment. Then:
 - that process is *traced*: every FIT message it sends carries the trace id
   and a number of its own (the header's `trace` and `event`, docs/protocol.md)
   and is recorded; its socket calls are recorded too, and what a call sends is
-  caused by it (`operations`, installed by splitrack/stub.py);
+  caused by it (`operations`, installed by splitrack/guest/stub.py);
 - any endpoint that handles a traced message records its arrival, and while
   it handles it (the handler, its reply, every message it sends meanwhile,
   nested calls too) whatever it sends is traced, caused by that message;

@@ -61,7 +61,7 @@ from splitrack.rundir import identify
 
 _SPAWN_MAX_BYTES = 1 << 20
 _DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "splitrack", "_dropin")   # holds the sitecustomize.py of rack programs
+                       "splitrack", "guest", "_dropin")   # the sitecustomize.py of rack programs
 RELEASE_TIMEOUT_S = 0.5   # a component that cannot take a release in this is stopping
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -327,7 +327,7 @@ class PMonitor(Monitor):
 
     def _runtime_env(self, request: dict[str, Any]) -> dict[str, str]:
         """The program's environment: the caller's, plus what the rack runtime reads,
-        plus the drop-in socket module first on PYTHONPATH (splitrack/rsocket.py)."""
+        plus the drop-in socket module first on PYTHONPATH (splitrack/guest/rsocket.py)."""
         env = dict(request["env"])
         mode = request.get("mode") or self.rack["mode"]
         if mode not in ("dma", "ddio"):

@@ -3,7 +3,7 @@
 Interface:
     path, stage = new_path(xc, slot, pid, rbuf, tbuf, pack_max, pack_delay_s, pack_gap_s)
                             the C state of one connection (a cdata `sp_path *`, whose
-                            fields splitrack/nic_path.py reads and sets), over the
+                            fields splitrack/guest/nic_path.py reads and sets), over the
                             process's extCache xc (ExtCache) and its two rings, each
                             (start, size) of its virtual memory; empty, window open;
                             `stage` must live as long as `path`

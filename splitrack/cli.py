@@ -452,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Copy a local file to sN:PATH, or sN:PATH to a local "
                                    "file. PATH is relative to the sComponent's root and "
                                    "cannot leave it; it must be on the sComponent GSM names "
-                                   "for it (where a program's splitrack.files looks). A "
+                                   "for it (where a program's splitrack.guest.files looks). A "
                                    "target that is a directory gets the source's name; an "
                                    "existing file is replaced. Uses the rack --name or "
                                    "--spec names, else 'default', else the one that is up.")

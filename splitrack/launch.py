@@ -35,7 +35,7 @@ def run_program(run_dir: str, pcomponent: str, argv: Sequence[str],
                 env: dict[str, str] | None = None, slice: str | None = None) -> int:
     """`mode` ("dma" | "ddio") overrides the rack's socket data path for the program;
     shortcuts=False turns the rack's intra-rack shortcuts off for it, packing=False
-    its message packing (splitrack/nic_path.py); `env` is added to the environment
+    its message packing (splitrack/guest/nic_path.py); `env` is added to the environment
     it gets (this process's); `slice` names the slice it runs in (None: free)."""
     path = os.path.join(run_dir, f"{pcomponent}.spawn")
     request = json.dumps({"argv": list(argv), "env": {**os.environ, **(env or {})},

@@ -134,7 +134,7 @@ def _ping(ep: Any, p: str, cid: str) -> str:
 
 
 _VM_PROGRAM = """
-from splitrack import vm
+from splitrack.guest import vm
 a = vm.alloc(1 << 16)
 vm.write(a, bytes(range(256)) * 256)
 assert bytes(vm.read(a, 1 << 16)) == bytes(range(256)) * 256
@@ -142,7 +142,7 @@ print("rack memory ok")
 """
 
 _FILES_PROGRAM = """
-from splitrack import files
+from splitrack.guest import files
 try:
     files.size("selftest-no-such-file")
 except FileNotFoundError:

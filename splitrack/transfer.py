@@ -7,7 +7,7 @@
 `ep` is a FIT endpoint of the rack (Rack.endpoint()). A remote path is relative
 to the sComponent's root, which the sMonitor enforces (a path outside it is
 refused with EACCES); it must be the sComponent GSM names for it, since that
-is where a program's `splitrack.files` looks. A target that is a directory
+is where a program's `splitrack.guest.files` looks. A target that is a directory
 (or a remote "" / "dir/") gets the source's file name, as cp does. The bytes
 go in S_WRITE / S_READ messages of at most files.MAX_*_BYTES (FIT's payload
 limit). Every failure is a RackError of one line that names the side at fault;
@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Op
-from splitrack.files import MAX_READ_BYTES, MAX_WRITE_BYTES, write_pieces
+from splitrack.guest.files import MAX_READ_BYTES, MAX_WRITE_BYTES, write_pieces
 from splitrack.rack import RackError
 
 _REMOTE = re.compile(r"(s\d+):(.*)", re.S)
@@ -92,7 +92,7 @@ def _target(ep: Any, sid: str, path: str) -> tuple[str, str | None]:
         home = _call(ep, GLOBAL_ID, path, Op.GSM_LOOKUP, {})[0]["id"]
         if home != sid:
             raise RackError(f"{sid}:{path}: GSM places {path!r} on {home}, where a program's "
-                            f"splitrack.files looks for it; copy to {home}:{path}")
+                            f"splitrack.guest.files looks for it; copy to {home}:{path}")
     if dir_hint and kind != "dir":
         raise RackError(f"{sid}:{path}/: " + ("no such directory" if kind is None
                                               else "not a directory"))

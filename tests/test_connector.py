@@ -34,7 +34,7 @@ RAW = textwrap.dedent("""
     import socket, sys
     from fit_rpc import Op
     from fit_rpc.netpath import pack_connect
-    from splitrack.runtime import runtime
+    from splitrack.guest.runtime import runtime
     port = int(sys.argv[1])
     socket.create_connection(("127.0.0.5", port)).close()
     rt = runtime()

@@ -158,7 +158,7 @@ def test_restart_brings_dead_monitors_back_and_new_work_goes_to_them(run_root, t
         assert code == 0 and set(states.values()) == {"ok"}, states
         program = textwrap.dedent("""
             import socket, sys
-            from splitrack import files, vm
+            from splitrack.guest import files, vm
             s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
             s.sendall(b"through n0")
             a = vm.alloc(8192)
@@ -241,7 +241,7 @@ def test_an_ncomponent_maps_a_restarted_boards_memory_anew(run_root, tmp_path):
 # error it meets: which call, its errno, and when.
 UNDER_LOAD = textwrap.dedent("""
     import socket, sys, time
-    from splitrack import files, vm
+    from splitrack.guest import files, vm
     page = vm.alloc(4096)
     s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
     chunk = b"x" * 65536

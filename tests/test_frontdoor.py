@@ -117,7 +117,7 @@ def test_files_write_from_a_program_on_the_rack(front, tmp_path):
     rack, env = front
     code = textwrap.dedent(f"""
         import os
-        from splitrack import files
+        from splitrack.guest import files
         blob = os.urandom({2 * FIT_MAX_PAYLOAD_BYTES + 7})
         assert files.write("prog.bin", blob) == len(blob)
         assert b"".join(files.chunks("prog.bin")) == blob

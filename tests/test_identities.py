@@ -19,7 +19,7 @@ import pytest
 from fit_rpc import Op
 from helpers import running_rack, small_spec
 from netprogs import environ, run_on_rack
-from splitrack.vm import VirtualMemory
+from splitrack.guest.vm import VirtualMemory
 
 EPERM = "PermissionError 1"
 
@@ -111,7 +111,7 @@ ORPHAN = PRELUDE + textwrap.dedent("""
 
 HONEST = textwrap.dedent("""
     import os
-    from splitrack import vm
+    from splitrack.guest import vm
     size = 64 * 4096
     addr = vm.alloc(size)
     data = os.urandom(size)

@@ -1,6 +1,6 @@
 """The network path: unmodified socket programs on the rack, reached by plain
 processes outside it ("remote Linux"), over real kernel sockets on the
-nComponent's NICs, in DDIO and DMA modes (monitors/nmonitor.py, splitrack/stub.py)."""
+nComponent's NICs, in DDIO and DMA modes (monitors/nmonitor.py, splitrack/guest/stub.py)."""
 
 import errno
 import hashlib
@@ -374,7 +374,7 @@ def test_slow_reader_pushes_back_and_memory_stays_bounded(net):
 
 def test_program_without_the_rack_runtime_is_told(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", "from splitrack import rsocket; rsocket.install(); "
+        [sys.executable, "-c", "from splitrack.guest import rsocket; rsocket.install(); "
          "import socket; socket.socket()"], capture_output=True, text=True, cwd=SCRATCH)
     assert proc.returncode != 0 and "splitrack run" in proc.stderr
 
@@ -431,7 +431,7 @@ def test_ddio_reads_evicted_lines_from_the_mcomponent():
 # memory, evicting every line of a 256 KiB extCache: the pieces' lines, partly written.
 UNREAD_PIECES = textwrap.dedent("""
     import select, socket, sys
-    from splitrack import vm
+    from splitrack.guest import vm
     s = socket.socket(); s.bind((sys.argv[1], 0)); s.listen()
     print(s.getsockname()[1], flush=True)
     c, _ = s.accept()

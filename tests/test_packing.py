@@ -1,4 +1,4 @@
-"""Message packing (splitrack/nic_path.py): consecutive small sends of a rack
+"""Message packing (splitrack/guest/nic_path.py): consecutive small sends of a rack
 socket go to the nComponent together, and nothing a TCP peer can see changes:
 every byte arrives, in order, and held bytes leave even while the program
 computes. TCP_NODELAY and SPLITRACK_PACKING=0 (`--no-packing`) send each send

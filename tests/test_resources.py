@@ -21,7 +21,7 @@ PROGRAMS = int(os.environ.get("SPLITRACK_CHURN_PROGRAMS", "100"))
 # a rack socket (a skeleton at n0, pushes to the program's inbox), and exits.
 SHORT = textwrap.dedent("""
     import socket, sys
-    from splitrack import vm
+    from splitrack.guest import vm
     addr = vm.alloc(1 << 16)
     vm.write(addr, b"x" * 5000)
     vm.flush(addr, 5000)

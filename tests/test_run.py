@@ -28,7 +28,7 @@ LINE = 4096
 # A program that hammers rack memory and checks every byte against a local model.
 HAMMER = textwrap.dedent("""
     import random, sys
-    from splitrack import vm
+    from splitrack.guest import vm
     rng = random.Random(int(sys.argv[1]))
     size = 48 * 4096
     addr = vm.alloc(size)
@@ -160,7 +160,7 @@ def test_crash_mid_write_frees_its_pages_and_spares_the_others(rack_env):
     frames_before = m0()["frames_used"]
     crasher = textwrap.dedent("""
         import os
-        from splitrack import vm
+        from splitrack.guest import vm
         addr = vm.alloc(64 * 4096)
         for i in range(64):
             vm.write(addr + i * 4096, b"x" * 4096)
@@ -259,7 +259,7 @@ def test_program_reads_the_racks_storage_with_splitrack_files(rack_env):
                          blob[at:at + (1 << 20)])
     code = textwrap.dedent("""
         import hashlib, sys
-        from splitrack import files
+        from splitrack.guest import files
         print(files.size("in.bin"), hashlib.sha256(b"".join(files.chunks("in.bin"))).hexdigest())
         print(files.read("in.bin", 10, 5).hex())
         for bad in ("missing.bin", "../../etc/passwd"):

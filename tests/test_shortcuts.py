@@ -1,4 +1,4 @@
-"""Intra-rack shortcuts (splitrack/shortcuts.py): TCP between two programs of the
+"""Intra-rack shortcuts (splitrack/guest/shortcuts.py): TCP between two programs of the
 rack skips the nComponent -- a pipe on one pComponent, FIT between two -- and
 neither program can tell, but by the counters."""
 

@@ -37,7 +37,7 @@ FORGER = textwrap.dedent("""
     import sys, time
     from fit_rpc import Op
     from fit_rpc.netpath import SK_N
-    from splitrack.runtime import runtime
+    from splitrack.guest.runtime import runtime
     rt = runtime()
     rt.call_raw("n0", Op.ECHO, b"hello")
     time.sleep(0.3)

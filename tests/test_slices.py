@@ -21,7 +21,7 @@ import pytest
 from fit_rpc import Op
 from helpers import SPLITRACK, alive, running_rack, wait_until
 from netprogs import SCRATCH, environ
-from splitrack.vm import VirtualMemory
+from splitrack.guest.vm import VirtualMemory
 
 NAME = "slc"
 A_NIC, B_NIC = "127.0.0.41", "127.0.0.42"
@@ -69,8 +69,8 @@ LAUNCH = ("import sys; from splitrack.launch import run_program; "
 PRELUDE = textwrap.dedent("""
     import os, socket, sys
     from fit_rpc import Endpoint, Op
-    from splitrack import files, vm
-    from splitrack.vm import _this
+    from splitrack.guest import files, vm
+    from splitrack.guest.vm import _this
     me = os.getpid()
     ep = _this().ep   # this process's own endpoint, pN.PID
 

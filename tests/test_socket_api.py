@@ -1,6 +1,6 @@
 """The socket API on the rack behaves as on Linux: one program, run as a plain process
 on the host and as a rack program (through a pipe shortcut, and through the
-nComponent in DDIO and in DMA), must print the same lines (splitrack/stub.py)."""
+nComponent in DDIO and in DMA), must print the same lines (splitrack/guest/stub.py)."""
 
 import socket
 import subprocess

@@ -88,7 +88,7 @@ def test_once_json_shows_the_traffic_of_a_link_and_every_component(rack_env):
 
 WRITER = textwrap.dedent("""
     import os, sys
-    from splitrack import vm
+    from splitrack.guest import vm
     size = 8 << 20                      # twice p0's extCache: misses and evictions
     addr = vm.alloc(size)
     print("ready", flush=True)

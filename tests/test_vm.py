@@ -21,7 +21,7 @@ from hypothesis.stateful import (
 from fit_rpc import Op
 from helpers import running_rack, small_spec
 from splitrack import Rack
-from splitrack.vm import VirtualMemory
+from splitrack.guest.vm import VirtualMemory
 
 LINE = 4096
 

@@ -1,6 +1,6 @@
 """The drop-in socket module: makes a program's `socket` the rack's.
 
-`splitrack run` puts splitrack/_dropin on the program's PYTHONPATH; its
+`splitrack run` puts splitrack/guest/_dropin on the program's PYTHONPATH; its
 sitecustomize.py calls install() before the program's first line. Only what
 must change is replaced (curio's rule): `socket.socket` becomes the
 bsdSocketStub class, which still makes kernel sockets for anything that is not
@@ -9,13 +9,13 @@ constants, create_connection, create_server -- is the stdlib's and reaches the
 stub through `socket.socket`, as do socketserver, http.server, http.client,
 urllib, selectors and asyncio. ssl is not supported on rack sockets.
 
-    from splitrack import rsocket
+    from splitrack.guest import rsocket
     rsocket.install()      # idempotent; rsocket.uninstall() restores the stdlib class
 """
 
 import socket
 
-from splitrack.stub import BsdSocketStub, _std
+from splitrack.guest.stub import BsdSocketStub, _std
 
 
 def install() -> None:

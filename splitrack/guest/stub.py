@@ -46,13 +46,13 @@ from typing import Any
 
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
-from splitrack import handles, shortcuts
-from splitrack.bell import Bell
-from splitrack.connecting import Connecting
-from splitrack.nic_path import NicPath
-from splitrack.runtime import FORKED, runtime
-from splitrack.sockargs import bytes_view, err, ipv4, timeout_value, warn_host_socket
-from splitrack.sockopts import LINGER, RCVLOWAT, Options
+from splitrack.guest import handles, shortcuts
+from splitrack.guest.bell import Bell
+from splitrack.guest.connecting import Connecting
+from splitrack.guest.nic_path import NicPath
+from splitrack.guest.runtime import FORKED, runtime
+from splitrack.guest.sockargs import bytes_view, err, ipv4, timeout_value, warn_host_socket
+from splitrack.guest.sockopts import LINGER, RCVLOWAT, Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM

@@ -48,7 +48,7 @@ import psutil
 from fit_rpc import Op, codec
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from native.fitring import spin_yield
-from splitrack import handles
+from splitrack.guest import handles
 from splitrack.params import (
     PEER_CHECK_S,
     SHORTCUT_CONNECT_WAIT_S,

@@ -1,6 +1,6 @@
 """Run by Python at start-up in every program `splitrack run` starts (this
 directory is first on its PYTHONPATH): the program's sockets become the rack's
-(splitrack/rsocket.py). A program that cannot load them stops here with exit
+(splitrack/guest/rsocket.py). A program that cannot load them stops here with exit
 status 127 rather than run silently on the host's network."""
 
 import os
@@ -12,7 +12,7 @@ if os.environ.get("SPLITRACK_RUN_DIR"):
     except ImportError:
         pass
     try:
-        from splitrack import rsocket
+        from splitrack.guest import rsocket
     except Exception as exc:  # e.g. a Python without splitrack installed
         sys.stderr.write(f"splitrack: cannot load the rack's socket module in {sys.executable}: "
                          f"{exc}\n")

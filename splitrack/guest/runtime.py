@@ -5,7 +5,7 @@ pMonitor gives a launched program (SPLITRACK_PCOMPONENT, SPLITRACK_GLOBAL,
 SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_LOOPBACK, SPLITRACK_SHORTCUTS,
 SPLITRACK_PACKING):
 
-- `vm`: the process's VirtualMemory (splitrack.vm), whose FIT endpoint
+- `vm`: the process's VirtualMemory (splitrack.guest.vm), whose FIT endpoint
   ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
   stubs may be used from several threads.
 - an inbox (shm://RUN_DIR/pN.PID.fit, on the rack's transport) for the pushes
@@ -59,7 +59,8 @@ from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
 from native import stubpath
 from native.fitring import spin_yield
-from splitrack import handles, shortcuts
+from splitrack.guest import handles, shortcuts
+from splitrack.guest.vm import VirtualMemory, _this
 from splitrack.params import (
     FIT_POLL_US,
     PACK_DELAY_S,
@@ -70,7 +71,6 @@ from splitrack.params import (
     STUB_FOLLOWER_SLICE_S,
     STUB_LEADER_SLICE_S,
 )
-from splitrack.vm import VirtualMemory, _this
 
 _STUB_ID = SK   # every push starts with the stub's id
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,

@@ -22,11 +22,11 @@ from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.netpath import pack_connect, unpack_connected
-from splitrack import shortcuts
-from splitrack.nic_path import NicPath
+from splitrack.guest import shortcuts
+from splitrack.guest.nic_path import NicPath
+from splitrack.guest.sockargs import err
+from splitrack.guest.sockopts import LINGER
 from splitrack.params import CONNECT_TIMEOUT_S
-from splitrack.sockargs import err
-from splitrack.sockopts import LINGER
 
 
 class Connecting:

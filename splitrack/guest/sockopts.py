@@ -28,7 +28,7 @@ import struct
 from typing import Any
 
 from fit_rpc import Op
-from splitrack.sockargs import err
+from splitrack.guest.sockargs import err
 
 SOL_SOCKET = _socket_module.SOL_SOCKET
 FORWARDED = {(SOL_SOCKET, o) for o in (
