@@ -6,13 +6,13 @@ own; every handle's is a dup of it: handles.py), `_bell` the other end:
 
 - readable exactly while data, EOF, an error or a connection waits: `_rung` is
   the state, and once the runtime is threaded (a program selects, so fileno()
-  was asked for) a byte written from `_bell` mirrors it (`_ring`, `_hush`);
+  was asked for) a byte written from `_bell` mirrors it (`wake`, `_hush`);
   before, nobody outside selects on it, and the two syscalls are saved;
 - writable exactly while a send would not block: while the send window is
   full, the other direction (`_fd` to `_bell`) is kept full -- `_fd`'s
   SO_SNDBUF is the kernel's least, so one 4 KiB write fills it -- and drained
   when the window opens again, the socket breaks, shuts down or closes
-  (`_wake_senders`, `_sync_writable`).
+  (`wake_senders`, `_sync_writable`).
 
 A pipe shortcut's fileno() is the pipe's end, exact by itself (`_bell` None).
 """
@@ -35,7 +35,7 @@ class Bell:
             self._rt.go_threaded()
         return _socket.socket.fileno(self)   # this handle's descriptor (handles.py)
 
-    def _ring(self) -> None:
+    def wake(self) -> None:
         if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
             self._rung = True
             if self._rt.threaded:
@@ -50,7 +50,7 @@ class Bell:
                 except BlockingIOError:
                     pass   # rung before the switch to threaded: no byte was written
 
-    def _sync_bell(self) -> None:
+    def sync_bell(self) -> None:
         """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
         the path holds no sends back (nic_path.py, packing)."""
         with self._lock:
@@ -61,7 +61,7 @@ class Bell:
             if sync is not None:
                 sync()
 
-    def _wake_senders(self) -> None:
+    def wake_senders(self) -> None:
         """(lock held) What a sender waits for changed: waiters wake, and fileno()'s
         writability follows."""
         self._cond.notify_all()
@@ -71,7 +71,7 @@ class Bell:
     def _sync_writable(self) -> None:
         if self._bell is None:   # a pipe's fileno is writable by itself
             return
-        shut = self._path is not None and not self._can_send()
+        shut = self._path is not None and not self.can_send()
         if shut == self._clogged:
             return
         self._clogged = shut

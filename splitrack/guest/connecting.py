@@ -22,7 +22,6 @@ from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.netpath import pack_connect, unpack_connected
-from splitrack.guest import shortcuts
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.sockargs import err
 from splitrack.guest.sockopts import LINGER
@@ -53,13 +52,13 @@ class Connecting:
         except OSError as exc:
             with self._lock:
                 self._error = exc.errno or errno.EIO
-                self._ring()
+                self.wake()
         raise BlockingIOError(errno.EINPROGRESS, os.strerror(errno.EINPROGRESS))
 
     def _connect(self, ip: str, port: int, wait: bool) -> None:
         """Connect by a shortcut or through a skeleton. wait=False: a handshake the
         kernel has not finished is left to STUB_CONNECTED (`_pending`, `_settle`)."""
-        if shortcuts.try_connect(self, ip, port):
+        if self._shortcut_connect(ip, port):   # (shortcuts.py)
             return
         path = NicPath(self, self._mode)
         args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
@@ -122,7 +121,7 @@ class Connecting:
         except OSError as exc:
             with self._lock:
                 self._error = exc.errno or errno.EIO
-                self._ring()
+                self.wake()
 
     def _await_connect(self, nonblocking: bool) -> None:
         """A send or recv on a socket whose non-blocking connect is pending: EAGAIN if

@@ -77,7 +77,7 @@ _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 class NicPath:
     def __init__(self, stub: Any, mode: str):
         self.stub = stub
-        self.rt = stub._rt
+        self.rt = stub.runtime
         self.vm = self.rt.vm
         self.name = mode
         self.buffers = self.rt.buffers(mode)
@@ -99,7 +99,7 @@ class NicPath:
         the program does not select (the runtime is not threaded). Called whenever one
         of those changes."""
         self.c.pack = bool(self.rt.packing and not self.rt.threaded
-                           and not self.stub._opts.get(_NODELAY))
+                           and not self.stub.option(*_NODELAY))
 
     # ---- the flusher reads these without the stub's lock (runtime._flush_held) ----------
     @property
@@ -139,23 +139,23 @@ class NicPath:
                 self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, c.unacked))
                 c.unacked = 0
             if c.rhead == c.rtail:
-                self.stub._drained()
+                self.stub.drained()
         return k if view is not None else bytes(out)
 
     def pushed(self, op: int, payload: memoryview) -> None:
         if op == Op.STUB_DATA:   # n more bytes in the receive ring's lines (dDDIO wrote them)
             self.c.rtail += SK_N.unpack_from(payload)[1]
-            self.stub._ring()
+            self.stub.wake()
         elif op == Op.STUB_DATA_DMA:   # ... at the home (dDMA): the cached lines are stale
             n = SK_N.unpack_from(payload)[1]
             for addr, k in ring_pieces(self._rbuf, self.c.rtail, n):
                 self.vm.written_elsewhere(addr, k)
             self.c.rtail += n
-            self.stub._ring()
+            self.stub.wake()
         elif op == Op.STUB_SENT:
             self.c.credit += SK_N.unpack_from(payload)[1]
             self.announce_held()
-            self.stub._wake_senders()
+            self.stub.wake_senders()
 
     # ---- sending ------------------------------------------------------------------------------
     def put(self, chunk: bytes | memoryview) -> int:
@@ -212,9 +212,7 @@ class NicPath:
                         self._announce()
             except OSError as exc:
                 _announced(self.c)   # dropped: the connection is broken (no retries)
-                self.stub._error = self.stub._error or exc.errno or errno.EIO
-                self.stub._ring()
-                self.stub._wake_senders()
+                self.stub.set_error(exc.errno or errno.EIO)
 
     def _announce(self) -> None:
         """The held bytes to the skeleton, in one message: DDIO, N_SEND (the skeleton
@@ -247,18 +245,21 @@ class NicPath:
     # ---- waiting: the process's inbox brings what the skeleton says (runtime.wait) -----------
     def wait_readable(self, deadline: float | None) -> bool:
         self._before_waiting()
-        return self.rt.wait(self.stub._readable, deadline, self.stub._park_readable)
+        return self.rt.wait(self.stub.readable, deadline, self.stub.park_readable)
 
     def wait_writable(self, deadline: float | None) -> bool:
         self._before_waiting()
-        return self.rt.wait(self.stub._can_send, deadline, self.stub._park_writable)
+        return self.rt.wait(self.stub.can_send, deadline, self.stub.park_writable)
 
     def _before_waiting(self) -> None:
         if self.c.held:   # a stub that waits holds nothing back (the answer may depend on it)
-            with self.stub._lock:
+            with self.stub.lock:
                 self.announce_held()
 
     # ---- the end ------------------------------------------------------------------------------
+    def shutdown(self, how: int) -> None:
+        pass   # the stub tells the skeleton itself (N_SHUTDOWN), after announce_held()
+
     def release(self) -> None:
         """The buffers back to the runtime (the socket closed, or never connected)."""
         self.rt.unhold(self)

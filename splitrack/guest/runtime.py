@@ -17,7 +17,7 @@ SPLITRACK_PACKING):
       thread hop: a cross-thread wake-up costs ~40 us a round trip here.
     threaded (once a program asks for a socket's fileno(), to select on it):
       one inbox thread reads it, and rings the stubs' descriptors.
-  The channels of FIT shortcuts (shortcuts.FitPath) are read likewise: inline
+  The channels of FIT shortcuts (fit_path.FitPath) are read likewise: inline
   by a thread waiting on that socket, threaded by the inbox thread, which
   watches every channel `watch()` gave it beside the inbox: it spins on all of
   them for rack.poll_us, then arms each and sleeps in poll() on their
@@ -254,7 +254,7 @@ class Runtime:
                 age = clock() - path.held_since   # a plain read: no lock to look
                 if not path.held or age < PACK_DELAY_S:
                     continue   # sent by the program meanwhile, or a younger batch
-                lock = path.stub._lock   # the program may be in a call on that socket:
+                lock = path.stub.lock   # the program may be in a call on that socket:
                 if not lock.acquire(blocking=age >= 2 * PACK_DELAY_S):   # the watch rings
                     continue                                             # again
                 try:
@@ -304,7 +304,7 @@ class Runtime:
             self.threaded = True
             threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
         for stub in list(self.stubs.values()):
-            stub._sync_bell()   # its fileno() rings from now on, and it holds no sends back
+            stub.sync_bell()   # its fileno() rings from now on, and it holds no sends back
 
     def watch(self, path: Any) -> None:
         """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""
@@ -402,7 +402,7 @@ class Runtime:
     def _push(self, msg: Message) -> None:
         stub = self.stubs.get(_STUB_ID.unpack_from(msg.payload)[0])
         if stub is not None:
-            stub._pushed(msg.op, msg.payload)
+            stub.pushed(msg.op, msg.payload)
         elif msg.op == Op.STUB_SC_CONNECT:   # a listener closed meanwhile: say so
             shortcuts.refuse(self, codec.decode(msg.payload[4:])[0])
         # any other push for a stub closed meanwhile is dropped
@@ -415,12 +415,12 @@ class Runtime:
         if not self._checking.acquire(blocking=False):
             return   # another thread is at it
         try:
-            for n in {stub._n for stub in list(self.stubs.values()) if stub._n}:
+            for n in {s.ncomponent for s in list(self.stubs.values()) if s.ncomponent}:
                 if self._alive(n):
                     continue
                 for stub in list(self.stubs.values()):
-                    if stub._n == n:
-                        stub._component_gone()
+                    if stub.ncomponent == n:
+                        stub.component_gone()
                 self._owners = {ip: o for ip, o in self._owners.items() if o != n}
                 if self._nic is not None and self._nic[1] == n:
                     self._nic = None
@@ -453,7 +453,7 @@ class Runtime:
         without a waiter."""
         self.check_components()
         for stub in list(self.stubs.values()):
-            check = getattr(stub._path, "check_peer", None)
+            check = getattr(stub.path, "check_peer", None)
             if check is not None:
                 check()
         return self._stop
@@ -466,7 +466,7 @@ class Runtime:
             return
         for stub in list(self.stubs.values()):
             try:
-                stub._close_connection()   # (whatever handles of it are open)
+                stub.close_connection()   # (whatever handles of it are open)
             except OSError:
                 pass
         self._stop = True
@@ -495,9 +495,7 @@ def _after_fork_in_child() -> None:
         return
     _runtime.forked = True
     for stub in list(_runtime.stubs.values()):   # (each shared state: every handle of it)
-        stub._dead = True
-        stub._lock = threading.Lock()
-        stub._cond = threading.Condition(stub._lock)
+        stub.after_fork()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

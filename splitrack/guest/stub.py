@@ -8,14 +8,19 @@ bsdSocketSkeleton, which holds the real kernel socket; from then on stub and
 skeleton talk directly (runtime.py carries the messages).
 
 This file is the socket API and the connection's state (addresses, timeouts,
-EOF, errors, the accept queue); connect() is connecting.py's, the socket
-options sockopts.py's, fileno()'s readiness bell.py's, and what the API takes
-and says (errors, addresses, timeouts) sockargs.py's. A connected stub's bytes take a path object:
+EOF, errors, the accept queue); its parts are mixins in files of their own,
+each over the same state: connect() is connecting.py's, the shortcuts'
+connect and accept shortcuts.py's, recv receiving.py's, send sending.py's,
+the socket options sockopts.py's, fileno()'s readiness bell.py's, and what
+the API takes and says (errors, addresses, timeouts) sockargs.py's. A
+connected stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
-`set_rack_mode()`), or, to a listener of the rack, a shortcut: `PipePath`
-(same pComponent) or `FitPath` (shortcuts.py). Path methods run with the
-stub's lock held.
+`set_rack_mode()`), or, to a listener of the rack, a shortcut (shortcuts.py):
+`PipePath` (same pComponent: pipe_path.py) or `FitPath` (fit_path.py). Every
+path implements datapath.py's `DataPath`, runs with the stub's lock held, and
+speaks to the stub through its public face only (below: wake, wake_senders,
+drained, set_eof, set_error, enqueue_accept, take_over, the waits' tests).
 
 fileno() is a real descriptor (one end of a socketpair) that is readable
 exactly while data, EOF, an error or a connection waits, and writable exactly
@@ -46,21 +51,22 @@ from typing import Any
 
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
-from splitrack.guest import handles, shortcuts
+from splitrack.guest import handles
 from splitrack.guest.bell import Bell
 from splitrack.guest.connecting import Connecting
+from splitrack.guest.fit_path import PEER_CLOSED
 from splitrack.guest.nic_path import NicPath
+from splitrack.guest.receiving import Receiving
 from splitrack.guest.runtime import FORKED, runtime
-from splitrack.guest.sockargs import bytes_view, err, ipv4, timeout_value, warn_host_socket
-from splitrack.guest.sockopts import LINGER, RCVLOWAT, Options
+from splitrack.guest.sending import Sending
+from splitrack.guest.shortcuts import Shortcuts
+from splitrack.guest.sockargs import err, ipv4, timeout_value, warn_host_socket
+from splitrack.guest.sockopts import LINGER, Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
-_PEEK, _DONTWAIT, _NOSIGNAL, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
-    _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_NOSIGNAL,
-    _socket_module.MSG_WAITALL))
 _DATA_OPS = frozenset(int(op) for op in (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_SENT,
                                           Op.STUB_SC_DATA, Op.STUB_SC_CREDIT))
 
@@ -75,7 +81,8 @@ class _Meta(type):
         return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
-class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
+class BsdSocketStub(Connecting, Shortcuts, Receiving, Sending, Options, Bell, _std,
+                    metaclass=_Meta):
     # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
     # the connection's, shared by every handle of it (handles.py: dup, fromfd)
     __slots__ = ("__dict__", "_timeout", "_gone")
@@ -168,6 +175,73 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
             raise err(errno.ENOTCONN)
         return self._peer
 
+    # ---- its public face: what its data paths and its runtime use (datapath.py) --------------
+    # (with the stub's lock held, as a path's methods run, unless it says otherwise)
+    @property
+    def runtime(self) -> Any:
+        """The process's rack runtime (runtime.py)."""
+        return self._rt
+
+    @property
+    def lock(self) -> threading.Condition:
+        """The stub's lock, as a Condition: `with stub.lock` takes it."""
+        return self._cond
+
+    @property
+    def path(self) -> Any:
+        """The connection's data path (datapath.py), None before it has one."""
+        return self._path
+
+    @property
+    def ncomponent(self) -> str | None:
+        """The nComponent that holds its skeleton (None: none yet, or a shortcut)."""
+        return self._n
+
+    def option(self, level: int, opt: int) -> int | None:
+        """The value the program set for a socket option (None: never set)."""
+        return self._opts.get((level, opt))
+
+    def set_eof(self) -> None:
+        """The peer sends no more: recv reads what is buffered, then b""."""
+        self._eof = True
+
+    def set_error(self, code: int, after_eof: bool = True) -> None:
+        """The connection failed with errno `code`, unless an error waits already (or,
+        after_eof False, the peer had sent EOF: what it sent is all there): the next
+        call reports it, once. Waiters wake either way."""
+        if not self._error and (after_eof or not self._eof):
+            self._error = code
+        self.wake()
+        self.wake_senders()
+
+    def enqueue_accept(self, info: dict[str, Any]) -> None:
+        """A connection for accept(): {"stub": the accepted stub} (a shortcut's), or
+        the skeleton's STUB_ACCEPT {sk, peer, local}."""
+        self._accepts.append(info)
+        self.wake()
+
+    def take_over(self, fd: int) -> Any:
+        """fileno() becomes fd's end (a pipe shortcut's): fd is dup2'ed over the
+        descriptor of the connection and of every handle (handles.py) and closed; the
+        bell goes, fd's readiness is its own. Returns the stub's own socket object,
+        now fd's end."""
+        for own in handles.live_fds(self):
+            os.dup2(fd, own, inheritable=False)
+        os.close(fd)
+        handles.rekey(self)
+        os.set_blocking(self._fd, False)
+        self._bell.close()
+        self._bell = None
+        return self._own
+
+    def after_fork(self) -> None:
+        """(no lock: the child's) This process is a fork()ed child of the one that made
+        the socket: it is closed here (EBADF), and its locks are new -- a thread of
+        the parent may have held them at the fork (runtime.py)."""
+        self._dead = True
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+
     def set_rack_mode(self, mode: str) -> None:
         """This socket's data path, "dma" or "ddio" (before connect or accept)."""
         if mode not in ("dma", "ddio"):
@@ -201,21 +275,21 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
         if self._path is not None:
             ok = self._path.wait_readable(deadline)
         else:   # a listener's accept queue, or nothing yet (recv on an unconnected socket)
-            ok = self._rt.wait(self._readable, deadline, self._park_readable)
+            ok = self._rt.wait(self.readable, deadline, self.park_readable)
         if not ok:
             raise TimeoutError("timed out")
 
-    def _readable(self) -> bool:
+    def readable(self) -> bool:
         return self._rung or self._dead
 
-    def _park_readable(self, timeout: float | None) -> None:
+    def park_readable(self, timeout: float | None) -> None:
         _poll(self._fd, timeout)
 
-    def _park_writable(self, timeout: float | None) -> None:
+    def park_writable(self, timeout: float | None) -> None:
         with self._cond:
-            self._cond.wait_for(self._can_send, timeout)
+            self._cond.wait_for(self.can_send, timeout)
 
-    def _can_send(self) -> bool:
+    def can_send(self) -> bool:
         if self._pending is not None:   # a non-blocking connect's handshake goes on
             return self._connect_ended()
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
@@ -287,202 +361,6 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
             conn._send_linger(quiet=True)
         return conn, conn._peer
 
-    # ---- receiving ---------------------------------------------------------------------------
-    def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        if bufsize < 0:
-            raise ValueError("negative buffersize in recv")
-        return self._recv(bufsize, flags, None)
-
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        view = memoryview(buffer).cast("B")
-        if nbytes < 0:
-            raise ValueError("negative buffersize in recv_into")
-        if nbytes > len(view):
-            raise ValueError("buffer too small for requested bytes")
-        return self._recv(nbytes or len(view), flags, view)
-
-    def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
-        return self.recv(bufsize, flags), None   # a connected stream: no address, as Linux
-
-    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
-        return self.recv_into(buffer, nbytes, flags), None
-
-    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> tuple:
-        return self.recv(bufsize, flags), [], 0, None
-
-    def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0,
-                address: Any = None) -> int:
-        if ancdata or address is not None:
-            raise err(errno.EOPNOTSUPP)
-        return self.send(b"".join(bytes(memoryview(b).cast("B")) for b in buffers), flags)
-
-    def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
-        raise err(errno.EISCONN if self._peer is not None else errno.EOPNOTSUPP)
-
-    def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
-        """recv (view None: returns bytes) or recv_into (returns the count)."""
-        if self._dead or self._gone:
-            raise err(errno.EBADF)
-        if flags & ~(_PEEK | _DONTWAIT | _WAITALL):
-            raise err(errno.EOPNOTSUPP)
-        if want == 0:
-            return b"" if view is None else 0
-        if self._timeout is None and not flags & (_PEEK | _DONTWAIT):
-            if flags & _WAITALL:
-                return self._recv_all(want, view, want)
-            lowat = self._opts.get(RCVLOWAT)   # (sockopts.py)
-            if lowat and lowat > 1:
-                return self._recv_all(want, view, min(lowat, want))
-        return self._recv_some(want, flags, view)
-
-    def _recv_some(self, want: int, flags: int, view: memoryview | None) -> Any:
-        """What is there, up to `want` (waiting, as the timeout says, for something)."""
-        if self._pending is not None:   # a non-blocking connect not settled yet
-            self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
-        deadline = self._deadline()
-        lock = self._lock
-        while True:
-            lock.acquire()   # (not `with`: a hot path, and `with` costs 0.25 us more here)
-            try:
-                got = self._take(want, view, peek=bool(flags & _PEEK))
-            finally:
-                lock.release()
-            if got is not None:
-                return got
-            if flags & _DONTWAIT and self._timeout is None:   # (with a timeout, CPython
-                raise BlockingIOError(errno.EAGAIN,            # waits first, as here)
-                                      "Resource temporarily unavailable")
-            self._wait_readable(deadline)
-
-    def _recv_all(self, want: int, view: memoryview | None, target: int) -> Any:
-        """A blocking recv that waits for `target` bytes (MSG_WAITALL: all it asked for;
-        SO_RCVLOWAT: that many), EOF or an error, and returns up to `want`; an error
-        after some bytes returns them, and the next call reports it (as Linux does).
-        (With a timeout CPython's socket is non-blocking, where the kernel ignores
-        MSG_WAITALL: so does the caller, and SO_RCVLOWAT too.)"""
-        out, got = bytearray(), 0
-        while got < target:
-            try:
-                part = self._recv_some(want - got, 0, None if view is None else view[got:])
-            except OSError as exc:
-                if not got or not exc.errno:
-                    raise
-                with self._lock:   # reported by the next call
-                    self._error, self._broken = exc.errno, False
-                break
-            if not part:
-                break
-            if view is None:
-                out += part
-                got += len(part)
-            else:
-                got += part
-        return bytes(out) if view is None else got
-
-    def _take(self, want: int, view: memoryview | None, peek: bool) -> Any:
-        """Received bytes (lock held): bytes, or a count when reading into `view`;
-        an empty result at EOF; None if the caller must wait."""
-        if self._path is not None and not self._broken:
-            got = self._path.take(want, view, peek)
-            if got is not None:
-                return got
-        if self._error:   # reported once, as Linux does; then the socket is broken
-            code, self._error, self._broken = self._error, 0, True
-            raise err(code)
-        if self._eof or self._shut_rd or self._broken or self._dead:
-            return b"" if view is None else 0
-        if self._peer is None:
-            raise err(errno.ENOTCONN)
-        return None
-
-    def _drained(self) -> None:
-        """The path has no more buffered bytes: fileno() stops being readable."""
-        if not (self._eof or self._error or self._shut_rd):
-            self._hush()
-
-    # ---- sending -----------------------------------------------------------------------------
-    def send(self, data: Any, flags: int = 0) -> int:
-        return self._send_now(data if type(data) is bytes else bytes_view(data), flags)
-
-    def _send_now(self, view: bytes | memoryview, flags: int) -> int:
-        """send(): one put if the socket can send and the window takes it all (the hot
-        case); the general loop (`_send`) for the rest."""
-        sent = 0
-        if view and not flags:
-            lock = self._lock
-            lock.acquire()   # (not `with`: the hot path, and `with` costs 0.25 us more)
-            try:
-                path = self._path
-                if path is not None and self._peer is not None and not (
-                        self._error or self._shut_wr or self._broken or self._dead
-                        or self._peer_gone or self._gone):
-                    sent = path.put(view)
-                    if self._rt.threaded:   # a full window: fileno() is not writable
-                        self._sync_writable()
-            finally:
-                lock.release()
-            if path is not None and path.pump_due:   # a program that only sends
-                path.pump()
-            if sent == len(view) or (sent and self._timeout == 0.0):
-                return sent
-        if not sent:
-            return self._send(view, flags)
-        try:   # the window took part of it: a blocking send waits for room for the rest
-            return sent + self._send(memoryview(view)[sent:], flags)
-        except TimeoutError as exc:
-            if type(exc) is not TimeoutError:   # FitTimeout: the rack failed, not the wait
-                raise
-            return sent
-
-    def _send(self, view: bytes | memoryview, flags: int) -> int:
-        if flags & ~(_DONTWAIT | _NOSIGNAL):
-            raise err(errno.EOPNOTSUPP)
-        view = memoryview(view)   # slices of what is left: no copies
-        nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
-        if self._pending is not None:   # a non-blocking connect not settled yet
-            self._await_connect(nonblocking)
-        deadline = None   # computed if it must wait (this is the hot path)
-        sent, total = 0, len(view)
-        while True:
-            with self._lock:
-                if self._error or self._shut_wr or self._broken or self._dead or \
-                        self._peer is None or self._peer_gone or self._gone:
-                    self._check_sendable()
-                if sent < total:
-                    sent += self._path.put(view if not sent else view[sent:])
-                    if self._rt.threaded:
-                        self._sync_writable()
-            if self._path.pump_due:   # a program that only sends
-                self._path.pump()
-            if sent == total or (sent and nonblocking):
-                return sent
-            if nonblocking:
-                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            if deadline is None and self._timeout is not None:
-                deadline = time.monotonic() + self._timeout
-            if not self._path.wait_writable(deadline):
-                if sent:
-                    return sent
-                raise TimeoutError("timed out")
-
-    def _check_sendable(self) -> None:
-        if self._dead or self._gone:
-            raise err(errno.EBADF)
-        if self._error:
-            code, self._error, self._broken = self._error, 0, True
-            raise err(code)
-        if self._shut_wr or self._broken or self._peer_gone or self._peer is None:
-            raise err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        view = data if type(data) is bytes else bytes_view(data)
-        done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
-        while done < len(view):
-            done += self._send(memoryview(view)[done:], flags)
-
-    def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
-        return self._sendfile_use_send(file, offset, count)
-
     # ---- shutdown, close, options --------------------------------------------------------------
     def shutdown(self, how: int) -> None:
         self._alive()
@@ -493,10 +371,10 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
         with self._lock:
             if how in (_socket_module.SHUT_RD, _socket_module.SHUT_RDWR):
                 self._shut_rd = True
-                self._ring()
+                self.wake()
             if how in (_socket_module.SHUT_WR, _socket_module.SHUT_RDWR):
                 self._shut_wr = True
-                self._wake_senders()
+                self.wake_senders()
             if self._path is not None and self._n is None:   # a shortcut: no skeleton
                 self._path.shutdown(how)
                 return
@@ -509,10 +387,10 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
         if last is None:
             return   # closed already, or detached
         if last:   # else another handle is open: only this one's descriptor closes
-            self._close_connection()
+            self.close_connection()
         super()._real_close()
 
-    def _close_connection(self) -> None:
+    def close_connection(self) -> None:
         """The connection's end, whatever handles are open (the last one closed, or the
         process exits: runtime.close)."""
         if self._rt.forked:   # a fork()ed child's copy: its descriptors, nothing more
@@ -581,18 +459,18 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
         except OSError as exc:  # the errno Linux would give, with Linux's words
             raise err(exc.errno or errno.EIO) from None
 
-    def _component_gone(self) -> None:
+    def component_gone(self) -> None:
         """Its nComponent died (Runtime.check_components): a connection is reset, any
         other socket's NIC is down. Waiters wake and see it."""
         with self._lock:
             if self._dead or self._error:
                 return
             self._error = errno.ECONNRESET if self._peer is not None else errno.ENETDOWN
-            self._ring()
-            self._wake_senders()
+            self.wake()
+            self.wake_senders()
 
     # ---- pushes from the skeleton (the inbox reader), or a FIT shortcut's channel -------------
-    def _pushed(self, op: int, payload: memoryview) -> None:
+    def pushed(self, op: int, payload: memoryview) -> None:
         lock = self._lock   # the Condition's own lock
         lock.acquire()      # (not `with`: the hot path, and `with` costs 0.25 us more here)
         try:
@@ -602,26 +480,25 @@ class BsdSocketStub(Connecting, Options, Bell, _std, metaclass=_Meta):
                 if self._path is not None:
                     self._path.pushed(op, payload)
             elif op == Op.STUB_ACCEPT:
-                self._accepts.append(codec.decode(payload[SK.size:])[0])
-                self._ring()
+                self.enqueue_accept(codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CONNECTED:
                 answer = codec.decode(payload[SK.size:])[0]
                 if answer.get("until") == self._attempt:   # else a shortcut's answer
                     self._connected = answer                # that came too late
                     if self._pending is not None and "errno" in answer:
-                        self._ring()   # a failed non-blocking connect: readable too
-                    self._wake_senders()
+                        self.wake()   # a failed non-blocking connect: readable too
+                    self.wake_senders()
             elif op == Op.STUB_SC_CONNECT:
-                shortcuts.accept(self, codec.decode(payload[SK.size:])[0])
+                self._shortcut_accept(codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CLOSED:
                 code = SK_ERR.unpack_from(payload)[1]
                 if code > 0:
                     self._error = code
-                else:   # 0: EOF; shortcuts.PEER_CLOSED: EOF, and the peer takes no more
+                else:   # 0: EOF; PEER_CLOSED: EOF, and the peer takes no more
                     self._eof = True
-                    self._peer_gone = self._peer_gone or code == shortcuts.PEER_CLOSED
-                self._ring()
-                self._wake_senders()
+                    self._peer_gone = self._peer_gone or code == PEER_CLOSED
+                self.wake()
+                self.wake_senders()
         finally:
             lock.release()
 

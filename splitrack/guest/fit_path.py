@@ -1,0 +1,231 @@
+"""A FIT shortcut's data path: two programs on different pComponents, over a FIT channel.
+
+The intra-rack shortcut between two stubs of different pComponents (shortcuts.py
+makes it, at connect() and at accept()) is a FIT channel of the two stubs' own
+(Endpoint.channel, beside the processes' inboxes): STUB_SC_DATA, STUB_SC_CREDIT
+and STUB_CLOSED in order, windows as on the ordinary path. `FitPath` is the
+stub's data path over it (datapath.py), and uses only the stub's public face.
+Its reader is a thread waiting on the socket (as a pipe's; the process's inbox
+is looked at between slices), or, once the process is threaded, the inbox
+thread (Runtime.watch). Ends: close or SHUT_WR is EOF for the peer; a peer that
+closed makes later sends EPIPE (STUB_CLOSED with PEER_CLOSED); one that dies
+is found by its PID within PEER_CHECK_S (a waiting stub, or the inbox thread)
+and is ECONNRESET. Its methods run with the stub's lock held, but for the
+waits and the reader's.
+"""
+
+import errno
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import psutil
+
+from fit_rpc import Op
+from fit_rpc.netpath import SK, SK_ERR, SK_N
+from splitrack.params import (
+    PEER_CHECK_S,
+    SHORTCUT_FIT_WINDOW_BYTES,
+    SKELETON_LINGER_S,
+    SOCKET_BUFFER_BYTES,
+    SOCKET_CREDIT_BYTES,
+    STUB_FOLLOWER_SLICE_S,
+    STUB_PUSH_TIMEOUT_S,
+)
+from splitrack.rundir import identify
+
+PEER_CLOSED = -1       # STUB_CLOSED's value when a FIT peer closed (not only SHUT_WR)
+_SC_DATA, _SC_CREDIT = int(Op.STUB_SC_DATA), int(Op.STUB_SC_CREDIT)   # plain ints: faster
+# Credit goes back once this much was read: the same share of the window as on the
+# ordinary path. (A credit that comes ahead of an answer costs its reader a wake-up.)
+_FIT_CREDIT_BYTES = SHORTCUT_FIT_WINDOW_BYTES * SOCKET_CREDIT_BYTES // SOCKET_BUFFER_BYTES
+
+
+class FitPath:
+    """Different pComponents: a FIT channel between the two stubs.
+
+    `reading` is held by whoever reads the channel: a waiting thread for a slice,
+    or the inbox thread for as long as it watches it; whoever holds it once the
+    path is released closes the channel (`let_go`)."""
+
+    name = "fit"
+    pump_due = False   # (a NicPath's: its sender reads the inbox)
+
+    def __init__(self, stub: Any, peer: str, peer_stub: int = 0, channel: str | None = None):
+        self.stub, self.rt = stub, stub.runtime
+        self.peer = peer
+        pid = int(peer.split(".")[1])
+        try:
+            self.peer_created = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            self.peer_created = 0.0
+        self.peer_pid = pid
+        # what the stub sent before close() still leaves, as a closed skeleton's does
+        self.channel = self.rt.channel(peer, SKELETON_LINGER_S)
+        self.reading = threading.Lock()
+        self.released = False
+        self.rx: deque[memoryview] = deque()   # received chunks, in order
+        self.unacked = 0
+        self.credit = SHORTCUT_FIT_WINDOW_BYTES
+        self.closed_sent = False
+        self.checked = time.monotonic()
+        self.peer_stub, self.head = 0, b""
+        if channel is not None:
+            try:
+                self.connected(peer_stub, channel)
+            except OSError:
+                self.channel.close()
+                raise
+        self.rt.watch(self)
+
+    def connected(self, peer_stub: int, channel: str) -> None:
+        """The peer stub's id and channel (the connector learns them from the answer)."""
+        self.channel.connect(channel)
+        self.peer_stub = peer_stub
+        self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
+
+    def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
+        rx = self.rx
+        if not rx:
+            return None
+        data = rx[0]
+        if len(data) > want:
+            data = data[:want]
+            if not peek:
+                rx[0] = rx[0][want:]
+        elif not peek:
+            rx.popleft()
+        k = len(data)
+        if not peek:
+            self.unacked += k
+            if self.unacked >= _FIT_CREDIT_BYTES:
+                self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
+                self.unacked = 0
+            if not rx:
+                self.stub.drained()
+        if view is None:
+            return bytes(data)
+        view[:k] = data
+        return k
+
+    def pushed(self, op: int, payload: memoryview) -> None:
+        if op == _SC_CREDIT:   # (data is delivered by _deliver)
+            self.credit += SK_N.unpack_from(payload)[1]
+            self.stub.wake_senders()
+
+    def put(self, chunk: memoryview) -> int:
+        n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
+        if n:
+            try:
+                self.channel.send(_SC_DATA, chunk if n == len(chunk) else chunk[:n],
+                                  STUB_PUSH_TIMEOUT_S, self.head)
+            except OSError:   # the peer's end takes nothing: it is gone
+                raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)) from None
+            self.credit -= n
+        return n
+
+    def _tell(self, op: int, payload: bytes) -> bool:
+        """One message to the peer stub; False if its end takes none (it is gone)."""
+        try:
+            self.channel.send(op, payload, STUB_PUSH_TIMEOUT_S)
+            return True
+        except OSError:
+            return False
+
+    def can_send(self) -> bool:
+        return self.credit > 0
+
+    # ---- waiting: the waiter reads the channel, unless another thread does ----------------
+    def wait_readable(self, deadline: float | None) -> bool:
+        return self._wait(self.stub.readable, deadline, self.stub.park_readable)
+
+    def wait_writable(self, deadline: float | None) -> bool:
+        return self._wait(self.stub.can_send, deadline, self.stub.park_writable)
+
+
+    def _wait(self, ready: Any, deadline: float | None, park: Any) -> bool:
+        """Until ready() (True) or the deadline (False)."""
+        while not ready():
+            if self.released:
+                return True   # closed meanwhile: the caller finds out
+            if deadline is None:
+                most = PEER_CHECK_S
+            else:
+                most = min(deadline - time.monotonic(), PEER_CHECK_S)
+                if most <= 0:
+                    return False
+            if not self.reading.acquire(blocking=False):
+                # the inbox thread reads it (and rings the stub), or another waiter does
+                park(most if self.rt.threaded else min(most, STUB_FOLLOWER_SLICE_S))
+                self.check_peer()
+                continue
+            try:
+                if not ready():
+                    self._read(most)
+            finally:
+                self.let_go()
+        return True
+
+    def _read(self, timeout: float) -> None:
+        got = self.channel.recv(timeout)
+        if got is not None:
+            self._deliver(*got)
+        else:   # a slice went by: the process's inbox's turn; is the peer alive?
+            self.rt.pump()
+            self.check_peer()
+
+    def _deliver(self, op: int, payload: memoryview) -> None:
+        """A message from the channel, by its reader (the stub's lock not held)."""
+        if op != _SC_DATA:
+            self.stub.pushed(op, payload)   # credit, STUB_CLOSED
+            return
+        stub = self.stub
+        with stub.lock:
+            if len(payload) > SK.size:   # (a closed stub's path is released: harmless)
+                self.rx.append(payload[SK.size:])   # a channel's payloads are ours to keep
+                stub.wake()
+
+    def drain(self) -> bool:
+        """The inbox thread's, holding `reading`: every message waiting on the channel;
+        whether there was any."""
+        got_any = False
+        while (got := self.channel.recv(0)) is not None:
+            self._deliver(*got)
+            got_any = True
+        return got_any
+
+    def let_go(self) -> None:
+        """Release `reading` -- and close the channel, if the path was released
+        meanwhile (whoever then takes `reading` closes it; nobody gives it back)."""
+        self.reading.release()
+        if self.released and self.reading.acquire(blocking=False):
+            self.channel.close()
+
+    def check_peer(self) -> bool:
+        """Checked at most every PEER_CHECK_S: a dead peer process is a reset."""
+        now = time.monotonic()
+        if now - self.checked < PEER_CHECK_S:
+            return False
+        self.checked = now
+        if identify(self.peer_pid, self.peer_created) is not None:
+            return False
+        with self.stub.lock:
+            self.stub.set_error(errno.ECONNRESET, after_eof=False)
+        self.closed_sent = True   # nobody to tell
+        return True
+
+    def shutdown(self, how: int) -> None:
+        if how in (socket.SHUT_WR, socket.SHUT_RDWR) and not self.closed_sent:
+            self.closed_sent = True
+            self._tell(Op.STUB_CLOSED, SK_ERR.pack(self.peer_stub, 0))
+
+    def release(self) -> None:
+        if self.peer_stub:   # the peer's later sends fail (EPIPE), as to a closed TCP socket
+            self._tell(Op.STUB_CLOSED, SK_ERR.pack(self.peer_stub, PEER_CLOSED))
+        self.released = True
+        self.rt.unwatch(self)
+        if self.reading.acquire(blocking=False):
+            self.channel.close()   # nobody reads it; else its reader closes it (let_go)

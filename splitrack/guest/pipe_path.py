@@ -1,0 +1,119 @@
+"""A pipe shortcut's data path: two programs of one pComponent, over a Unix stream pair.
+
+The intra-rack shortcut between two stubs of the same pComponent (shortcuts.py
+makes it, at connect() and at accept()) is a Unix-domain stream pair, a pipe in
+both directions (BSD built its pipes this way). The kernel holds the bytes and
+does the flow control; the stub's fileno() becomes the pair's end
+(`BsdSocketStub.take_over`), so select sees it both ways. `PipePath` is the
+stub's data path over it (datapath.py), and uses only the stub's public face.
+Ends: close or SHUT_WR is EOF for the peer; the kernel says the rest (EPIPE,
+ECONNRESET, EOF when a process dies). Its methods run with the stub's lock
+held, but for the waits.
+"""
+
+import _socket
+import select
+import socket
+import time
+from typing import Any
+
+from native.fitring import spin_yield
+from splitrack.params import PEER_CHECK_S, SHORTCUT_PIPE_BYTES
+
+_std = _socket.socket  # the kernel's socket type (C), whatever socket.socket is made later
+
+
+class PipePath:
+    """Same pComponent: a Unix-domain stream pair. The stub's fileno() becomes its end."""
+
+    name = "pipe"
+    pump_due = False   # (a NicPath's: its sender reads the inbox; the kernel tells this one)
+
+    def __init__(self, stub: Any, fd: int):
+        self.stub = stub
+        self.sock = stub.take_over(fd)   # fileno() is the pipe's end from now on
+        _roomy(self.sock)
+        self.fd = self.sock.fileno()
+        self.readable = select.poll()   # kept: a poll object per wait costs ~1 us
+        self.readable.register(self.fd, select.POLLIN)
+        self.writable = select.poll()
+        self.writable.register(self.fd, select.POLLOUT)
+
+    def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
+        flags = socket.MSG_DONTWAIT | (socket.MSG_PEEK if peek else 0)
+        try:   # the stub's own socket object holds the fd: the kernel's recv on it
+            data = self.sock.recv(want, flags) if view is None else None
+            n = len(data) if view is None else self.sock.recv_into(view, want, flags)
+        except BlockingIOError:
+            return None
+        if n == 0:
+            self.stub.set_eof()   # the peer shut down or closed (or its process ended)
+            return None
+        return data if view is None else n
+
+    def put(self, chunk: memoryview) -> int:
+        try:
+            return self.sock.send(chunk, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+        except BlockingIOError:
+            return 0
+
+    def can_send(self) -> bool:
+        return bool(self.writable.poll(0))
+
+    def pushed(self, op: int, payload: memoryview) -> None:
+        pass   # a pipe carries its own bytes; nothing comes through the inbox
+
+    def wait_readable(self, deadline: float | None) -> bool:
+        return self._wait(self.readable, deadline, self.stub.runtime.spin_s) or \
+            self.stub.readable()
+
+    def wait_writable(self, deadline: float | None) -> bool:
+        return self._wait(self.writable, deadline, 0.0)   # the reader needs the CPU
+
+    def _wait(self, poller: Any, deadline: float | None, spin_s: float) -> bool:
+        """poll() the pipe, after spinning on it for spin_s (rack.poll_us, as a FIT
+        waiter does: a sleep and a wake-up across cores cost more than a round trip);
+        inline, the process's inbox is looked at between slices (a listener of this
+        process may have a shortcut connection waiting)."""
+        spin_until = time.monotonic() + spin_s
+        while time.monotonic() < spin_until:
+            if poller.poll(0):
+                return True
+            if not spin_yield():
+                break   # another task wants this CPU: sleep
+        while True:
+            if poller.poll(_ms(deadline, PEER_CHECK_S)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self.stub.runtime.pump()
+
+    def shutdown(self, how: int) -> None:
+        try:
+            self.sock.shutdown(how)   # SHUT_WR: the peer reads EOF
+        except OSError:
+            pass   # the peer is gone already
+
+    def release(self) -> None:
+        pass   # the pipe's end is the socket's own fd; closing the socket closes it
+
+
+def _roomy(sock: Any) -> None:
+    """As much room as a loopback TCP connection has (an echo of 1 MiB must not
+    deadlock): a Unix stream's bytes count against the sender's SO_SNDBUF, which
+    root may raise past net.core.wmem_max."""
+    for opt in (_SO_SNDBUFFORCE, socket.SO_SNDBUF):
+        try:
+            _std.setsockopt(sock, socket.SOL_SOCKET, opt, SHORTCUT_PIPE_BYTES)
+            return
+        except OSError:
+            continue
+
+
+_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)   # Linux's number
+
+
+def _ms(deadline: float | None, most_s: float) -> float:
+    """A poll() timeout in ms: until a monotonic deadline (None: none), at most most_s."""
+    left = most_s if deadline is None else min(most_s, deadline - time.monotonic())
+    return max(0.0, left * 1000)

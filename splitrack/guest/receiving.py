@@ -1,0 +1,132 @@
+"""recv() of a bsdSocketStub: what the data path holds, as Linux's socket gives it.
+
+`Receiving` is the part of BsdSocketStub (stub.py) that receives; its state is
+the stub's. recv, recv_into, recvfrom(_into) and recvmsg take what the
+connection's data path (datapath.py) holds: the bytes, b"" at EOF or after a
+shutdown, the connection's error once (then the socket is broken: b""), and
+ENOTCONN before it is connected. A blocking recv waits for something (as its
+timeout says); MSG_WAITALL and SO_RCVLOWAT make it wait for that many bytes (a
+blocking socket only: with a timeout CPython's socket is non-blocking, where the
+kernel ignores both); MSG_PEEK leaves them; MSG_DONTWAIT does not wait (with a
+timeout, CPython waits first: so does the stub). An error after some bytes were
+read returns them, and the next call reports it, as Linux does.
+"""
+
+import errno
+import socket
+from typing import Any
+
+from splitrack.guest.sockargs import err
+from splitrack.guest.sockopts import RCVLOWAT
+
+_PEEK, _DONTWAIT, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
+    socket.MSG_PEEK, socket.MSG_DONTWAIT, socket.MSG_WAITALL))
+
+
+class Receiving:
+    """BsdSocketStub's recv calls."""
+
+    __slots__ = ()   # (its state is the stub's)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        if bufsize < 0:
+            raise ValueError("negative buffersize in recv")
+        return self._recv(bufsize, flags, None)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer).cast("B")
+        if nbytes < 0:
+            raise ValueError("negative buffersize in recv_into")
+        if nbytes > len(view):
+            raise ValueError("buffer too small for requested bytes")
+        return self._recv(nbytes or len(view), flags, view)
+
+    def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
+        return self.recv(bufsize, flags), None   # a connected stream: no address, as Linux
+
+    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        return self.recv_into(buffer, nbytes, flags), None
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> tuple:
+        return self.recv(bufsize, flags), [], 0, None
+
+    def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
+        """recv (view None: returns bytes) or recv_into (returns the count)."""
+        if self._dead or self._gone:
+            raise err(errno.EBADF)
+        if flags & ~(_PEEK | _DONTWAIT | _WAITALL):
+            raise err(errno.EOPNOTSUPP)
+        if want == 0:
+            return b"" if view is None else 0
+        if self._timeout is None and not flags & (_PEEK | _DONTWAIT):
+            if flags & _WAITALL:
+                return self._recv_all(want, view, want)
+            lowat = self._opts.get(RCVLOWAT)   # (sockopts.py)
+            if lowat and lowat > 1:
+                return self._recv_all(want, view, min(lowat, want))
+        return self._recv_some(want, flags, view)
+
+    def _recv_some(self, want: int, flags: int, view: memoryview | None) -> Any:
+        """What is there, up to `want` (waiting, as the timeout says, for something)."""
+        if self._pending is not None:   # a non-blocking connect not settled yet
+            self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
+        deadline = self._deadline()
+        lock = self._lock
+        while True:
+            lock.acquire()   # (not `with`: a hot path, and `with` costs 0.25 us more here)
+            try:
+                got = self._take(want, view, peek=bool(flags & _PEEK))
+            finally:
+                lock.release()
+            if got is not None:
+                return got
+            if flags & _DONTWAIT and self._timeout is None:   # (with a timeout, CPython
+                raise BlockingIOError(errno.EAGAIN,            # waits first, as here)
+                                      "Resource temporarily unavailable")
+            self._wait_readable(deadline)
+
+    def _recv_all(self, want: int, view: memoryview | None, target: int) -> Any:
+        """A blocking recv that waits for `target` bytes (MSG_WAITALL: all it asked for;
+        SO_RCVLOWAT: that many), EOF or an error, and returns up to `want`; an error
+        after some bytes returns them, and the next call reports it (as Linux does).
+        (With a timeout CPython's socket is non-blocking, where the kernel ignores
+        MSG_WAITALL: so does the caller, and SO_RCVLOWAT too.)"""
+        out, got = bytearray(), 0
+        while got < target:
+            try:
+                part = self._recv_some(want - got, 0, None if view is None else view[got:])
+            except OSError as exc:
+                if not got or not exc.errno:
+                    raise
+                with self._lock:   # reported by the next call
+                    self._error, self._broken = exc.errno, False
+                break
+            if not part:
+                break
+            if view is None:
+                out += part
+                got += len(part)
+            else:
+                got += part
+        return bytes(out) if view is None else got
+
+    def _take(self, want: int, view: memoryview | None, peek: bool) -> Any:
+        """Received bytes (lock held): bytes, or a count when reading into `view`;
+        an empty result at EOF; None if the caller must wait."""
+        if self._path is not None and not self._broken:
+            got = self._path.take(want, view, peek)
+            if got is not None:
+                return got
+        if self._error:   # reported once, as Linux does; then the socket is broken
+            code, self._error, self._broken = self._error, 0, True
+            raise err(code)
+        if self._eof or self._shut_rd or self._broken or self._dead:
+            return b"" if view is None else 0
+        if self._peer is None:
+            raise err(errno.ENOTCONN)
+        return None
+
+    def drained(self) -> None:
+        """The path has no more buffered bytes: fileno() stops being readable."""
+        if not (self._eof or self._error or self._shut_rd):
+            self._hush()

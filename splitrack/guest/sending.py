@@ -1,0 +1,117 @@
+"""send() of a bsdSocketStub: into the data path's window, as Linux's socket takes it.
+
+`Sending` is the part of BsdSocketStub (stub.py) that sends; its state is the
+stub's. send, sendall, sendmsg (no ancillary data), sendto (EISCONN connected,
+else EOPNOTSUPP: a stream) and sendfile put bytes into the connection's data
+path (datapath.py) as far as its window takes them: one put in the hot case. A
+blocking send waits for room for the rest (as its timeout says); a
+non-blocking one sends what fits, or BlockingIOError; MSG_DONTWAIT likewise.
+The connection's error is reported once, then EPIPE; after SHUT_WR, a peer that
+closed (a FIT shortcut), or before a connection, EPIPE, as Linux's TCP says.
+"""
+
+import errno
+import socket
+import time
+from typing import Any
+
+from splitrack.guest.sockargs import bytes_view, err
+
+_DONTWAIT, _NOSIGNAL = int(socket.MSG_DONTWAIT), int(socket.MSG_NOSIGNAL)   # plain ints
+
+
+class Sending:
+    """BsdSocketStub's send calls."""
+
+    __slots__ = ()   # (its state is the stub's)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        return self._send_now(data if type(data) is bytes else bytes_view(data), flags)
+
+    def _send_now(self, view: bytes | memoryview, flags: int) -> int:
+        """send(): one put if the socket can send and the window takes it all (the hot
+        case); the general loop (`_send`) for the rest."""
+        sent = 0
+        if view and not flags:
+            lock = self._lock
+            lock.acquire()   # (not `with`: the hot path, and `with` costs 0.25 us more)
+            try:
+                path = self._path
+                if path is not None and self._peer is not None and not (
+                        self._error or self._shut_wr or self._broken or self._dead
+                        or self._peer_gone or self._gone):
+                    sent = path.put(view)
+                    if self._rt.threaded:   # a full window: fileno() is not writable
+                        self._sync_writable()
+            finally:
+                lock.release()
+            if path is not None and path.pump_due:   # a program that only sends
+                path.pump()
+            if sent == len(view) or (sent and self._timeout == 0.0):
+                return sent
+        if not sent:
+            return self._send(view, flags)
+        try:   # the window took part of it: a blocking send waits for room for the rest
+            return sent + self._send(memoryview(view)[sent:], flags)
+        except TimeoutError as exc:
+            if type(exc) is not TimeoutError:   # FitTimeout: the rack failed, not the wait
+                raise
+            return sent
+
+    def _send(self, view: bytes | memoryview, flags: int) -> int:
+        if flags & ~(_DONTWAIT | _NOSIGNAL):
+            raise err(errno.EOPNOTSUPP)
+        view = memoryview(view)   # slices of what is left: no copies
+        nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
+        if self._pending is not None:   # a non-blocking connect not settled yet
+            self._await_connect(nonblocking)
+        deadline = None   # computed if it must wait (this is the hot path)
+        sent, total = 0, len(view)
+        while True:
+            with self._lock:
+                if self._error or self._shut_wr or self._broken or self._dead or \
+                        self._peer is None or self._peer_gone or self._gone:
+                    self._check_sendable()
+                if sent < total:
+                    sent += self._path.put(view if not sent else view[sent:])
+                    if self._rt.threaded:
+                        self._sync_writable()
+            if self._path.pump_due:   # a program that only sends
+                self._path.pump()
+            if sent == total or (sent and nonblocking):
+                return sent
+            if nonblocking:
+                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+            if deadline is None and self._timeout is not None:
+                deadline = time.monotonic() + self._timeout
+            if not self._path.wait_writable(deadline):
+                if sent:
+                    return sent
+                raise TimeoutError("timed out")
+
+    def _check_sendable(self) -> None:
+        if self._dead or self._gone:
+            raise err(errno.EBADF)
+        if self._error:
+            code, self._error, self._broken = self._error, 0, True
+            raise err(code)
+        if self._shut_wr or self._broken or self._peer_gone or self._peer is None:
+            raise err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        view = data if type(data) is bytes else bytes_view(data)
+        done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
+        while done < len(view):
+            done += self._send(memoryview(view)[done:], flags)
+
+    def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0,
+                address: Any = None) -> int:
+        if ancdata or address is not None:
+            raise err(errno.EOPNOTSUPP)
+        return self.send(b"".join(bytes(memoryview(b).cast("B")) for b in buffers), flags)
+
+    def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
+        raise err(errno.EISCONN if self._peer is not None else errno.EOPNOTSUPP)
+
+    def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
+        return self._sendfile_use_send(file, offset, count)
