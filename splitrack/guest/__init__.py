@@ -9,12 +9,16 @@ program's process holds, besides its own code:
                    its socket buffers, routing (GNM), the reader of pushes
     stub.py        the bsdSocketStub: the socket API of a rack socket, and the
                    connection's state; its parts in connecting.py (connect),
-                   sockopts.py (options), bell.py (fileno()'s readiness),
-                   sockargs.py (what the API takes and says), handles.py (dup,
-                   fromfd, detach)
-    nic_path.py    the data path through an nComponent's bsdSocketSkeleton (DMA
-                   or DDIO); shortcuts.py the intra-rack shortcuts (a pipe on one
-                   pComponent, a FIT channel between two) and their data paths
+                   listening.py (bind, listen, accept), receiving.py (recv),
+                   sending.py (send), shortcuts.py (the intra-rack shortcuts'
+                   connect and accept), sockopts.py (options), bell.py
+                   (fileno()'s readiness), sockargs.py (what the API takes and
+                   says), handles.py (dup, fromfd, detach)
+    datapath.py    the interface a connection's data path implements, and the
+                   stub's public face the paths use:
+    nic_path.py      through an nComponent's bsdSocketSkeleton (DMA or DDIO)
+    pipe_path.py     a shortcut on one pComponent (a pipe)
+    fit_path.py      a shortcut between two (a FIT channel of the two stubs')
     vm.py          rack memory: regions at mComponents behind the extCache
                    (public as `splitrack.vm`)
     files.py       the rack's storage, the sComponents (public as `splitrack.files`)

@@ -9,11 +9,12 @@ skeleton talk directly (runtime.py carries the messages).
 
 This file is the socket API and the connection's state (addresses, timeouts,
 EOF, errors, the accept queue); its parts are mixins in files of their own,
-each over the same state: connect() is connecting.py's, the shortcuts'
-connect and accept shortcuts.py's, recv receiving.py's, send sending.py's,
-the socket options sockopts.py's, fileno()'s readiness bell.py's, and what
-the API takes and says (errors, addresses, timeouts) sockargs.py's. A
-connected stub's bytes take a path object:
+each over the same state: connect() is connecting.py's, bind, listen and
+accept listening.py's, the shortcuts' connect and accept shortcuts.py's,
+recv receiving.py's, send sending.py's, the socket options sockopts.py's,
+fileno()'s readiness bell.py's, and what the API takes and says (errors,
+addresses, timeouts) sockargs.py's. A connected stub's bytes take a path
+object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 `set_rack_mode()`), or, to a listener of the rack, a shortcut (shortcuts.py):
@@ -55,13 +56,14 @@ from splitrack.guest import handles
 from splitrack.guest.bell import Bell
 from splitrack.guest.connecting import Connecting
 from splitrack.guest.fit_path import PEER_CLOSED
+from splitrack.guest.listening import Listening
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.receiving import Receiving
 from splitrack.guest.runtime import FORKED, runtime
 from splitrack.guest.sending import Sending
 from splitrack.guest.shortcuts import Shortcuts
 from splitrack.guest.sockargs import err, ipv4, timeout_value, warn_host_socket
-from splitrack.guest.sockopts import LINGER, Options
+from splitrack.guest.sockopts import Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
@@ -81,7 +83,7 @@ class _Meta(type):
         return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
-class BsdSocketStub(Connecting, Shortcuts, Receiving, Sending, Options, Bell, _std,
+class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Options, Bell, _std,
                     metaclass=_Meta):
     # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
     # the connection's, shared by every handle of it (handles.py: dup, fromfd)
@@ -294,72 +296,6 @@ class BsdSocketStub(Connecting, Shortcuts, Receiving, Sending, Options, Bell, _s
             return self._connect_ended()
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
                     or self._peer_gone or self._dead)
-
-    # ---- bind, listen, accept, connect -------------------------------------------------------
-    def bind(self, address: Any) -> None:
-        self._alive()
-        ip, port = self._to_rack(address)
-        if self._n is not None:
-            raise err(errno.EINVAL)
-        any_ip = ip == "0.0.0.0"
-        if any_ip:
-            ip, self._n = self._rt.nic()
-        else:
-            self._n = self._rt.owner(ip)   # EADDRNOTAVAIL if no rack NIC
-        try:
-            reply = self._call(Op.N_BIND, {
-                "ip": ip, "port": port, "loopback": any_ip, "opts": self._opt_list(),
-                "inbox": self._rt.inbox.address, "stub": self._id})
-        except OSError:
-            self._n = None
-            raise
-        self._sk = reply["sk"]
-        self._local = ("0.0.0.0" if any_ip else self._to_program((ip, 0))[0], reply["port"])
-
-    def listen(self, backlog: int = 128) -> None:
-        self._alive()
-        if self._peer is not None:
-            raise err(errno.EINVAL)
-        if self._n is None:
-            self.bind(("0.0.0.0", 0))
-        self._call(Op.N_LISTEN, {"sk": self._sk, "backlog": max(0, int(backlog))})
-        self._listening = True
-
-    def accept(self) -> tuple["BsdSocketStub", tuple[str, int]]:
-        self._alive()
-        if not self._listening:
-            raise err(errno.EINVAL)
-        deadline = self._deadline()
-        while True:
-            with self._lock:
-                if self._accepts:
-                    info = self._accepts.popleft()
-                    if not self._accepts and not self._error:
-                        self._hush()
-                    break
-                if self._dead:
-                    raise err(errno.EBADF)
-                if self._error == errno.ENETDOWN:   # its nComponent died
-                    raise err(errno.ENETDOWN)
-                if self._shut_rd or self._error:   # shut down, or broken: Linux says EINVAL
-                    raise err(errno.EINVAL)
-            self._wait_readable(deadline)
-        conn = info.get("stub") or BsdSocketStub(AF_INET, SOCK_STREAM)   # a shortcut's is made
-        if _socket_module.getdefaulttimeout() is None and self._timeout is not None:
-            conn.setblocking(True)   # as the stdlib's accept() does
-        conn._opts = {**self._opts, **conn._opts}   # as Linux, TCP_NODELAY... inherited
-        if "stub" in info:
-            return conn, conn._peer
-        conn._mode, conn._n, conn._sk = self._mode, self._n, info["sk"]
-        conn._local = conn._to_program(info["local"])
-        conn._peer = conn._to_program(info["peer"])
-        conn._path = path = NicPath(conn, conn._mode)
-        path.n, path.sk = conn._n, conn._sk
-        self._rt.send(self._n, Op.N_START, codec.encode(
-            {"sk": conn._sk, "stub": conn._id, "buffers": path.buffers}))
-        if LINGER in conn._opts:
-            conn._send_linger(quiet=True)
-        return conn, conn._peer
 
     # ---- shutdown, close, options --------------------------------------------------------------
     def shutdown(self, how: int) -> None:
