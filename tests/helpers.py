@@ -77,3 +77,13 @@ def wait_until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.02)
+
+
+def take(ring) -> bytes | None:
+    """The next message of a FIT ring (native.fitring.Ring), copied and consumed."""
+    view = ring.peek()
+    if view is None:
+        return None
+    data = bytes(view)
+    ring.consume()
+    return data

@@ -13,20 +13,11 @@ import pytest
 
 from fit_rpc import Op
 from fit_rpc.header import HEADER_SIZE
-from helpers import running_rack, small_spec
+from helpers import running_rack, small_spec, take
 from native.fitring import SENT, UNSENT, Bell, RingBroken, Segment, WaitSet, landing
 from splitrack.params import FIT_CALL_COPY_BYTES
 
 CAP = 64 * 1024
-
-
-def take(ring) -> bytes | None:
-    view = ring.peek()
-    if view is None:
-        return None
-    data = bytes(view)
-    ring.consume()
-    return data
 
 
 def link():

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import take
 from native.fitring import TIMEOUT, Bell, RingBroken, Segment, WaitSet, check_sealed
 
 CAP = 64 * 1024
@@ -33,15 +34,6 @@ def pair(cap: int = CAP, latency_ns: int = 0, bytes_per_s: int = 0):
     producer = seg.ring(0, word.ptr, bell.efd, word)
     consumer = other.ring(0, None, bell.efd)
     return producer, consumer, bell
-
-
-def take(ring) -> bytes | None:
-    view = ring.peek()
-    if view is None:
-        return None
-    data = bytes(view)
-    ring.consume()
-    return data
 
 
 def test_messages_arrive_whole_and_in_order():
