@@ -214,16 +214,17 @@ class Endpoint:
         deadline = time.monotonic() + timeout  # sending, too, counts against the timeout
         self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
         awaiting = self._awaiting
-        sent = False
-        if not (room or awaiting) and _current.ctx is None:   # the common case, at once
-            got = self._call_at_once(peer, op, seq, payload, timeout, serve)
-            if got is not None and got is not _SENT:
-                return got
-            sent = got is _SENT
-        if not sent:
-            self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
-        awaiting.add(seq)
+        nested = bool(awaiting)   # (a handler's call, or a signal handler's, inside one)
+        awaiting.add(seq)         # before sending: a call nested in this one knows of it
         try:
+            sent = False
+            if not (room or nested) and _current.ctx is None:   # the common case, at once
+                got = self._call_at_once(peer, op, seq, payload, timeout, serve)
+                if got is not None and got is not _SENT:
+                    return got
+                sent = got is _SENT
+            if not sent:
+                self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
             return self._await_reply(peer, op, seq, deadline, serve)
         finally:
             awaiting.discard(seq)
@@ -244,8 +245,12 @@ class Endpoint:
         self.counters.tx(peer, op, n + HEADER_SIZE)
         if got is True:
             return _SENT
-        if _seq_of(got) != seq:   # no outer call awaits it: what its caller gave up on
-            self.counters.error("stale_reply")
+        rseq = _seq_of(got)
+        if rseq != seq:   # not this call's: an outer one's (a signal handler's call nested
+            if rseq in self._awaiting:   # in it), or what its caller gave up on
+                self._early[rseq] = got
+            else:
+                self.counters.error("stale_reply")
             return _SENT
         return self._take_reply(peer, got)
 

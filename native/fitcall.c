@@ -5,6 +5,13 @@
 
 #include <errno.h>
 #include <string.h>
+#include <time.h>
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
             uint32_t npayload, fr_ring *const *rings, int n, int start, uint32_t *bell,
@@ -16,6 +23,7 @@ int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
     if (rc < 0)
         return rc;
     fr_ring *back = rings[0];
+    int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
     for (;;) {
         uint32_t l;
         int64_t at = fr_peek(back, &l);
@@ -29,7 +37,10 @@ int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
         }
         if (at != -EAGAIN)
             return (int)at;
-        int i = fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, timeout_ns);
+        int64_t left = deadline < 0 ? -1 : deadline - now_ns();
+        if (deadline >= 0 && left <= 0)
+            return FC_SENT;   /* the time is up: the caller says so */
+        int i = fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, left);
         if (i != 0)
             return FC_SENT;   /* another ring, a hang-up, woken, a signal, the time */
     }

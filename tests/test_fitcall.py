@@ -7,11 +7,14 @@ answers the Endpoint's calls."""
 
 import errno
 import os
+import signal
 import struct
+import threading
+import time
 
 import pytest
 
-from fit_rpc import Op
+from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER_SIZE
 from helpers import running_rack, small_spec, take
 from native.fitring import SENT, UNSENT, Bell, RingBroken, Segment, WaitSet, landing
@@ -129,3 +132,36 @@ def test_an_endpoints_calls_take_the_native_step_and_answer_as_before(rack):
         assert caught.value.errno == errno.ENOSYS
         links = ep.counters.snapshot()["links"]["m0"]
         assert links["ECHO"]["tx_msgs"] == links["ECHO"]["rx_msgs"] == 7   # all counted
+
+
+def test_a_call_a_signal_handler_makes_inside_a_call_leaves_the_outer_reply_alone(tmp_path):
+    """The signal lands while the outer call waits in the native step (EINTR: the
+    request is out); the handler's call is nested in it, so it takes Python's path, and
+    the outer call's reply, if it reads it, is kept for the outer call."""
+    server = Endpoint("m9", f"shm://{tmp_path}/m9.fit")
+    server.on(0x7001, lambda msg: (time.sleep(0.05), bytes(msg.payload))[1])   # answers late
+    stop = threading.Event()
+
+    def serve():
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+        while not stop.is_set():
+            server.serve(0.05)
+    serving = threading.Thread(target=serve, daemon=True)
+    serving.start()
+    nested: list[bytes] = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: nested.append(
+        bytes(client.call("m9", Op.ECHO, b"nested", timeout=2))))
+    try:
+        with Endpoint(f"cli.{os.getpid()}", None) as client:
+            client.add_peer("m9", server.address)
+            assert bytes(client.call("m9", Op.ECHO, b"warm")) == b"warm"   # the link is up
+            main = threading.get_ident()
+            threading.Timer(0.01, signal.pthread_kill, (main, signal.SIGUSR1)).start()
+            assert bytes(client.call("m9", 0x7001, b"outer", timeout=2)) == b"outer"
+            assert nested == [b"nested"]
+            assert client.counters.snapshot()["errors"].get("stale_reply", 0) == 0
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        stop.set()
+        serving.join()
+        server.close()

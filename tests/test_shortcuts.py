@@ -436,10 +436,10 @@ def test_a_late_shortcut_answer_is_not_taken_for_the_next_connects(net):
         from fit_rpc.netpath import SK
         s = socket.socket()
         late = memoryview(SK.pack(s._id) + codec.encode({"errno": 111, "until": 12.5}))
-        s.pushed(Op.STUB_CONNECTED, late)   # no shortcut connect under way: dropped
+        s._pushed(Op.STUB_CONNECTED, late)   # no shortcut connect under way: dropped
         print(s._connected)
         s._attempt = 12.5                    # the attempt it answers: taken
-        s.pushed(Op.STUB_CONNECTED, late)
+        s._pushed(Op.STUB_CONNECTED, late)
         print(s._connected["errno"])
     """)
     done = run_on_rack(env, program, name="sc")

@@ -412,3 +412,35 @@ def test_a_forked_child_leaves_its_parents_sockets_alone(net, flags):
     assert proc.stdout.splitlines() == ["child inherited 9 False", "child new 95 True",
                                         "child descriptors 0", "child closed",
                                         "parent b'parent'", "parent b'back'"]
+
+
+# A program's own socket subclass: its attributes are its own (the stub keeps what the
+# rack needs of it off the socket: guest/face.py), and accept() makes the stack's class,
+# not the program's (the stdlib's does not run the subclass's __init__ either).
+SUBCLASS = textwrap.dedent("""
+    import socket, sys, threading
+    inits = []
+    class Server(socket.socket):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            inits.append(1)
+            self.lock, self.path, self.runtime, self.wake = threading.Lock(), "p", "r", "w"
+    srv = Server(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind((sys.argv[1], 0)); srv.listen()
+    def client():
+        with socket.create_connection((sys.argv[1], srv.getsockname()[1])) as c:
+            c.sendall(b"hi")
+    threading.Thread(target=client).start()
+    conn, _ = srv.accept()
+    print(type(conn) is Server, conn.recv(2), len(inits), srv.path, srv.runtime, srv.wake)
+""")
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-shortcuts",)], ids=["pipe", "ddio"])
+def test_a_programs_socket_subclass_keeps_its_attributes_and_accepts_as_linux(net, flags):
+    _, env = net
+    linux = subprocess.run([sys.executable, "-c", SUBCLASS, "127.0.0.1"], cwd=SCRATCH,
+                           capture_output=True, text=True, timeout=60)
+    rack = run_on_rack(env, SUBCLASS, "127.0.0.11", name="api", timeout=60, flags=flags)
+    assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
+    assert rack.stdout == linux.stdout == "False b'hi' 1 p r w\n"

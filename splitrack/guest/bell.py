@@ -35,7 +35,7 @@ class Bell:
             self._rt.go_threaded()
         return _socket.socket.fileno(self)   # this handle's descriptor (handles.py)
 
-    def wake(self) -> None:
+    def _ring(self) -> None:
         if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
             self._rung = True
             if self._rt.threaded:
@@ -50,7 +50,7 @@ class Bell:
                 except BlockingIOError:
                     pass   # rung before the switch to threaded: no byte was written
 
-    def sync_bell(self) -> None:
+    def _sync_bell(self) -> None:
         """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
         the path holds no sends back (nic_path.py, packing)."""
         with self._lock:
@@ -61,7 +61,7 @@ class Bell:
             if sync is not None:
                 sync()
 
-    def wake_senders(self) -> None:
+    def _wake_senders(self) -> None:
         """(lock held) What a sender waits for changed: waiters wake, and fileno()'s
         writability follows."""
         self._cond.notify_all()
@@ -71,7 +71,7 @@ class Bell:
     def _sync_writable(self) -> None:
         if self._bell is None:   # a pipe's fileno is writable by itself
             return
-        shut = self._path is not None and not self.can_send()
+        shut = self._path is not None and not self._can_send()
         if shut == self._clogged:
             return
         self._clogged = shut

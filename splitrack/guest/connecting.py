@@ -52,7 +52,7 @@ class Connecting:
         except OSError as exc:
             with self._lock:
                 self._error = exc.errno or errno.EIO
-                self.wake()
+                self._ring()
         raise BlockingIOError(errno.EINPROGRESS, os.strerror(errno.EINPROGRESS))
 
     def _connect(self, ip: str, port: int, wait: bool) -> None:
@@ -121,7 +121,7 @@ class Connecting:
         except OSError as exc:
             with self._lock:
                 self._error = exc.errno or errno.EIO
-                self.wake()
+                self._ring()
 
     def _await_connect(self, nonblocking: bool) -> None:
         """A send or recv on a socket whose non-blocking connect is pending: EAGAIN if

@@ -10,10 +10,10 @@ take one of three paths, each a class that implements `DataPath`:
                              channel of the two stubs' own
 
 The stub calls a path's methods with its lock held, but for the waits (which
-take the lock themselves when they must). A path speaks to its stub through
-the stub's public face only -- wake, wake_senders, drained, set_eof,
-set_error, enqueue_accept, take_over, readable, can_send, park_readable,
-park_writable, option, runtime, lock -- never through its private state.
+take the lock themselves when they must). A path holds the stub's face
+(face.py: `stub._face`: wake, wake_senders, drained, set_eof, set_error,
+enqueue_accept, take_over, readable, can_send, park_readable, park_writable,
+option, runtime, lock, dead), never the stub itself.
 
 NicPath alone also has announce_held(), pump() and sync_packing() (message
 packing, and the inbox a program that only sends must still read), which the

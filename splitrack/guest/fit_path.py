@@ -4,7 +4,7 @@ The intra-rack shortcut between two stubs of different pComponents (shortcuts.py
 makes it, at connect() and at accept()) is a FIT channel of the two stubs' own
 (Endpoint.channel, beside the processes' inboxes): STUB_SC_DATA, STUB_SC_CREDIT
 and STUB_CLOSED in order, windows as on the ordinary path. `FitPath` is the
-stub's data path over it (datapath.py), and uses only the stub's public face.
+stub's data path over it (datapath.py), and uses only the stub's face (face.py).
 Its reader is a thread waiting on the socket (as a pipe's; the process's inbox
 is looked at between slices), or, once the process is threaded, the inbox
 thread (Runtime.watch). Ends: close or SHUT_WR is EOF for the peer; a peer that
@@ -55,7 +55,8 @@ class FitPath:
     pump_due = False   # (a NicPath's: its sender reads the inbox)
 
     def __init__(self, stub: Any, peer: str, peer_stub: int = 0, channel: str | None = None):
-        self.stub, self.rt = stub, stub.runtime
+        self.stub = stub._face   # (face.py: all of the stub a path may touch)
+        self.rt = self.stub.runtime
         self.peer = peer
         pid = int(peer.split(".")[1])
         try:
@@ -184,7 +185,7 @@ class FitPath:
             return
         stub = self.stub
         with stub.lock:
-            if len(payload) > SK.size:   # (a closed stub's path is released: harmless)
+            if not stub.dead and len(payload) > SK.size:
                 self.rx.append(payload[SK.size:])   # a channel's payloads are ours to keep
                 stub.wake()
 

@@ -144,7 +144,7 @@ def reap(rt: Any) -> None:
             last = first._handles <= 0 < before
         if last:
             _BY_INODE.pop(first._key, None)
-            first.close_connection()
+            first._close_connection()
 
 
 def _count_dropped(sock: Any) -> None:

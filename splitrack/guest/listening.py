@@ -21,8 +21,6 @@ from splitrack.guest.nic_path import NicPath
 from splitrack.guest.sockargs import err
 from splitrack.guest.sockopts import LINGER
 
-AF_INET, SOCK_STREAM = socket.AF_INET, socket.SOCK_STREAM
-
 
 class Listening:
     """BsdSocketStub's bind, listen and accept."""
@@ -77,7 +75,7 @@ class Listening:
                 if self._shut_rd or self._error:   # shut down, or broken: Linux says EINVAL
                     raise err(errno.EINVAL)
             self._wait_readable(deadline)
-        conn = info.get("stub") or self.__class__(AF_INET, SOCK_STREAM)   # a shortcut's is made
+        conn = info.get("stub") or self._accepted()   # (a shortcut's is made already)
         if socket.getdefaulttimeout() is None and self._timeout is not None:
             conn.setblocking(True)   # as the stdlib's accept() does
         conn._opts = {**self._opts, **conn._opts}   # as Linux, TCP_NODELAY... inherited

@@ -76,8 +76,8 @@ _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 
 class NicPath:
     def __init__(self, stub: Any, mode: str):
-        self.stub = stub
-        self.rt = stub.runtime
+        self.stub = stub._face   # (face.py: all of the stub a path may touch)
+        self.rt = self.stub.runtime
         self.vm = self.rt.vm
         self.name = mode
         self.buffers = self.rt.buffers(mode)

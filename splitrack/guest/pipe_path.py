@@ -4,8 +4,8 @@ The intra-rack shortcut between two stubs of the same pComponent (shortcuts.py
 makes it, at connect() and at accept()) is a Unix-domain stream pair, a pipe in
 both directions (BSD built its pipes this way). The kernel holds the bytes and
 does the flow control; the stub's fileno() becomes the pair's end
-(`BsdSocketStub.take_over`), so select sees it both ways. `PipePath` is the
-stub's data path over it (datapath.py), and uses only the stub's public face.
+(`StubFace.take_over`), so select sees it both ways. `PipePath` is the stub's
+data path over it (datapath.py), and uses only the stub's face (face.py).
 Ends: close or SHUT_WR is EOF for the peer; the kernel says the rest (EPIPE,
 ECONNRESET, EOF when a process dies). Its methods run with the stub's lock
 held, but for the waits.
@@ -30,8 +30,8 @@ class PipePath:
     pump_due = False   # (a NicPath's: its sender reads the inbox; the kernel tells this one)
 
     def __init__(self, stub: Any, fd: int):
-        self.stub = stub
-        self.sock = stub.take_over(fd)   # fileno() is the pipe's end from now on
+        self.stub = stub._face   # (face.py: all of the stub a path may touch)
+        self.sock = self.stub.take_over(fd)   # fileno() is the pipe's end from now on
         _roomy(self.sock)
         self.fd = self.sock.fileno()
         self.readable = select.poll()   # kept: a poll object per wait costs ~1 us

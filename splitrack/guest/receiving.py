@@ -126,7 +126,7 @@ class Receiving:
             raise err(errno.ENOTCONN)
         return None
 
-    def drained(self) -> None:
+    def _drained(self) -> None:
         """The path has no more buffered bytes: fileno() stops being readable."""
         if not (self._eof or self._error or self._shut_rd):
             self._hush()

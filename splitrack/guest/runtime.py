@@ -304,7 +304,7 @@ class Runtime:
             self.threaded = True
             threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
         for stub in list(self.stubs.values()):
-            stub.sync_bell()   # its fileno() rings from now on, and it holds no sends back
+            stub._face.sync_bell()   # its fileno() rings from now on, and it holds no sends back
 
     def watch(self, path: Any) -> None:
         """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""
@@ -402,7 +402,7 @@ class Runtime:
     def _push(self, msg: Message) -> None:
         stub = self.stubs.get(_STUB_ID.unpack_from(msg.payload)[0])
         if stub is not None:
-            stub.pushed(msg.op, msg.payload)
+            stub._face.pushed(msg.op, msg.payload)
         elif msg.op == Op.STUB_SC_CONNECT:   # a listener closed meanwhile: say so
             shortcuts.refuse(self, codec.decode(msg.payload[4:])[0])
         # any other push for a stub closed meanwhile is dropped
@@ -415,12 +415,12 @@ class Runtime:
         if not self._checking.acquire(blocking=False):
             return   # another thread is at it
         try:
-            for n in {s.ncomponent for s in list(self.stubs.values()) if s.ncomponent}:
+            for n in {s._face.ncomponent for s in list(self.stubs.values()) if s._face.ncomponent}:
                 if self._alive(n):
                     continue
                 for stub in list(self.stubs.values()):
-                    if stub.ncomponent == n:
-                        stub.component_gone()
+                    if stub._face.ncomponent == n:
+                        stub._face.component_gone()
                 self._owners = {ip: o for ip, o in self._owners.items() if o != n}
                 if self._nic is not None and self._nic[1] == n:
                     self._nic = None
@@ -453,7 +453,7 @@ class Runtime:
         without a waiter."""
         self.check_components()
         for stub in list(self.stubs.values()):
-            check = getattr(stub.path, "check_peer", None)
+            check = getattr(stub._face.path, "check_peer", None)
             if check is not None:
                 check()
         return self._stop
@@ -466,7 +466,7 @@ class Runtime:
             return
         for stub in list(self.stubs.values()):
             try:
-                stub.close_connection()   # (whatever handles of it are open)
+                stub._face.close_connection()   # (whatever handles of it are open)
             except OSError:
                 pass
         self._stop = True
@@ -495,7 +495,7 @@ def _after_fork_in_child() -> None:
         return
     _runtime.forked = True
     for stub in list(_runtime.stubs.values()):   # (each shared state: every handle of it)
-        stub.after_fork()
+        stub._face.after_fork()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -118,7 +118,7 @@ class Shortcuts:
         try:
             if not self._listening or self._dead or self._shut_rd:
                 raise OSError(errno.ECONNREFUSED, "not listening")
-            conn = self.__class__(socket.AF_INET, socket.SOCK_STREAM)
+            conn = self._accepted()
             if args["kind"] == "pipe":
                 sock = _std(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
                 try:
@@ -132,7 +132,7 @@ class Shortcuts:
             conn._local = conn._to_program(args["local"])
             conn._peer = conn._to_program(args["peer"])
             conn._mode = args["kind"]
-            self.enqueue_accept({"stub": conn})
+            self._enqueue_accept({"stub": conn})
             answer = {"sk": conn._id, "local": args["local"]}
             if args["kind"] == "fit":
                 answer["channel"] = conn._path.channel.address

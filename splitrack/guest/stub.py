@@ -20,8 +20,8 @@ rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 `set_rack_mode()`), or, to a listener of the rack, a shortcut (shortcuts.py):
 `PipePath` (same pComponent: pipe_path.py) or `FitPath` (fit_path.py). Every
 path implements datapath.py's `DataPath`, runs with the stub's lock held, and
-speaks to the stub through its public face only (below: wake, wake_senders,
-drained, set_eof, set_error, enqueue_accept, take_over, the waits' tests).
+speaks to the stub through its face only (face.py: `_face`, a door of its own,
+so that nothing of it is on the socket's namespace a program sees).
 
 fileno() is a real descriptor (one end of a socketpair) that is readable
 exactly while data, EOF, an error or a connection waits, and writable exactly
@@ -55,6 +55,7 @@ from fit_rpc.netpath import SK, SK_ERR
 from splitrack.guest import handles
 from splitrack.guest.bell import Bell
 from splitrack.guest.connecting import Connecting
+from splitrack.guest.face import StubFace
 from splitrack.guest.fit_path import PEER_CLOSED
 from splitrack.guest.listening import Listening
 from splitrack.guest.nic_path import NicPath
@@ -145,6 +146,7 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         self._pending: tuple[str, int, NicPath] | None = None   # ... its handshake goes on
         self._rung = False
         self._clogged = False      # fileno() is not writable now (_sync_writable)
+        self._face = StubFace(self)   # the door its data paths and its runtime use (face.py)
         handles.first(self, fd)
 
     # ---- names ---------------------------------------------------------------------------
@@ -177,72 +179,16 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
             raise err(errno.ENOTCONN)
         return self._peer
 
-    # ---- its public face: what its data paths and its runtime use (datapath.py) --------------
-    # (with the stub's lock held, as a path's methods run, unless it says otherwise)
-    @property
-    def runtime(self) -> Any:
-        """The process's rack runtime (runtime.py)."""
-        return self._rt
-
-    @property
-    def lock(self) -> threading.Condition:
-        """The stub's lock, as a Condition: `with stub.lock` takes it."""
-        return self._cond
-
-    @property
-    def path(self) -> Any:
-        """The connection's data path (datapath.py), None before it has one."""
-        return self._path
-
-    @property
-    def ncomponent(self) -> str | None:
-        """The nComponent that holds its skeleton (None: none yet, or a shortcut)."""
-        return self._n
-
-    def option(self, level: int, opt: int) -> int | None:
-        """The value the program set for a socket option (None: never set)."""
-        return self._opts.get((level, opt))
-
-    def set_eof(self) -> None:
-        """The peer sends no more: recv reads what is buffered, then b""."""
-        self._eof = True
-
-    def set_error(self, code: int, after_eof: bool = True) -> None:
-        """The connection failed with errno `code`, unless an error waits already (or,
-        after_eof False, the peer had sent EOF: what it sent is all there): the next
-        call reports it, once. Waiters wake either way."""
-        if not self._error and (after_eof or not self._eof):
-            self._error = code
-        self.wake()
-        self.wake_senders()
-
-    def enqueue_accept(self, info: dict[str, Any]) -> None:
+    def _enqueue_accept(self, info: dict[str, Any]) -> None:
         """A connection for accept(): {"stub": the accepted stub} (a shortcut's), or
         the skeleton's STUB_ACCEPT {sk, peer, local}."""
         self._accepts.append(info)
-        self.wake()
+        self._ring()
 
-    def take_over(self, fd: int) -> Any:
-        """fileno() becomes fd's end (a pipe shortcut's): fd is dup2'ed over the
-        descriptor of the connection and of every handle (handles.py) and closed; the
-        bell goes, fd's readiness is its own. Returns the stub's own socket object,
-        now fd's end."""
-        for own in handles.live_fds(self):
-            os.dup2(fd, own, inheritable=False)
-        os.close(fd)
-        handles.rekey(self)
-        os.set_blocking(self._fd, False)
-        self._bell.close()
-        self._bell = None
-        return self._own
-
-    def after_fork(self) -> None:
-        """(no lock: the child's) This process is a fork()ed child of the one that made
-        the socket: it is closed here (EBADF), and its locks are new -- a thread of
-        the parent may have held them at the fork (runtime.py)."""
-        self._dead = True
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+    def _accepted(self) -> "BsdSocketStub":
+        """A stub for a connection accept() takes: this class's, whatever the program
+        subclassed (the stdlib's accept() makes its own class too)."""
+        return BsdSocketStub(AF_INET, SOCK_STREAM)
 
     def set_rack_mode(self, mode: str) -> None:
         """This socket's data path, "dma" or "ddio" (before connect or accept)."""
@@ -277,21 +223,21 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         if self._path is not None:
             ok = self._path.wait_readable(deadline)
         else:   # a listener's accept queue, or nothing yet (recv on an unconnected socket)
-            ok = self._rt.wait(self.readable, deadline, self.park_readable)
+            ok = self._rt.wait(self._readable, deadline, self._park_readable)
         if not ok:
             raise TimeoutError("timed out")
 
-    def readable(self) -> bool:
+    def _readable(self) -> bool:
         return self._rung or self._dead
 
-    def park_readable(self, timeout: float | None) -> None:
+    def _park_readable(self, timeout: float | None) -> None:
         _poll(self._fd, timeout)
 
-    def park_writable(self, timeout: float | None) -> None:
+    def _park_writable(self, timeout: float | None) -> None:
         with self._cond:
-            self._cond.wait_for(self.can_send, timeout)
+            self._cond.wait_for(self._can_send, timeout)
 
-    def can_send(self) -> bool:
+    def _can_send(self) -> bool:
         if self._pending is not None:   # a non-blocking connect's handshake goes on
             return self._connect_ended()
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
@@ -307,10 +253,10 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         with self._lock:
             if how in (_socket_module.SHUT_RD, _socket_module.SHUT_RDWR):
                 self._shut_rd = True
-                self.wake()
+                self._ring()
             if how in (_socket_module.SHUT_WR, _socket_module.SHUT_RDWR):
                 self._shut_wr = True
-                self.wake_senders()
+                self._wake_senders()
             if self._path is not None and self._n is None:   # a shortcut: no skeleton
                 self._path.shutdown(how)
                 return
@@ -323,10 +269,10 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         if last is None:
             return   # closed already, or detached
         if last:   # else another handle is open: only this one's descriptor closes
-            self.close_connection()
+            self._close_connection()
         super()._real_close()
 
-    def close_connection(self) -> None:
+    def _close_connection(self) -> None:
         """The connection's end, whatever handles are open (the last one closed, or the
         process exits: runtime.close)."""
         if self._rt.forked:   # a fork()ed child's copy: its descriptors, nothing more
@@ -395,18 +341,18 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         except OSError as exc:  # the errno Linux would give, with Linux's words
             raise err(exc.errno or errno.EIO) from None
 
-    def component_gone(self) -> None:
+    def _component_gone(self) -> None:
         """Its nComponent died (Runtime.check_components): a connection is reset, any
         other socket's NIC is down. Waiters wake and see it."""
         with self._lock:
             if self._dead or self._error:
                 return
             self._error = errno.ECONNRESET if self._peer is not None else errno.ENETDOWN
-            self.wake()
-            self.wake_senders()
+            self._ring()
+            self._wake_senders()
 
     # ---- pushes from the skeleton (the inbox reader), or a FIT shortcut's channel -------------
-    def pushed(self, op: int, payload: memoryview) -> None:
+    def _pushed(self, op: int, payload: memoryview) -> None:
         lock = self._lock   # the Condition's own lock
         lock.acquire()      # (not `with`: the hot path, and `with` costs 0.25 us more here)
         try:
@@ -416,14 +362,14 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
                 if self._path is not None:
                     self._path.pushed(op, payload)
             elif op == Op.STUB_ACCEPT:
-                self.enqueue_accept(codec.decode(payload[SK.size:])[0])
+                self._enqueue_accept(codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CONNECTED:
                 answer = codec.decode(payload[SK.size:])[0]
                 if answer.get("until") == self._attempt:   # else a shortcut's answer
                     self._connected = answer                # that came too late
                     if self._pending is not None and "errno" in answer:
-                        self.wake()   # a failed non-blocking connect: readable too
-                    self.wake_senders()
+                        self._ring()   # a failed non-blocking connect: readable too
+                    self._wake_senders()
             elif op == Op.STUB_SC_CONNECT:
                 self._shortcut_accept(codec.decode(payload[SK.size:])[0])
             elif op == Op.STUB_CLOSED:
@@ -433,8 +379,8 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
                 else:   # 0: EOF; PEER_CLOSED: EOF, and the peer takes no more
                     self._eof = True
                     self._peer_gone = self._peer_gone or code == PEER_CLOSED
-                self.wake()
-                self.wake_senders()
+                self._ring()
+                self._wake_senders()
         finally:
             lock.release()
 
