@@ -14,8 +14,9 @@ program's process holds, besides its own code:
                    connect and accept), sockopts.py (options), bell.py
                    (fileno()'s readiness), sockargs.py (what the API takes and
                    says), handles.py (dup, fromfd, detach)
-    datapath.py    the interface a connection's data path implements, and the
-                   stub's public face the paths use:
+    face.py        the door into a stub that its paths and the runtime use
+                   (`stub._face`: nothing of theirs is on the socket a program sees)
+    datapath.py    the interface a connection's data path implements:
     nic_path.py      through an nComponent's bsdSocketSkeleton (DMA or DDIO)
     pipe_path.py     a shortcut on one pComponent (a pipe)
     fit_path.py      a shortcut between two (a FIT channel of the two stubs')
