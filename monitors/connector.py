@@ -25,8 +25,8 @@ runs. This file keeps the plane able to do that, and does the rest:
   CONNECTED).
 
 Interface (nmonitor.py): Connector(net, sources, homes, allowed) with net an
-`Owner`; n_connect(msg), made(i), tend() before each plane run, refill() at
-each tick, granted(peer, inbox), regrant(), forget(peer, no), pooled() (sockets
+`Owner`; n_connect(msg), made(i), dram_changed() where rings are taken or
+freed, refill() at each tick, granted(peer, inbox), regrant(), forget(peer, no), pooled() (sockets
 ready per source), close().
 """
 
@@ -80,10 +80,12 @@ class Connector:
             self.plane.allow(level, opt)
         for ip in sources:
             self.plane.source(ip)
+        self.dram_changed()
 
     # ---- the plane's part -------------------------------------------------------------
-    def tend(self) -> None:
-        """Before each plane run: the DRAM it may give connections."""
+    def dram_changed(self) -> None:
+        """nComponent DRAM was taken or freed (NMonitor.start, closed): what the plane
+        may still give connections (it counts down from there as it makes them)."""
         self.plane.connect.dram = self.net.proxy.connections_free
 
     def pooled(self) -> dict[str, int]:

@@ -174,7 +174,6 @@ class NMonitor(Monitor):
         while True:
             if plane_reads_inbox:
                 self._sync_inbox()
-            self.connector.tend()
             n = plane.run(spin if plane_reads_inbox else 0.0, int(next_tick * 1e9))
             if n:                                       # (time.monotonic: CLOCK_MONOTONIC)
                 self._plane_events(n, bell)
@@ -432,6 +431,7 @@ class NMonitor(Monitor):
             s.close()
         if skel.rx is not None:
             self.proxy.free(skel.rx, skel.tx)
+            self.connector.dram_changed()
         if skel.path is not None:
             with tracing.within(skel.trace):
                 skel.path.close()   # its rings' dDMA mappings are released
@@ -622,6 +622,7 @@ class NMonitor(Monitor):
         pcomponent, _, pid = skel.owner.partition(".")
         path = kinds[mode](self, skel.c, int(pid), pcomponent, home, rbuf, tbuf)
         rx, tx = self.proxy.rings()
+        self.connector.dram_changed()
         skel.start(rx, tx, path, need(buffers, "window", int))
 
     def own(self, msg: Message, sk: int) -> Skeleton:
