@@ -361,17 +361,22 @@ class Endpoint:
             self.transport.done(arrival)
 
     def _handle(self, arrival: Arrival) -> None:
-        src, route, frames = arrival.peer, arrival.route, arrival.frames
+        src, route, frames, head = arrival.peer, arrival.route, arrival.frames, arrival.head
         op = seq = 0
         kind = REQUEST
         outer: Any = _UNTRACED
         try:
-            if len(frames) != 1:
+            if head is not None:   # read by the transport: well-formed, untraced
+                kind, op, seq = head
+                payload = frames[0][HEADER_SIZE:]
+            elif len(frames) != 1:
                 raise MalformedMessage(f"message of {len(frames)} frames")
-            kind, op, _, seq, trace, event, payload = _parse(frames[0])
+            else:
+                kind, op, _, seq, trace, event, payload = _parse(frames[0])
+                if trace:   # handled, answered and followed up in its trace's context
+                    outer, _current.ctx = _current.ctx, tracing.arrived(self.id, src, trace,
+                                                                        event)
             self.counters.rx(src, op, len(frames[0]))
-            if trace:   # handled, answered and followed up in its trace's context
-                outer, _current.ctx = _current.ctx, tracing.arrived(self.id, src, trace, event)
             if kind == REPLY:
                 raise MalformedMessage("a reply sent to an inbox")
             link = arrival.link
@@ -389,7 +394,7 @@ class Endpoint:
                 raise from_code(errno.ENOSYS, f"no op {op_name(op)} here")
             result = handler(Message(src, arrival.pid, op, seq, kind, payload, route))
             if kind == REQUEST:
-                self._reply(route, src, op, seq, b"" if result is None else result)
+                self._answer(arrival, src, op, seq, b"" if result is None else result)
         except FitError as exc:
             if not seq:
                 kind, op, seq = _salvage(frames)
@@ -407,6 +412,17 @@ class Endpoint:
         finally:
             if outer is not _UNTRACED:
                 _current.ctx = outer
+
+    def _answer(self, arrival: Arrival, src: str, op: int, seq: int, payload: Frame) -> None:
+        """A handler's result to its request: written and the request released in one
+        step where the transport can (a request whose header it read, answered outside
+        any trace), else by _reply() (and the request released by done())."""
+        if arrival.head is not None and _current.ctx is None and \
+                len(payload) <= FIT_MAX_PAYLOAD_BYTES and \
+                self.transport.answer(arrival, op, seq, payload):
+            self.counters.tx(src, op, len(payload) + HEADER_SIZE)
+        else:
+            self._reply(arrival.route, src, op, seq, payload)
 
     def _fail(self, route: Any, src: str, kind: int, op: int, seq: int,
               exc: OSError, counter: str) -> None:

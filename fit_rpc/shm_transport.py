@@ -55,6 +55,7 @@ from typing import Any
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerMoved, PeerUnreachable
 from fit_rpc.fabric import Fabric, Model
+from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.identity import check_claim, expected_pid
 from fit_rpc.shm_channel import SCHEME, ShmChannel
 from fit_rpc.transport import Arrival, Frame, Transport
@@ -69,16 +70,20 @@ from native.fitring import (
     WaitSet,
     Waker,
     check_sealed,
+    header_constants,
     landing,
     sealed_memfd,
 )
 from splitrack.params import (
     FIT_CALL_COPY_BYTES,
     FIT_CALL_TIMEOUT_S,
+    FIT_MAX_PAYLOAD_BYTES,
     FIT_POLL_US,
     FIT_REPLY_WAIT_S,
     FIT_RING_BYTES,
 )
+
+header_constants(MAGIC, VERSION, REQUEST, REPLY, ONEWAY, FIT_MAX_PAYLOAD_BYTES)   # fitserve.h
 
 
 class Link:
@@ -222,9 +227,10 @@ class ShmTransport(Transport):
 
     # ---- receiving ----------------------------------------------------------------------------
     def recv_inbound(self, timeout_s: float | None) -> Arrival | None:
-        self._sync()
+        if self._new or self._hung or self._draining:
+            self._sync()
         ws = self._inbox_set()
-        i = ws.ready()
+        i = ws.take()
         if i < 0:
             if timeout_s == 0:
                 return None
@@ -234,24 +240,38 @@ class ShmTransport(Transport):
                     self.count("doorbell_empty")
                 self._sync()
                 return None
-        link = self._inbox_links[i]
-        try:
-            view = link.rx.peek()
-        except RingBroken:
-            self._lost(link, "ring_broken")
-            return None
-        if view is None:
+            i = ws.take()
+            if i < 0:
+                return None
+        link, msg = self._inbox_links[i], ws.msg
+        if msg.at < 0:
+            if msg.at != -errno.EAGAIN:
+                self._lost(link, "ring_broken")
             return None
         self._held.add(link)
-        return Arrival(link.peer, link, [view], link.pid, link)
+        return Arrival(link.peer, link, [link.rx.view(msg.at, msg.len)], link.pid, link,
+                       (msg.kind, msg.op, msg.seq) if msg.plain else None)
+
+    def answer(self, arrival: Arrival, op: int, seq: int, frame: Frame) -> bool:
+        link: Link = arrival.link
+        if link.closed or arrival.head is None:
+            return False
+        try:
+            if not link.tx.answer(link.rx, op, seq, frame):
+                return False
+        except RingBroken:
+            return False   # (reply() finds it so and says so)
+        self._held.discard(link)   # released: done() has no message to free
+        return True
 
     def done(self, arrival: Arrival) -> None:
         link: Link = arrival.link
-        self._held.discard(link)
-        if not link.closed:
-            link.rx.consume()
-            if link.hung and not link.rx.pending():
-                self._close(link)
+        if link in self._held:
+            self._held.discard(link)
+            if not link.closed:
+                link.rx.consume()
+        if link.hung and not link.closed and not link.rx.pending():
+            self._close(link)
 
     def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None:
         link = self.out.get(peer)

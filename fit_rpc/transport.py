@@ -1,9 +1,11 @@
 """The one interface between a FIT endpoint and the interconnect under it.
 
-A transport moves opaque frames; it knows nothing of headers, ops or handlers
-(that is endpoint.py). Two implement it: shm (shm_transport.py: rings in shared
-memory, one host, the default) and zmq (zmq_transport.py: ipc on one host, for
-comparison; tcp across hosts). `make()` picks one by the address's scheme.
+A transport moves opaque frames; it knows nothing of ops or handlers (that is
+endpoint.py), and of headers only what a native step of its own reads and
+writes (shm: native/fitserve.h; Arrival.head and answer() below). Two
+implement it: shm (shm_transport.py: rings in shared memory, one host, the
+default) and zmq (zmq_transport.py: ipc on one host, for comparison; tcp
+across hosts). `make()` picks one by the address's scheme.
 Nothing above fit_rpc touches a transport but through Endpoint and Channel.
 See docs/protocol.md, "Transports".
 
@@ -20,7 +22,16 @@ Contract:
                      has its reply dropped, and counted `reply_dropped`)
     recv_inbound(timeout_s) -> Arrival | None
                      the next request or one-way frame, waiting up to timeout_s
-                     (0: only what is there; None: forever)
+                     (0: only what is there; None: forever). Arrival.head is
+                     (kind, op, seq) if the transport read the header itself and
+                     found a well-formed, untraced request or one-way message
+                     (the endpoint need not parse it again), else None
+    answer(arrival, op, seq, frame) -> bool
+                     reply() and done() in one step where the transport can
+                     (shm: native/fitserve.h): a reply with err 0, untraced, its
+                     header written by the transport, to an arrival with a head.
+                     False: not done (no room now; the default), so the caller
+                     goes on with reply() and done()
     done(arrival)    the endpoint has finished with the arrival's frames (shm:
                      the handler read the frame in place; its slot is freed now)
     recv_reply(peer, timeout_s, serve) -> frame | None
@@ -83,6 +94,7 @@ class Arrival(NamedTuple):
     frames: list       # normally one frame; more is a malformed message
     pid: int | None    # the sender's pid, vouched for by the kernel (None: unknown)
     link: Any          # the transport's connection it came on (None: no such thing)
+    head: tuple[int, int, int] | None = None   # (kind, op, seq), if the transport read it
 
 
 class Transport(ABC):
@@ -97,6 +109,9 @@ class Transport(ABC):
 
     @abstractmethod
     def recv_inbound(self, timeout_s: float | None) -> Arrival | None: ...
+
+    def answer(self, arrival: Arrival, op: int, seq: int, frame: Frame) -> bool:
+        return False
 
     @abstractmethod
     def done(self, arrival: Arrival) -> None: ...

@@ -10,7 +10,8 @@
                                                                skelpath.c fitring.c, both
                                                                built in too)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
-                   native/fitcall.{h,c}                        and a call's common case on them)
+                   native/fitcall.{h,c}                        a call's common case on them,
+                   native/fitserve.{h,c}                       and a served message's)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: extcache.c built in too)
@@ -53,7 +54,7 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 extcache_ffi = _ffi("extcache", ["pthread"])
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
                  sources=("extcache",))
-fitring_ffi = _ffi("fitring", [], also=("fitcall",))
+fitring_ffi = _ffi("fitring", [], also=("fitcall", "fitserve"))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 /*
  * fitheader.h -- the FIT header as the C parts read and write it
  * (fit_rpc/header.py: "<HBBHHIIII", 24 bytes, little-endian), for the
- * nComponent's data plane (skelpath.c, skelconnect.c). Only the C files
+ * nComponent's data plane (skelpath.c, skelconnect.c) and a served
+ * message's common case (fitserve.c). Only the C files
  * include it; header.py is the layout's statement, this its copy in C.
  */
 #ifndef SPLITRACK_FITHEADER_H

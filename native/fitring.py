@@ -23,6 +23,14 @@ Interface:
                                        a request on tx and what comes back on rings[0],
                                        read into out (landing(cap)'s handle), in one
                                        native call (fitcall.h)
+    waitset.take() -> index | -1; waitset.msg
+                                       ready() and that ring's message peeked with its
+                                       header read, in one native call (fitserve.h)
+    ring.answer(rx, op, seq, payload) -> bool
+                                       a REPLY to rx's front message, then that message
+                                       released, in one native call; False: no room now
+    header_constants(magic, version, request, reply, oneway, max_payload)
+                                       the FIT header's, for take() and answer() (once)
     waitset.arm() -> bool; waitset.due  armed: nothing due now; `due`: when a message
                                        published becomes due (ns, NEVER: none is)
     waitset.next_due() -> ns           likewise without arming (0: one is due now)
@@ -54,7 +62,8 @@ _c = load("_fitring", "C FIT rings")
 ffi, lib = _c.ffi, _c.lib
 
 __all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "RingBroken", "WOKEN", "TIMEOUT",
-           "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns", "landing"]
+           "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns", "landing",
+           "header_constants"]
 
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034
 _SEAL_SEAL, _SEAL_SHRINK, _SEAL_GROW, _SEAL_FUTURE_WRITE = 1, 2, 4, 16
@@ -223,6 +232,21 @@ class Ring:
     def consume(self) -> None:
         lib.fr_consume(self.r)
 
+    def view(self, at: int, n: int) -> memoryview:
+        """n bytes at `at` in this ring's data (WaitSet.take's message), in place."""
+        start = self._data + at
+        return self._view[start:start + n]
+
+    def answer(self, rx: "Ring", op: int, seq: int, payload: Any) -> bool:
+        """A REPLY (err 0, untraced) with op and seq to the message at rx's front,
+        then that message released (fitserve.h); False: no room now, neither done."""
+        rc = lib.fs_answer(self.r, rx.r, op, seq, _ptr(payload), len(payload))
+        if rc == 0:
+            return True
+        if rc == -errno.EAGAIN:
+            return False
+        raise _error(rc, "answer")
+
     def pending(self) -> bool:
         """Whether the producer published anything not yet consumed (due or not)."""
         return bool(lib.fr_pending(self.r))
@@ -290,6 +314,7 @@ class WaitSet:
         self._fds_list: list[int] = []
         self._due = ffi.new("uint64_t *")
         self._len = ffi.new("uint32_t *")
+        self.msg = ffi.new("fs_msg *")   # take()'s message: at, len, plain, kind, op, seq
         self.due = NEVER   # after arm(): when a message published becomes due
 
     @property
@@ -308,6 +333,17 @@ class WaitSet:
     def ready(self) -> int:
         """Index of a ring with a message (fairly: looking on from the last one), or -1."""
         i = lib.fr_ready(self._array, self._n, self._start) if self._n else -1
+        if i >= 0:
+            self._start = (i + 1) % self._n
+        return i
+
+    def take(self) -> int:
+        """ready() and that ring's message peeked, its header read (fitserve.h): the
+        ring's index, `msg` describing the message (msg.at < 0: the ring's -errno);
+        -1: none."""
+        if not self._n:
+            return -1
+        i = lib.fs_take(self._array, self._n, self._start, self.msg)
         if i >= 0:
             self._start = (i + 1) % self._n
         return i
@@ -422,6 +458,13 @@ def landing(n: int) -> tuple[memoryview, Any]:
     """n bytes for WaitSet.call to read a reply into: their view, and their handle."""
     ptr = ffi.new("char[]", n)   # (the view keeps it alive, whatever the order of teardown)
     return memoryview(ffi.buffer(ptr)), ptr
+
+
+def header_constants(magic: int, version: int, request: int, reply: int, oneway: int,
+                     max_payload: int) -> None:
+    """The FIT header's constants, as its owner states them, for WaitSet.take and
+    Ring.answer (fitserve.h); once, before either."""
+    lib.fs_init(magic, version, request, reply, oneway, max_payload)
 
 
 def _ptr(data: Any) -> Any:

@@ -1,0 +1,144 @@
+"""A served FIT message's common case in native calls (native/fitserve.c), through
+its binding (WaitSet.take, Ring.answer) and through the Endpoint that uses it: a
+well-formed, untraced request is found with its header read, and answered and
+released in one step; anything else is handed back for Python to parse and answer
+as before -- a traced message, a reply sent to an inbox, a lying length field,
+garbage, a broken ring, a full ring back."""
+
+import errno
+import os
+import struct
+import threading
+
+import pytest
+
+import fit_rpc.shm_transport  # noqa: F401  (states the header's constants to the C side)
+from fit_rpc import Endpoint, Op
+from fit_rpc.header import HEADER, HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION, pack
+from helpers import take
+from native.fitring import Bell, Segment, WaitSet
+from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+
+CAP = 64 * 1024
+
+
+def link():
+    """The callee's ends of one link (rx: requests to it; tx: its replies), the
+    caller's (out, back), and a wait set of the callee's inbox."""
+    seg, fd = Segment.create(CAP)
+    other = Segment.open(fd)
+    os.close(fd)
+    caller, callee = Bell(), Bell()
+    caller_word, callee_word = Bell.peer_word(caller.page_fd), Bell.peer_word(callee.page_fd)
+    out = seg.ring(0, callee_word.ptr, callee.efd, callee_word)
+    back = seg.ring(1, None, callee.efd)
+    rx = other.ring(0, None, caller.efd)
+    tx = other.ring(1, caller_word.ptr, caller.efd, caller_word)
+    inbox = WaitSet(callee.word, callee.efd)
+    inbox.rings = [rx]
+    return rx, tx, out, back, inbox
+
+
+def test_a_request_is_taken_with_its_header_read():
+    rx, _, out, _, inbox = link()
+    assert inbox.take() == -1
+    assert out.send(pack(REQUEST, 0x1234, 77, 5), b"hello")
+    assert inbox.take() == 0
+    m = inbox.msg
+    assert (m.plain, m.kind, m.op, m.seq, m.len) == (1, REQUEST, 0x1234, 77, HEADER_SIZE + 5)
+    assert bytes(rx.view(m.at, m.len)[HEADER_SIZE:]) == b"hello"
+    assert out.send(pack(ONEWAY, 9, 78, 0))   # (the first is not released yet)
+    rx.consume()
+    assert inbox.take() == 0 and (inbox.msg.plain, inbox.msg.kind) == (1, ONEWAY)
+
+
+def test_what_is_not_the_common_case_is_left_for_python():
+    rx, _, out, _, inbox = link()
+    cases = [pack(REQUEST, 1, 1, 3, trace=5, event=1) + b"abc",   # traced
+             pack(REPLY, 1, 2, 0),                               # a reply, to an inbox
+             pack(REQUEST, 1, 3, 99) + b"abc",                   # its length field lies
+             HEADER.pack(0x1111, VERSION, REQUEST, 1, 0, 4, 0, 0, 0),   # not FIT's magic
+             HEADER.pack(MAGIC, VERSION + 1, REQUEST, 1, 0, 5, 0, 0, 0),
+             b"short"]
+    for frame in cases:
+        assert out.send(b"", frame)
+        assert inbox.take() == 0
+        m = inbox.msg
+        assert m.plain == 0 and m.at >= 0
+        assert bytes(rx.view(m.at, m.len)) == frame   # (whole, for the parse that says why)
+        rx.consume()
+
+
+def test_a_broken_ring_is_its_errno():
+    rx, _, out, _, inbox = link()
+    assert out.send(b"", b"x" * 64)
+    rx.seg.view[rx._data:rx._data + 16] = b"\xff" * 16   # the peer scribbles on it
+    assert inbox.take() == 0
+    assert inbox.msg.at == -errno.EBADMSG
+
+
+def test_an_answer_is_a_reply_and_the_request_released():
+    rx, tx, out, back, inbox = link()
+    assert out.send(pack(REQUEST, 0x77, 4242, 3), b"abc")
+    assert inbox.take() == 0
+    assert tx.answer(rx, 0x77, 4242, b"reply!")
+    assert take(back) == pack(REPLY, 0x77, 4242, 6) + b"reply!"
+    assert inbox.take() == -1   # released
+    assert not rx.pending()
+
+
+def test_an_answer_into_a_full_ring_does_nothing():
+    rx, tx, out, back, inbox = link()
+    assert out.send(pack(REQUEST, 1, 1, 0))
+    assert inbox.take() == 0
+    while tx.send(b"", b"y" * 1000):
+        pass
+    assert not tx.answer(rx, 1, 1, b"z" * 100)
+    assert rx.pending()   # not released: Python waits for room and answers
+    while take(back) is not None:
+        pass
+    assert tx.answer(rx, 1, 1, b"z")
+    assert not rx.pending()
+
+
+def test_an_endpoint_answers_in_one_step_and_falls_back_where_it_must(tmp_path):
+    """The same handlers, the same answers: ECHO, an unknown op's error, a ONEWAY, a
+    reply larger than FIT allows (the error, by Python's path), a malformed request."""
+    server = Endpoint("m9", f"shm://{tmp_path}/m9.fit")
+    oneway: list[bytes] = []
+    server.on(0x7001, lambda msg: oneway.append(bytes(msg.payload)))
+    server.on(0x7002, lambda msg: b"z" * (FIT_MAX_PAYLOAD_BYTES + 1))   # EMSGSIZE, answered
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            server.serve(0.05)
+    serving = threading.Thread(target=serve, daemon=True)
+    serving.start()
+    try:
+        with Endpoint(f"cli.{os.getpid()}", None) as client:
+            client.add_peer("m9", server.address)
+            for i in range(50):
+                assert bytes(client.call("m9", Op.ECHO, b"x%d" % i)) == b"x%d" % i
+            with pytest.raises(OSError) as caught:
+                client.call("m9", 0x7FFF, b"")
+            assert caught.value.errno == errno.ENOSYS
+            client.send("m9", 0x7001, b"one way")
+            with pytest.raises(OSError) as caught:
+                client.call("m9", 0x7002, b"", timeout=5)
+            assert caught.value.errno == errno.EMSGSIZE
+            link = client.transport.out["m9"]   # a request with a lying length field:
+            assert link.tx.send(struct.pack("<HBBHHIIII", MAGIC, VERSION, REQUEST, Op.ECHO,
+                                            0, 999, 50, 0, 0), b"abc")
+            assert bytes(client.call("m9", Op.ECHO, b"after")) == b"after"   # still served
+            stop.set()
+            serving.join()   # (a reply is counted once it is out: read the counts after)
+            assert oneway == [b"one way"]
+            assert server.counters.snapshot()["errors"].get("malformed") == 1
+            links = server.counters.snapshot()["links"][client.id]
+            assert links["ECHO"]["rx_msgs"] == 51   # (the malformed one's header not trusted)
+            assert links["ECHO"]["tx_msgs"] == 52   # (its error answered all the same)
+    finally:
+        stop.set()
+        serving.join()
+        server.close()
