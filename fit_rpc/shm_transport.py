@@ -90,7 +90,8 @@ class Link:
     """One connection between two endpoints: its segment, rings and rendezvous socket."""
 
     __slots__ = ("peer", "pid", "sock", "seg", "tx", "rx", "peer_efd", "peer_bell", "outbound",
-                 "hung", "closed", "busy", "verdict", "_serve_set", "_serve_gen", "_alone")
+                 "hung", "closed", "busy", "verdict", "_serve_set", "_serve_gen", "_alone",
+                 "_held_set", "_held_key")
 
     def __init__(self, peer: str, pid: int, sock: socket.socket, seg: Segment, peer_efd: int,
                  peer_bell: Any, outbound: bool):
@@ -105,6 +106,8 @@ class Link:
         self._serve_set: WaitSet | None = None
         self._serve_gen = -1
         self._alone: WaitSet | None = None
+        self._held_set: WaitSet | None = None   # _serve_set while handlers hold messages,
+        self._held_key: Any = None              # and for which links (and _gen) it was made
 
     def close(self) -> None:
         if self.closed:
@@ -140,6 +143,8 @@ class ShmTransport(Transport):
         #                                                              read here, copied out
         self._inbox_links: list[Link] = []
         self._inbox_gen = -1
+        self._nested: tuple[WaitSet, list[Link]] | None = None   # the inbox, held ones left
+        self._nested_key: Any = None                             # out, and for which
         self.count = _no_count                      # error counters (the endpoint's)
         self.peer_gone = _no_peer                   # a peer's last link closed
         self.link_closed = _no_peer                 # an outbound link's ring is about to go
@@ -157,7 +162,7 @@ class ShmTransport(Transport):
 
     def arm(self) -> bool:
         self._sync()
-        return self._inbox_set().arm_with(self.waker)
+        return self._inbox_set()[0].arm_with(self.waker)
 
     def disarm(self) -> None:
         if self.waker is not None:
@@ -168,7 +173,7 @@ class ShmTransport(Transport):
 
     def pending(self) -> bool:
         self._sync()
-        return self._inbox_set().ready() >= 0
+        return self._inbox_set()[0].ready() >= 0
 
     # ---- sending ------------------------------------------------------------------------------
     def send(self, peer: str, address: str, frame: Frame, timeout_s: float,
@@ -229,7 +234,7 @@ class ShmTransport(Transport):
     def recv_inbound(self, timeout_s: float | None) -> Arrival | None:
         if self._new or self._hung or self._draining:
             self._sync()
-        ws = self._inbox_set()
+        ws, links = self._inbox_set()
         i = ws.take()
         if i < 0:
             if timeout_s == 0:
@@ -243,7 +248,7 @@ class ShmTransport(Transport):
             i = ws.take()
             if i < 0:
                 return None
-        link, msg = self._inbox_links[i], ws.msg
+        link, msg = links[i], ws.msg
         if msg.at < 0:
             if msg.at != -errno.EAGAIN:
                 self._lost(link, "ring_broken")
@@ -531,38 +536,45 @@ class ShmTransport(Transport):
         self._close(link)
 
     # ---- wait sets ------------------------------------------------------------------------
-    def _inbox_set(self) -> WaitSet:
-        """The inbound rings (those of links whose message a handler holds left out:
-        a nested wait must not find that message again); `self._inbox_links` in order."""
-        if self._held:
+    def _inbox_set(self) -> tuple[WaitSet, list[Link]]:
+        """The inbound rings and their links, in order; those of links whose message a
+        handler holds left out (a nested wait must not find that message again). Made
+        again only when the links or the held ones change, not per wait."""
+        if not self._held:
+            if self._inbox_gen != self._gen:
+                self._inbox.rings = [x.rx for x in self.inbound]
+                self._inbox_links = list(self.inbound)
+                self._inbox_gen = self._gen
+            return self._inbox, self._inbox_links
+        key = (self._gen, frozenset(self._held))
+        if self._nested is None or self._nested_key != key:
             links = [x for x in self.inbound if x not in self._held]
-            ws = WaitSet(self.bell.word, self.bell.efd)
-            ws.rings = [x.rx for x in links]
-            self._inbox_links = links
-            self._inbox_gen = -1
-            return ws
-        if self._inbox_gen != self._gen:
-            self._inbox.rings = [x.rx for x in self.inbound]
-            self._inbox_links = list(self.inbound)
-            self._inbox_gen = self._gen
-        return self._inbox
+            self._nested, self._nested_key = (self._wait_set([x.rx for x in links]), links), key
+        return self._nested
 
     def _reply_set(self, link: Link, serve: bool) -> WaitSet:
-        """Ring 0: the link's replies; then, if serving, the inbound rings."""
+        """Ring 0: the link's replies; then, if serving, the inbound rings (as
+        _inbox_set() leaves them). Made again only when those change."""
         if not serve or not self.inbound:
             if link._alone is None:
-                link._alone = WaitSet(self.bell.word, self.bell.efd)
-                link._alone.rings = [link.rx]
+                link._alone = self._wait_set([link.rx])
             return link._alone
         if self._held:
-            ws = WaitSet(self.bell.word, self.bell.efd)
-            ws.rings = [link.rx, *(x.rx for x in self.inbound if x not in self._held)]
-            return ws
+            key = (self._gen, frozenset(self._held))
+            if link._held_set is None or link._held_key != key:
+                ws = self._wait_set([link.rx, *(x.rx for x in self.inbound
+                                                if x not in self._held)])
+                link._held_set, link._held_key = ws, key
+            return link._held_set
         if link._serve_gen != self._gen or link._serve_set is None:
-            link._serve_set = WaitSet(self.bell.word, self.bell.efd)
-            link._serve_set.rings = [link.rx, *(x.rx for x in self.inbound)]
+            link._serve_set = self._wait_set([link.rx, *(x.rx for x in self.inbound)])
             link._serve_gen = self._gen
         return link._serve_set
+
+    def _wait_set(self, rings: list[Ring]) -> WaitSet:
+        ws = WaitSet(self.bell.word, self.bell.efd)
+        ws.rings = rings
+        return ws
 
 
 def _no_count(name: str) -> None:

@@ -142,3 +142,41 @@ def test_an_endpoint_answers_in_one_step_and_falls_back_where_it_must(tmp_path):
         stop.set()
         serving.join()
         server.close()
+
+
+def test_a_handlers_calls_wait_on_one_set_made_once_that_leaves_its_message_out(tmp_path):
+    """A handler that calls out serves meanwhile, but not the message it holds: its
+    calls' wait set leaves that link's ring out, and is made once, not per call."""
+    inner = Endpoint("m8", f"shm://{tmp_path}/m8.fit")
+    server = Endpoint("m9", f"shm://{tmp_path}/m9.fit")
+    server.add_peer("m8", inner.address)
+    seen: list[tuple[int, bool]] = []
+
+    def relay(msg):
+        transport = server.transport
+        for _ in range(3):
+            assert bytes(server.call("m8", Op.ECHO, msg.payload)) == bytes(msg.payload)
+            ws = transport._reply_set(transport.out["m8"], True)
+            seen.append((id(ws), msg.route.rx in ws.rings))
+        return b"relayed"
+    server.on(0x7003, relay)
+    stop = threading.Event()
+
+    def serve(ep):
+        while not stop.is_set():
+            ep.serve(0.05)
+    threads = [threading.Thread(target=serve, args=(ep,), daemon=True) for ep in (inner, server)]
+    for t in threads:
+        t.start()
+    try:
+        with Endpoint(f"cli.{os.getpid()}", None) as client:
+            client.add_peer("m9", server.address)
+            assert bytes(client.call("m9", 0x7003, b"x")) == b"relayed"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        server.close()
+        inner.close()
+    assert len(seen) == 3 and len({ws for ws, _ in seen}) == 1
+    assert not any(held_in for _, held_in in seen)
