@@ -3,7 +3,12 @@
 A skeleton is named by a u32 id its nComponent chose (unique per nComponent).
     SK     <I>    sk                 N_CLOSE; STUB_DATA: then the bytes
     SK_N   <II>   (sk, n)            N_SEND, N_SEND_DMA, N_CREDIT, STUB_SENT, STUB_DATA_DMA
-    SK_ERR <Ii>   (sk, value)        STUB_CLOSED (errno, 0 = EOF), N_SHUTDOWN (how)
+    SK_ERR <Ii>   (sk, value)        STUB_CLOSED (errno, 0 = EOF), N_SHUTDOWN (how),
+                                     STUB_DGRAM_ERROR (errno)
+    DGRAM  <I4sH2x> (n, IPv4, port)  a datagram's record in a datagram socket's rings,
+                                     then its n bytes: the destination of one sent, the
+                                     source of one received (0.0.0.0:0: the connected
+                                     peer's); MAX_DATAGRAM bytes at most
     DMA_MAP <IQII> (pid, addr, n, flags)   M_DMA_MAP (flags: DMA_WRITE, DMA_HOLD); reply
                                            DMA_LEASE, then that many PIECEs
     DMA_LEASE <II> (lease, pieces)
@@ -40,6 +45,8 @@ PIECE = struct.Struct("<qI")
 CONNECT = struct.Struct("<II4s4sHBBIQIQId16sHH")
 OPT = struct.Struct("<iii")
 CONNECTED = struct.Struct("<I4sHH")
+DGRAM = struct.Struct("<I4sH2x")
+MAX_DATAGRAM = 65507   # bytes of a UDP datagram's payload over IPv4, as Linux takes them
 MODES = ("ddio", "dma")   # CONNECT's mode: an index
 CONNECT_TIMEOUT = 1       # CONNECT's flags: timeout is set (else: none)
 CONNECT_PENDING = 1       # CONNECTED's flags: the handshake goes on (STUB_CONNECTED ends it)

@@ -71,6 +71,7 @@ class Op(IntEnum):
     N_SOCKOPT = 0x060A         # setsockopt/getsockopt on the kernel socket
     N_RELEASE = 0x060B         # from a pMonitor: a process ended
     N_LOOKUP = 0x060C          # who listens on ip:port (the intra-rack shortcut asks)
+    N_DGRAM_CONNECT = 0x060D   # a datagram skeleton's kernel socket connects (a default peer)
     # bsdSocketStub (skeleton -> stub; all one-way)
     STUB_DATA = 0x0701         # DDIO: received bytes for the stub's receive buffer
     STUB_DATA_DMA = 0x0702     # DMA: received bytes are in the mComponent
@@ -78,6 +79,7 @@ class Op(IntEnum):
     STUB_SENT = 0x0704         # send credit back: the kernel took these bytes
     STUB_CLOSED = 0x0705       # EOF (errno 0) or an error on the connection
     STUB_CONNECTED = 0x0706    # a pending N_CONNECT (or STUB_SC_CONNECT) done: {sk, local}|{errno}
+    STUB_DGRAM_ERROR = 0x070A  # a datagram socket's error (a send's, an ICMP's): reported once
     # bsdSocketStub <-> bsdSocketStub: the intra-rack shortcuts (all one-way)
     STUB_SC_CONNECT = 0x0707   # to a listener's process: a shortcut connection, pipe or FIT
     STUB_SC_DATA = 0x0708      # FIT shortcut: bytes for the peer stub

@@ -20,8 +20,10 @@ hands back). What it reads and writes is counted in the endpoint's counters
 as if this file had.
 
 Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
-    N_BIND      {ip, port, opts, loopback, inbox, stub} -> {sk, port}  (Proxy makes it;
-                `inbox` must be the sender's own: EPERM otherwise)
+    N_BIND      {ip, port, opts, loopback, inbox, stub[, type]} -> {sk, port}  (Proxy makes
+                it; `inbox` must be the sender's own: EPERM otherwise; type "dgram": a
+                UDP socket's, dgram_skeleton.py, which N_START starts as an accepted one)
+    N_DGRAM_CONNECT {sk, dst} -> {local}   a datagram socket's default peer
     N_LISTEN    {sk, backlog}
     N_CONNECT   {sk | src+opts+inbox+stub, dst, timeout, buffers} -> {sk, local} when
                 the kernel's handshake was done inside connect() (loopback), else
@@ -36,7 +38,7 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
                 shortcut, issue 5); ECONNREFUSED if nobody. Counted as a pipe or FIT
                 shortcut by whether the asker is on the listener's pComponent
 and it pushes to stubs STUB_DATA, STUB_DATA_DMA, STUB_ACCEPT, STUB_SENT,
-STUB_CLOSED, STUB_CONNECTED (0x07xx). Slices (monitors/slices.py): a process
+STUB_CLOSED, STUB_CONNECTED, STUB_DGRAM_ERROR (0x07xx). Slices (monitors/slices.py): a process
 makes sockets here (N_BIND, N_CONNECT) and asks who listens (N_LOOKUP) only
 if it is of this nComponent's slice (both may be free), and its rings' home
 must be an mComponent of its slice too: EPERM otherwise, EADDRNOTAVAIL for a
@@ -67,6 +69,7 @@ from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.connector import Connector
 from monitors.core import Monitor
 from monitors.data_paths import Ddio, Dma, RackMemory
+from monitors.dgram_skeleton import DgramSkeleton
 from monitors.proxy import ALLOWED, Proxy
 from monitors.skeleton import Skeleton
 from monitors.slices import allowed
@@ -133,6 +136,7 @@ class NMonitor(Monitor):
                                    {pair for pair in ALLOWED if pair[1] != socket.SO_ERROR})
         self._load: dict[str, Any] = {}
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
+                       "datagrams_in": 0, "datagrams_out": 0, "datagrams_dropped": 0,
                        "shortcuts_pipe": 0, "shortcuts_fit": 0,
                        "ddio_extcache_bytes": 0, "ddio_mcomponent_bytes": 0}
         self._lines_bytes = 0   # what the plane's closed connections copied to or from lines
@@ -141,7 +145,8 @@ class NMonitor(Monitor):
                        (Op.N_SEND, self.n_send), (Op.N_SEND_DMA, self.n_send),
                        (Op.N_CREDIT, self.n_credit), (Op.N_SHUTDOWN, self.n_shutdown),
                        (Op.N_CLOSE, self.n_close), (Op.N_SOCKOPT, self.n_sockopt),
-                       (Op.N_RELEASE, self.n_release), (Op.N_LOOKUP, self.n_lookup)):
+                       (Op.N_RELEASE, self.n_release), (Op.N_LOOKUP, self.n_lookup),
+                       (Op.N_DGRAM_CONNECT, self.n_dgram_connect)):
             self.ep.on(op, fn)
 
     def resources(self) -> dict[str, Any]:
@@ -376,7 +381,7 @@ class NMonitor(Monitor):
         if skel.dead:
             return
         mask = (_IN if skel.wants_read() else 0) | (_OUT if skel.wants_write() else 0)
-        for s in skel.socks if skel.listening else skel.socks[:1]:
+        for s in skel.watched():
             self._mask(s.fileno(), mask)
 
     def accepted(self, listener: Skeleton, conn: socket.socket) -> None:
@@ -413,6 +418,17 @@ class NMonitor(Monitor):
         except OSError:
             self._gone(owner)
 
+    def drop_socket(self, skel: Skeleton, sock: socket.socket) -> None:
+        """One of a skeleton's kernel sockets closes (it keeps the others)."""
+        self._close_socket(sock)
+        skel.socks.remove(sock)
+
+    def _close_socket(self, sock: socket.socket) -> None:
+        self._mask(sock.fileno(), 0)
+        self.by_fd.pop(sock.fileno(), None)
+        self.stale.add(sock.fileno())   # (its events of this round are skipped)
+        sock.close()
+
     def closed(self, skel: Skeleton) -> None:
         """The end of a skeleton: kernel sockets closed, rings back to DRAM."""
         if skel.dead:
@@ -425,10 +441,7 @@ class NMonitor(Monitor):
             skel.connecting = False
             self._tell_connect(skel.owner, skel.stub, {"errno": errno.ECONNABORTED})
         for s in skel.socks:
-            self._mask(s.fileno(), 0)
-            self.by_fd.pop(s.fileno(), None)
-            self.stale.add(s.fileno())
-            s.close()
+            self._close_socket(s)
         if skel.rx is not None:
             self.proxy.free(skel.rx, skel.tx)
             self.connector.dram_changed()
@@ -448,12 +461,25 @@ class NMonitor(Monitor):
         args, _ = msg.args()
         self.check_slice(msg.src, errno.EADDRNOTAVAIL)   # a NIC of another slice: not ours
         self.check_inbox(msg, args)
+        dgram = args.get("type", "stream") == "dgram"
         socks, port = self.proxy.bound(need(args, "ip", str), need(args, "port", int),
-                                       args.get("opts", []), bool(args.get("loopback")))
-        skel = self.new(msg.src, socks)
+                                       args.get("opts", []), bool(args.get("loopback")),
+                                       socket.SOCK_DGRAM if dgram else socket.SOCK_STREAM)
+        skel = self.new(msg.src, socks, kind=DgramSkeleton if dgram else Skeleton)
         skel.stub = need(args, "stub", int)
         skel.inbox = need(args, "inbox", str)
         return codec.encode({"sk": skel.sk, "port": port})
+
+    def n_dgram_connect(self, msg: Message) -> bytes:
+        """A datagram socket's default peer (UDP connect(): no handshake)."""
+        args, _ = msg.args()
+        skel = self.own(msg, need(args, "sk", int))
+        if not isinstance(skel, DgramSkeleton):
+            raise OSError(errno.EOPNOTSUPP, f"socket {skel.sk} is no datagram socket")
+        ip, port = need(args, "dst", list)
+        if type(ip) is not str or type(port) is not int:
+            raise OSError(errno.EINVAL, "dst is [ip, port]")
+        return codec.encode({"local": list(skel.connect_to(ip, port))})
 
     def n_listen(self, msg: Message) -> bytes:
         args, _ = msg.args()
@@ -570,11 +596,13 @@ class NMonitor(Monitor):
         self.ep.add_peer(msg.src, inbox)
         return inbox
 
-    def new(self, owner: str, socks: list[socket.socket], sk: int = 0) -> Skeleton:
-        """A skeleton over socks (sk: its id, chosen by next_sk before)."""
+    def new(self, owner: str, socks: list[socket.socket], sk: int = 0,
+            kind: type[Skeleton] = Skeleton) -> Skeleton:
+        """A skeleton over socks (sk: its id, chosen by next_sk before; kind: a stream's
+        or a datagram socket's)."""
         fd = socks[0].fileno()
         sk = sk or self.next_sk(fd)
-        skel = Skeleton(self, sk, owner, socks, self.plane.conn(fd, sk))
+        skel = kind(self, sk, owner, socks, self.plane.conn(fd, sk))
         skel.in_plane = self.plane.add(skel.c)   # False: an fd past what it can hold
         self.skels[skel.sk] = skel
         for s in socks:

@@ -3,7 +3,8 @@ and hands out the nComponent DRAM their rings live in.
 
 Interface (used by nmonitor.py only):
     proxy = Proxy(nics=["127.0.0.11"], loopback="127.0.0.10", dram_bytes=64 << 20)
-    proxy.bound(ip, port, opts, with_loopback) -> [kernel sockets], port
+    proxy.bound(ip, port, opts, with_loopback, kind=SOCK_STREAM) -> [kernel sockets], port
+                                   (kind SOCK_DGRAM: UDP sockets, a datagram skeleton's)
     proxy.for_connect(src_ip, opts) -> kernel socket bound to (src_ip, 0)
     proxy.apply(sock, level, opt, value) / proxy.query(sock, level, opt)
     proxy.rings() -> (rx, tx) NRings of NCOMPONENT_RING_BYTES each; ENOBUFS when DRAM is full
@@ -27,7 +28,7 @@ ALLOWED = {
     (socket.SOL_SOCKET, socket.SO_REUSEADDR), (socket.SOL_SOCKET, socket.SO_REUSEPORT),
     (socket.SOL_SOCKET, socket.SO_KEEPALIVE), (socket.SOL_SOCKET, socket.SO_RCVBUF),
     (socket.SOL_SOCKET, socket.SO_SNDBUF), (socket.SOL_SOCKET, socket.SO_ERROR),
-    (socket.IPPROTO_TCP, socket.TCP_NODELAY),
+    (socket.SOL_SOCKET, socket.SO_BROADCAST), (socket.IPPROTO_TCP, socket.TCP_NODELAY),
 }
 _BIND_ATTEMPTS = 32   # 0.0.0.0 with port 0: a port free on both the NIC and the loopback alias
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)   # Linux's number
@@ -43,16 +44,16 @@ class Proxy:
         self.slots_total = len(self._free)
 
     # ---- kernel sockets -----------------------------------------------------------------
-    def bound(self, ip: str, port: int, opts: list, with_loopback: bool
-              ) -> tuple[list[socket.socket], int]:
+    def bound(self, ip: str, port: int, opts: list, with_loopback: bool,
+              kind: int = socket.SOCK_STREAM) -> tuple[list[socket.socket], int]:
         self._check_local(ip)
         for _ in range(_BIND_ATTEMPTS if with_loopback and port == 0 else 1):
-            first = self._bound_one(ip, port, opts)
+            first = self._bound_one(ip, port, opts, kind)
             if not with_loopback:
                 return [first], first.getsockname()[1]
             chosen = first.getsockname()[1]
             try:
-                return [first, self._bound_one(self.loopback, chosen, opts)], chosen
+                return [first, self._bound_one(self.loopback, chosen, opts, kind)], chosen
             except OSError as exc:
                 first.close()
                 if exc.errno != errno.EADDRINUSE or port != 0:
@@ -75,9 +76,10 @@ class Proxy:
             raise
         return sock
 
-    def _bound_one(self, ip: str, port: int, opts: list) -> socket.socket:
+    def _bound_one(self, ip: str, port: int, opts: list,
+                   kind: int = socket.SOCK_STREAM) -> socket.socket:
         self._check_local(ip)
-        sock = self._plain(opts)
+        sock = self._plain(opts, kind)
         try:
             sock.bind((ip, port))
         except OSError:
@@ -85,8 +87,8 @@ class Proxy:
             raise
         return sock
 
-    def _plain(self, opts: list) -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    def _plain(self, opts: list, kind: int = socket.SOCK_STREAM) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, kind)
         try:
             for level, opt, value in opts:
                 self.apply(sock, level, opt, value)

@@ -42,6 +42,7 @@ class Net(Protocol):
     """What a skeleton needs from its nMonitor."""
 
     id: str   # the nComponent's FIT id (a trace's events name it)
+    counts: dict[str, int]   # its STATS counters
 
     def push(self, skel: "Skeleton", op: int, payload: bytes) -> None: ...
     def watch(self, skel: "Skeleton") -> None: ...
@@ -49,6 +50,7 @@ class Net(Protocol):
     def accepted(self, listener: "Skeleton", conn: socket.socket) -> None: ...
     def closed(self, skel: "Skeleton") -> None: ...
     def connect_done(self, skel: "Skeleton", err: int) -> None: ...
+    def drop_socket(self, skel: "Skeleton", sock: socket.socket) -> None: ...
 
 
 class Skeleton:
@@ -84,6 +86,10 @@ class Skeleton:
     @property
     def sock(self) -> socket.socket:
         return self.socks[0]
+
+    def watched(self) -> list[socket.socket]:
+        """The kernel sockets whose readiness its nMonitor polls."""
+        return self.socks if self.listening else self.socks[:1]
 
     # ---- the state the data plane shares (kp_conn) --------------------------------------
     window = property(lambda self: self.c.window,          # bytes the stub can still take
