@@ -14,6 +14,8 @@ program's process holds, besides its own code:
                    connect and accept), sockopts.py (options), bell.py
                    (fileno()'s readiness), sockargs.py (what the API takes and
                    says), handles.py (dup, fromfd, detach)
+    datagram.py    a UDP socket's bsdSocketStub: datagrams as records over the
+                   same path
     face.py        the door into a stub that its paths and the runtime use
                    (`stub._face`: nothing of theirs is on the socket a program sees)
     datapath.py    the interface a connection's data path implements:

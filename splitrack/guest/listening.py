@@ -40,7 +40,7 @@ class Listening:
         try:
             reply = self._call(Op.N_BIND, {
                 "ip": ip, "port": port, "loopback": any_ip, "opts": self._opt_list(),
-                "inbox": self._rt.inbox.address, "stub": self._id})
+                "inbox": self._rt.inbox.address, "stub": self._id, "type": self._kind})
         except OSError:
             self._n = None
             raise

@@ -36,7 +36,8 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   a line waits in the stub's own buffer (`stage`) until a line's worth is
   there, and goes into the send ring with it in one copy: a small send costs
   an append, not a copy into the extCache. TCP is a byte stream, so nothing a
-  peer can rely on changes. A socket with TCP_NODELAY never holds, nor does
+  peer can rely on changes. A datagram socket's path never holds (packing
+  False: each datagram goes as it is sent). A socket with TCP_NODELAY never holds, nor does
   one of a program that selects (the runtime is threaded): such a program
   waits in select(), not on the socket, and a reply it wrote in two sends
   would wait for the flusher.
@@ -75,8 +76,9 @@ _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 
 
 class NicPath:
-    def __init__(self, stub: Any, mode: str):
+    def __init__(self, stub: Any, mode: str, packing: bool = True):
         self.stub = stub._face   # (face.py: all of the stub a path may touch)
+        self.packing = packing   # sends may be held at all (a datagram socket's never are)
         self.rt = self.stub.runtime
         self.vm = self.rt.vm
         self.name = mode
@@ -98,7 +100,7 @@ class NicPath:
         """Whether sends may be held (packing): on for this process, no TCP_NODELAY, and
         the program does not select (the runtime is not threaded). Called whenever one
         of those changes."""
-        self.c.pack = bool(self.rt.packing and not self.rt.threaded
+        self.c.pack = bool(self.packing and self.rt.packing and not self.rt.threaded
                            and not self.stub.option(*_NODELAY))
 
     # ---- the flusher reads these without the stub's lock (runtime._flush_held) ----------

@@ -3,8 +3,9 @@
 `splitrack run` puts splitrack/guest/_dropin on the program's PYTHONPATH; its
 sitecustomize.py calls install() before the program's first line. Only what
 must change is replaced (curio's rule): `socket.socket` becomes the
-bsdSocketStub class, which still makes kernel sockets for anything that is not
-TCP over IPv4 (AF_UNIX, UDP, socketpair, fromfd). Everything else -- DNS,
+bsdSocketStub class (a datagram one, datagram.py, for UDP), which still makes
+kernel sockets for anything that is not TCP or UDP over IPv4 (AF_UNIX,
+socketpair, fromfd of a kernel socket, raw and netlink sockets). Everything else -- DNS,
 constants, create_connection, create_server -- is the stdlib's and reaches the
 stub through `socket.socket`, as do socketserver, http.server, http.client,
 urllib, selectors and asyncio. ssl is not supported on rack sockets.

@@ -5,7 +5,7 @@
 - timeout_value(v): settimeout's argument, refused as CPython refuses it;
 - bytes_view(data): any bytes-like object as a flat byte view;
 - warn_host_socket(family, kind): a network socket that stays the host's
-  (UDP, raw, netlink) is said once a kind on stderr, never silently.
+  (raw, netlink, packet) is said once a kind on stderr, never silently.
 """
 
 import math
@@ -39,8 +39,8 @@ _warned: set[tuple[int, int]] = set()
 
 
 def warn_host_socket(family: int, kind: int) -> None:
-    """A network socket the rack cannot emulate yet (UDP, raw, netlink, packet) stays
-    the host's: said once a kind, in one line on stderr, never silently."""
+    """A network socket the rack cannot emulate (raw, netlink, packet) stays the
+    host's: said once a kind, in one line on stderr, never silently."""
     if family in _HOST_FAMILIES or (family, kind) in _warned:
         return
     _warned.add((family, kind))
@@ -48,8 +48,9 @@ def warn_host_socket(family: int, kind: int) -> None:
         name = f"{_socket_module.AddressFamily(family).name}/{_socket_module.SocketKind(kind).name}"
     except ValueError:
         name = f"family {family}, type {kind}"
-    print(f"splitrack: a {name} socket is the host's, not the rack's: only TCP over IPv4 "
-          f"crosses the rack (its traffic is not emulated)", file=sys.stderr, flush=True)
+    print(f"splitrack: a {name} socket is the host's, not the rack's: only TCP and UDP "
+          f"over IPv4 cross the rack (its traffic is not emulated)", file=sys.stderr,
+          flush=True)
 
 
 def timeout_value(value: Any) -> float | None:

@@ -4,7 +4,7 @@
 the stub's `_opts`, {(level, option): value}. Three kinds:
 
 - FORWARDED (SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, SO_RCVBUF, SO_SNDBUF,
-  TCP_NODELAY): the skeleton's kernel socket's. Set before it exists, they go
+  SO_BROADCAST, TCP_NODELAY): the skeleton's kernel socket's. Set before it exists, they go
   with N_BIND / N_CONNECT (`_opt_list`); after, N_SOCKOPT sets or reads them
   there. An accepted socket inherits its listener's, as on Linux.
 - the stub's own: SO_RCVLOWAT (a blocking recv waits for that many bytes, or
@@ -33,7 +33,7 @@ from splitrack.guest.sockargs import err
 SOL_SOCKET = _socket_module.SOL_SOCKET
 FORWARDED = {(SOL_SOCKET, o) for o in (
     _socket_module.SO_REUSEADDR, _socket_module.SO_REUSEPORT, _socket_module.SO_KEEPALIVE,
-    _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF)} | {
+    _socket_module.SO_RCVBUF, _socket_module.SO_SNDBUF, _socket_module.SO_BROADCAST)} | {
     (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
 RCVLOWAT = (SOL_SOCKET, _socket_module.SO_RCVLOWAT)
 LINGER = (SOL_SOCKET, _socket_module.SO_LINGER)
@@ -109,7 +109,7 @@ class Options:
                 self._broken = self._broken or bool(code)
             return code
         if key == (SOL_SOCKET, _socket_module.SO_TYPE):
-            return _socket_module.SOCK_STREAM
+            return int(self.type)   # (an int, as the kernel's getsockopt gives it)
         if key == RCVLOWAT:
             return self._opts.get(key, 1)
         if key not in FORWARDED:

@@ -30,7 +30,8 @@ selectors and asyncio work. Errors are OSError with Linux's
 errno; timeouts are TimeoutError("timed out"); would-block is BlockingIOError.
 dup, socket.fromfd, socket(fileno=) and detach make more handles of one
 connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB.
-AF_INET6 is refused (EAFNOSUPPORT); any other network socket (UDP, raw,
+`socket(AF_INET, SOCK_DGRAM)` makes a DatagramStub (datagram.py): UDP through
+the rack. AF_INET6 is refused (EAFNOSUPPORT); any other network socket (raw,
 netlink) stays the host's, with a line on stderr that says so. A fork()ed
 child neither uses its parent's rack sockets nor makes any (runtime.py).
 
@@ -68,6 +69,7 @@ from splitrack.guest.sockopts import Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
+SOCK_DGRAM = _socket_module.SOCK_DGRAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
 _LOCALHOST = "127.0.0.1"
 _DATA_OPS = frozenset(int(op) for op in (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_SENT,
@@ -89,15 +91,21 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
     # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
     # the connection's, shared by every handle of it (handles.py: dup, fromfd)
     __slots__ = ("__dict__", "_timeout", "_gone")
+    _kind = "stream"   # N_BIND's type (datagram.py's is "dgram")
 
     def __new__(cls, family: int = -1, type: int = -1, proto: int = -1,
                 fileno: int | None = None) -> Any:
-        if fileno is not None and handles.shared_state(fileno) is not None:
-            return _std.__new__(cls)   # one more descriptor of a rack socket
+        if fileno is not None:
+            state = handles.shared_state(fileno)
+            if state is not None:   # one more descriptor of a rack socket, of its kind
+                dgram = state["_face"]._s._kind == "dgram"
+                return _std.__new__(_datagram(cls) if dgram else cls)
         family = AF_INET if family == -1 else family
         kind = SOCK_STREAM if type == -1 else type
         if fileno is None and family == _socket_module.AF_INET6:
             raise err(errno.EAFNOSUPPORT)   # the rack's NICs are IPv4: never the host's
+        if fileno is None and family == AF_INET and kind & ~_TYPE_FLAGS == SOCK_DGRAM:
+            return _std.__new__(_datagram(cls))   # UDP: datagram.py
         if fileno is not None or family != AF_INET or kind & ~_TYPE_FLAGS != SOCK_STREAM:
             if fileno is None:
                 warn_host_socket(family, kind & ~_TYPE_FLAGS)
@@ -383,6 +391,25 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
                 self._wake_senders()
         finally:
             lock.release()
+
+
+_datagram_classes: dict[type, type] = {}
+
+
+def _datagram(cls: type) -> type:
+    """The class of a UDP socket made as `cls(AF_INET, SOCK_DGRAM)`: DatagramStub, or
+    for a program's subclass of the socket class, that subclass over DatagramStub."""
+    from splitrack.guest.datagram import DatagramStub  # (it imports this file)
+
+    if issubclass(cls, DatagramStub):
+        return cls
+    if cls is BsdSocketStub:
+        return DatagramStub
+    made = _datagram_classes.get(cls)
+    if made is None:
+        made = _datagram_classes[cls] = type(cls.__name__, (cls, DatagramStub),
+                                             {"__module__": cls.__module__})
+    return made
 
 
 def _poll(fd: int, timeout_s: float | None) -> bool:
