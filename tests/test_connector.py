@@ -50,7 +50,7 @@ RAW = textwrap.dedent("""
         "mode": bytes(bad_mode),
         "home": variant(buffers=dict(good["buffers"], home="m9")),
         "sk": variant(sk=7 << 16 | 3),
-        "option": variant(opts=[[socket.SOL_SOCKET, socket.SO_BROADCAST, 1]]),
+        "option": variant(opts=[[socket.SOL_SOCKET, socket.SO_PRIORITY, 1]]),
         "ring": variant(buffers=dict(good["buffers"], rbuf=[(1 << 64) - 4096, 8192])),
         "nan": variant(timeout=float("nan")),
         "negative": variant(timeout=-5.0),

@@ -218,8 +218,9 @@ def test_the_socket_api_answers_as_linux_does(net, flags):
 
 
 def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
-    """No socket bypasses the rack silently: AF_INET6 is EAFNOSUPPORT, and a UDP
-    socket (the host's) is said once on stderr; AF_UNIX, the pComponent's IPC, is not."""
+    """No socket bypasses the rack silently: AF_INET6 is EAFNOSUPPORT, UDP is the
+    rack's (datagram.py), and any other network socket (netlink here: a raw one needs
+    privileges) is said once on stderr; AF_UNIX, the pComponent's IPC, is not."""
     _, env = net
     code = textwrap.dedent("""
         import socket
@@ -228,18 +229,22 @@ def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
             print("ipv6 made")
         except OSError as exc:
             print("ipv6", type(exc).__name__, exc.errno)
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        print("udp", type(udp).__name__, isinstance(udp, socket.socket))
+        udp.close()
         for _ in range(2):
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+            socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE).close()
         socket.socketpair()
-        print("udp made")
+        print("netlink made")
     """)
     proc = run_on_rack(env, code, name="api", timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["ipv6 OSError 97", "udp made"]
+    assert proc.stdout.splitlines() == ["ipv6 OSError 97", "udp DatagramStub True",
+                                        "netlink made"]
     said = [line for line in proc.stderr.splitlines() if line.startswith("splitrack:")]
-    assert said == ["splitrack: a AF_INET/SOCK_DGRAM socket is the host's, not the rack's: "
-                    "only TCP over IPv4 crosses the rack (its traffic is not emulated)"], \
-        proc.stderr
+    assert said == ["splitrack: a AF_NETLINK/SOCK_RAW socket is the host's, not the rack's: "
+                    "only TCP and UDP over IPv4 cross the rack (its traffic is not "
+                    "emulated)"], proc.stderr
 
 
 @pytest.mark.parametrize("flags", [("--no-shortcuts", "--mode", "ddio"),
