@@ -674,3 +674,34 @@ def test_past_the_ncomponents_dram_connect_is_enobufs_and_stats_name_the_limit(r
         proc = run_on_rack(environ(rack), code, str(server.getsockname()[1]), name="tinydram")
         assert proc.stdout == f"{errno.ENOBUFS} No buffer space available\n", proc.stderr
         assert n0_network(rack)["connections_max"] == 4
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_a_non_blocking_reader_that_polls_without_select_sees_the_bytes(net, mode):
+    """A non-blocking recv or accept that finds nothing reads what the skeleton said
+    meanwhile before it says EAGAIN: a program that polls (no select, no blocking
+    call) sees its connection and its bytes."""
+    _, env = net
+    code = textwrap.dedent("""
+        import socket, time
+        def poll(fn):
+            t0 = time.time()
+            while time.time() - t0 < 10:
+                try:
+                    return fn()
+                except BlockingIOError:
+                    time.sleep(0.01)
+        srv = socket.socket(); srv.bind(("127.0.0.11", 0)); srv.listen()
+        srv.setblocking(False)
+        c = socket.create_connection(srv.getsockname())
+        a, _ = poll(srv.accept)
+        a.sendall(b"x" * 100)
+        c.setblocking(False)
+        got = b""
+        while len(got) < 100:
+            got += poll(lambda: c.recv(1000))
+        print(len(got))
+    """)
+    proc = run_on_rack(env, code, mode=mode, flags=("--no-shortcuts",))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["100"]

@@ -60,7 +60,7 @@ class Listening:
         self._alive()
         if not self._listening:
             raise err(errno.EINVAL)
-        deadline = self._deadline()
+        deadline, pumped = self._deadline(), False
         while True:
             with self._lock:
                 if self._accepts:
@@ -74,6 +74,10 @@ class Listening:
                     raise err(errno.ENETDOWN)
                 if self._shut_rd or self._error:   # shut down, or broken: Linux says EINVAL
                     raise err(errno.EINVAL)
+            if self._timeout == 0.0 and not pumped:   # what the skeleton said meanwhile
+                self._rt.pump()
+                pumped = True
+                continue
             self._wait_readable(deadline)
         conn = info.get("stub") or self._accepted()   # (a shortcut's is made already)
         if socket.getdefaulttimeout() is None and self._timeout is not None:

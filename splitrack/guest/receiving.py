@@ -2,7 +2,8 @@
 
 `Receiving` is the part of BsdSocketStub (stub.py) that receives; its state is
 the stub's. recv, recv_into, recvfrom(_into) and recvmsg take what the
-connection's data path (datapath.py) holds: the bytes, b"" at EOF or after a
+connection's data path (datapath.py) holds (recvmsg_into: scattered into its
+buffers): the bytes, b"" at EOF or after a
 shutdown, the connection's error once (then the socket is broken: b""), and
 ENOTCONN before it is connected. A blocking recv waits for something (as its
 timeout says); MSG_WAITALL and SO_RCVLOWAT make it wait for that many bytes (a
@@ -16,7 +17,7 @@ import errno
 import socket
 from typing import Any
 
-from splitrack.guest.sockargs import err
+from splitrack.guest.sockargs import err, scatter
 from splitrack.guest.sockopts import RCVLOWAT
 
 _PEEK, _DONTWAIT, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
@@ -50,6 +51,11 @@ class Receiving:
     def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> tuple:
         return self.recv(bufsize, flags), [], 0, None
 
+    def recvmsg_into(self, buffers: Any, ancbufsize: int = 0, flags: int = 0) -> tuple:
+        buffers = list(buffers)
+        data = self.recv(sum(memoryview(b).nbytes for b in buffers), flags)
+        return scatter(data, buffers), [], 0, None
+
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
         if self._dead or self._gone:
@@ -71,7 +77,7 @@ class Receiving:
         if self._pending is not None:   # a non-blocking connect not settled yet
             self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
         deadline = self._deadline()
-        lock = self._lock
+        lock, pumped = self._lock, False
         while True:
             lock.acquire()   # (not `with`: a hot path, and `with` costs 0.25 us more here)
             try:
@@ -80,6 +86,11 @@ class Receiving:
                 lock.release()
             if got is not None:
                 return got
+            nonblocking = self._timeout == 0.0 or (flags & _DONTWAIT and self._timeout is None)
+            if nonblocking and not pumped:   # what the skeleton said meanwhile, first
+                self._rt.pump()
+                pumped = True
+                continue
             if flags & _DONTWAIT and self._timeout is None:   # (with a timeout, CPython
                 raise BlockingIOError(errno.EAGAIN,            # waits first, as here)
                                       "Resource temporarily unavailable")

@@ -4,6 +4,7 @@
 - ipv4(host): an address as a dotted quad (a resolver call only for a name);
 - timeout_value(v): settimeout's argument, refused as CPython refuses it;
 - bytes_view(data): any bytes-like object as a flat byte view;
+- scatter(data, buffers): data into recvmsg_into's buffers, in order;
 - warn_host_socket(family, kind): a network socket that stays the host's
   (raw, netlink, packet) is said once a kind on stderr, never silently.
 """
@@ -75,3 +76,14 @@ def bytes_view(data: Any) -> bytes | memoryview:
         return data
     view = memoryview(data)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def scatter(data: bytes, buffers: Any) -> int:
+    """recvmsg_into's copy: `data` into the buffers one after another; the count."""
+    at = 0
+    for buffer in buffers:
+        view = memoryview(buffer).cast("B")
+        k = min(len(view), len(data) - at)
+        view[:k] = data[at:at + k]
+        at += k
+    return at
