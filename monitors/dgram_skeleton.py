@@ -9,10 +9,11 @@ bytes, so a datagram's boundaries are kept end to end:
 
 - receive: each datagram a kernel socket gives (recvfrom) becomes one record
   in rx, its sender's address in the header, and is delivered whole to the
-  stub's receive ring (STUB_DATA or STUB_DATA_DMA: the record's length). One
-  that the stub's window has no room for is dropped and counted (the
-  nMonitor's `datagrams_dropped`, beside `datagrams_in` and `datagrams_out`),
-  as Linux drops a datagram for a full receive buffer;
+  stub's receive ring (STUB_DATA or STUB_DATA_DMA: the record's length),
+  counted in the nMonitor's `datagrams_in` (sent ones in `datagrams_out`).
+  One that the stub's window has no room for is not read: it waits in the
+  kernel socket, whose receive buffer (SO_RCVBUF) holds what waits behind it
+  and drops what overflows, as Linux's does for a program that reads slowly;
 - send: the stub writes one record a datagram into its send ring, its
   destination in the header (0.0.0.0:0: the connected peer); the skeleton
   pulls them into tx as a stream skeleton pulls bytes, and gives the kernel
@@ -40,6 +41,7 @@ from splitrack.params import SOCKET_SENT_BYTES
 
 _ANY = bytes(4)
 _BATCH = 64   # datagrams read from one socket per readiness event (the loop goes on)
+_PEEK_SIZE = socket.MSG_PEEK | socket.MSG_TRUNC   # recv: the next datagram's size, kept
 _SCRATCH = bytearray(MAX_DATAGRAM + 1)   # one nMonitor thread: one landing for all
 
 
@@ -47,7 +49,9 @@ class DgramSkeleton(Skeleton):
     def __init__(self, net: Net, sk: int, owner: str, socks: list[socket.socket], conn: Any):
         super().__init__(net, sk, owner, socks, conn)
         self.blocked = False   # the kernel took no more: a complete record waits in tx
-        self.counts = net.counts   # the nMonitor's: datagrams_in, _out, _dropped (STATS)
+        self.stalled = False   # the next datagram does not fit the stub's window: it
+        #                        waits in the kernel (whose SO_RCVBUF bounds the queue)
+        self.counts = net.counts   # the nMonitor's: datagrams_in, _out (STATS)
 
     def plain(self) -> bool:
         return False
@@ -56,7 +60,8 @@ class DgramSkeleton(Skeleton):
         return self.socks
 
     def wants_read(self) -> bool:
-        return self.rx is not None and not self.eof and self.closing_since is None
+        return self.rx is not None and not (self.eof or self.stalled) and \
+            self.closing_since is None
 
     def wants_write(self) -> bool:
         return self.blocked
@@ -67,7 +72,12 @@ class DgramSkeleton(Skeleton):
         if sock is None or not self.wants_read():
             return
         for _ in range(_BATCH):
+            room = min(self.window, self.rx.space) - DGRAM.size
             try:
+                if room < MAX_DATAGRAM and sock.recv_into(_SCRATCH, 1, _PEEK_SIZE) > room:
+                    self.stalled = True   # it waits in the kernel until the stub reads
+                    self.net.watch(self)
+                    return
                 n, (ip, port) = sock.recvfrom_into(_SCRATCH)
             except (BlockingIOError, InterruptedError):
                 return
@@ -75,9 +85,6 @@ class DgramSkeleton(Skeleton):
                 self.error(exc.errno or errno.EIO)
                 continue
             record = DGRAM.size + n
-            if n > MAX_DATAGRAM or record > self.window or record > self.rx.space:
-                self.counts["datagrams_dropped"] += 1
-                continue
             self.counts["datagrams_in"] += 1
             self.rx.put(DGRAM.pack(n, socket.inet_aton(ip), port))
             self.rx.put(memoryview(_SCRATCH)[:n])
@@ -85,9 +92,14 @@ class DgramSkeleton(Skeleton):
             if self.dead or self.broken:
                 return
 
+    def credit(self, n: int) -> None:
+        self.window += n
+        if self.stalled:   # the datagram that did not fit may now
+            self.stalled = False
+            self.net.watch(self)
+
     # ---- send -----------------------------------------------------------------------
     def writable(self) -> None:
-        self.blocked = False
         self.flush()
 
     def flush(self) -> None:
@@ -95,7 +107,7 @@ class DgramSkeleton(Skeleton):
         tx = self.tx
         if tx is None:
             return
-        was = self.blocked
+        was, self.blocked = self.blocked, False
         while True:
             self.unconfirmed += self.path.pull(self)
             if self.dead or self.broken:
@@ -118,7 +130,9 @@ class DgramSkeleton(Skeleton):
         if self.unconfirmed >= SOCKET_SENT_BYTES:   # the stub blocks only at a full ring
             self.path.confirm(self, self.unconfirmed)
             self.unconfirmed = 0
-        if self.blocked != was:
+        if self.closing_since is not None and not self.blocked:
+            self.net.closed(self)   # all it sent is out: the close goes on
+        elif self.blocked != was:
             self.net.watch(self)
 
     def _give(self, data: bytes, ip: bytes, port: int) -> bool:
@@ -160,17 +174,15 @@ class DgramSkeleton(Skeleton):
         return sock.getsockname()
 
     def close(self) -> None:
-        """N_CLOSE (or N_RELEASE): what the stub sent leaves first, as far as the
-        kernel takes it now; then the sockets close."""
+        """N_CLOSE (or N_RELEASE): what the stub sent leaves first (if the kernel takes
+        no more now, as it takes more: SKELETON_LINGER_S at most); then the sockets
+        close."""
         self.closing_since = time.monotonic()
-        if self.path is not None and not self.broken:
-            self.unconfirmed += self.path.pull(self, everything=True)
-            while self.tx.used and not (self.blocked or self.dead or self.broken):
-                used = self.tx.used
-                self.flush()
-                if self.tx.used == used:
-                    break
-        self.net.closed(self)
+        if self.path is None or self.broken:
+            self.net.closed(self)
+            return
+        self.unconfirmed += self.path.pull(self, everything=True)   # (its ring goes away)
+        self.flush()   # closes it once all is out (or at once if nothing waits)
 
     def error(self, code: int) -> None:
         """A datagram's error: the stub's next call says it, once."""

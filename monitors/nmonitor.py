@@ -136,7 +136,7 @@ class NMonitor(Monitor):
                                    {pair for pair in ALLOWED if pair[1] != socket.SO_ERROR})
         self._load: dict[str, Any] = {}
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
-                       "datagrams_in": 0, "datagrams_out": 0, "datagrams_dropped": 0,
+                       "datagrams_in": 0, "datagrams_out": 0,
                        "shortcuts_pipe": 0, "shortcuts_fit": 0,
                        "ddio_extcache_bytes": 0, "ddio_mcomponent_bytes": 0}
         self._lines_bytes = 0   # what the plane's closed connections copied to or from lines

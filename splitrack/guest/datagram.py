@@ -37,12 +37,12 @@ from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import DGRAM, MAX_DATAGRAM, SK_ERR
 from splitrack.guest.listening import Listening
 from splitrack.guest.nic_path import NicPath
-from splitrack.guest.sockargs import bytes_view, err
+from splitrack.guest.sockargs import bytes_view, err, scatter
 from splitrack.guest.stub import BsdSocketStub
 
-_PEEK, _DONTWAIT, _TRUNC, _NOSIGNAL = (int(f) for f in (
+_PEEK, _DONTWAIT, _TRUNC, _NOSIGNAL, _CONFIRM, _WAITALL = (int(f) for f in (
     _socket_module.MSG_PEEK, _socket_module.MSG_DONTWAIT, _socket_module.MSG_TRUNC,
-    _socket_module.MSG_NOSIGNAL))
+    _socket_module.MSG_NOSIGNAL, _socket_module.MSG_CONFIRM, _socket_module.MSG_WAITALL))
 _CONNECTED = ("0.0.0.0", 0)   # a record's destination: the connected peer
 
 
@@ -98,7 +98,10 @@ class DatagramStub(BsdSocketStub):
     def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
         flags, address = (0, flags_or_address) if address is None else \
             (flags_or_address, address)
-        return self._send_datagram(bytes_view(data), flags, self._to_rack(address))
+        dst = self._to_rack(address)
+        if dst[1] == 0:   # (no datagram goes to port 0: Linux's EINVAL)
+            raise err(errno.EINVAL)
+        return self._send_datagram(bytes_view(data), flags, dst)
 
     def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0,
                 address: Any = None) -> int:
@@ -110,7 +113,7 @@ class DatagramStub(BsdSocketStub):
     def _send_datagram(self, view: bytes | memoryview, flags: int,
                        dst: tuple[str, int]) -> int:
         self._alive()
-        if flags & ~(_DONTWAIT | _NOSIGNAL):
+        if flags & ~(_DONTWAIT | _NOSIGNAL | _CONFIRM):
             raise err(errno.EOPNOTSUPP)
         if len(view) > MAX_DATAGRAM:
             raise err(errno.EMSGSIZE)
@@ -119,20 +122,43 @@ class DatagramStub(BsdSocketStub):
             raise err(errno.EPIPE)
         record = DGRAM.pack(len(view), _socket_module.inet_aton(dst[0]), dst[1]) + bytes(view)
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
-        deadline = self._deadline()
+        deadline, pumped = self._deadline(), False
+        path = self._path
         while True:
             with self._lock:
                 self._raise_error()
-                if self._path.c.credit >= len(record):   # all of it, or none
-                    if self._path.put(record) != len(record):   # (the credit says it fits)
-                        raise err(errno.EIO)
+                if path.c.credit >= len(record):   # all of it, or none
+                    self._put_whole(record)
                     if self._rt.threaded:
                         self._sync_writable()
-                    return len(view)
+                    break
             if nonblocking:
-                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            if not self._path.wait_writable(deadline):
+                if pumped:
+                    raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+                self._rt.pump()   # what the skeleton said: its STUB_SENT, an error
+                pumped = True
+                continue
+            if not path.wait_writable(deadline):
                 raise TimeoutError("timed out")
+        if path.pump_due:   # a program that only sends still hears its skeleton
+            path.pump()
+        return len(view)
+
+    def _put_whole(self, record: bytes) -> None:
+        """(lock held, the credit checked) The record into the send ring, all of it: a
+        record cut short would make the skeleton misread every one after it, so a
+        fault that stops it halfway breaks the socket."""
+        done = 0
+        try:
+            while done < len(record):
+                got = self._path.put(record if not done else memoryview(record)[done:])
+                if not got:
+                    raise err(errno.EIO)
+                done += got
+        except BaseException:
+            if done:
+                self._broken = True
+            raise
 
     # ---- receiving ----------------------------------------------------------------------
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
@@ -161,17 +187,28 @@ class DatagramStub(BsdSocketStub):
         data, size, address = self._recv_datagram(bufsize, flags)
         return data, [], _TRUNC if size > len(data) else 0, address
 
+    def recvmsg_into(self, buffers: Any, ancbufsize: int = 0, flags: int = 0) -> tuple:
+        buffers = list(buffers)
+        want = sum(memoryview(b).nbytes for b in buffers)
+        data, size, address = self._recv_datagram(want, flags)
+        return scatter(data, buffers), [], _TRUNC if size > len(data) else 0, address
+
     def _recv_datagram(self, want: int, flags: int) -> tuple[bytes, int, Any]:
         """The next datagram's first `want` bytes, its whole size and its sender."""
         self._alive()
-        if flags & ~(_PEEK | _DONTWAIT | _TRUNC):
+        if flags & ~(_PEEK | _DONTWAIT | _TRUNC | _WAITALL):   # (WAITALL: no meaning for UDP)
             raise err(errno.EOPNOTSUPP)
-        deadline = self._deadline()
+        deadline, pumped = self._deadline(), False
         while True:
             with self._lock:
                 got = self._take_datagram(want, bool(flags & _PEEK))
             if got is not None:
                 return got
+            nonblocking = self._timeout == 0.0 or (flags & _DONTWAIT and self._timeout is None)
+            if nonblocking and not pumped:   # what the skeleton said meanwhile, first
+                self._rt.pump()
+                pumped = True
+                continue
             if flags & _DONTWAIT and self._timeout is None:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             self._wait_readable(deadline)
@@ -181,30 +218,57 @@ class DatagramStub(BsdSocketStub):
         self._raise_error()
         if self._dead or self._gone:
             raise err(errno.EBADF)
-        if self._shut_rd:
-            return b"", 0, None
         path = self._path
         head = None if path is None else path.take(DGRAM.size, None, True)
         if head is None:
             return None
         n, ip, port = DGRAM.unpack(head)
-        record = path.take(DGRAM.size + n, None, peek)   # (delivered whole: all there)
+        total = DGRAM.size + n
+        record = path.take(total, None, peek)   # (delivered whole: all of it is there)
+        try:
+            while len(record) < total:   # a line's fault stopped it: the rest, or broken
+                record += path.take(total - len(record), None, False)
+        except BaseException:
+            self._broken = True
+            raise
         address = self._to_program((_socket_module.inet_ntoa(ip), port))
         return record[DGRAM.size:DGRAM.size + want], n, address
 
     def _raise_error(self) -> None:
         """(lock held) An error the nComponent reported, raised once: the socket goes
         on, unless its skeleton is gone (its nComponent died; then ENETDOWN)."""
-        if self._error:
-            code, self._error = self._error, 0
-            if not self._rung_by_data():
-                self._hush()
+        code = self._take_error()
+        if code:
             raise err(code)
         if self._broken:
             raise err(errno.ENETDOWN)
 
+    def _take_error(self) -> int:
+        """(lock held) The pending error, cleared; fileno() stays readable only if a
+        datagram waits."""
+        code, self._error = self._error, 0
+        if code and not self._rung_by_data():
+            self._hush()
+        return code
+
     def _rung_by_data(self) -> bool:
         return self._path is not None and self._path.c.rtail != self._path.c.rhead
+
+    def shutdown(self, how: int) -> None:
+        super().shutdown(how)
+        with self._lock:   # SHUT_RD: what is queued is still read, and nothing is EOF
+            if self._shut_rd and not (self._error or self._rung_by_data()):
+                self._hush()
+
+    def _drained(self) -> None:
+        """No datagram is left: fileno() is not readable (unless an error waits)."""
+        if not self._error:
+            self._hush()
+
+    def _component_gone(self) -> None:
+        super()._component_gone()
+        with self._lock:
+            self._broken = True   # its skeleton is gone: ENETDOWN after the error
 
     def _can_send(self) -> bool:
         """Writable: the send ring has room for any datagram (or an error waits)."""
@@ -217,8 +281,7 @@ class DatagramStub(BsdSocketStub):
             self._alive()
             self._rt.pump()   # what the skeleton said so far
             with self._lock:
-                code, self._error = self._error, 0
-            return code
+                return self._take_error()
         return super().getsockopt(level, optname, buflen)
 
     # ---- pushes -------------------------------------------------------------------------
