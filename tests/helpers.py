@@ -7,9 +7,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import psutil
 
+from native.fitring import Bell, Segment
 from splitrack import Rack
 
 SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
@@ -87,3 +89,21 @@ def take(ring) -> bytes | None:
     data = bytes(view)
     ring.consume()
     return data
+
+
+def fit_link(cap: int = 64 * 1024) -> SimpleNamespace:
+    """Both ends of one FIT link, mapped in this process as its two processes map them:
+    the caller's `out` (its requests) and `back` (the replies to it), the callee's `rx`
+    (those requests) and `reply` (its replies), and each side's bell (`caller`,
+    `callee`)."""
+    seg, fd = Segment.create(cap)
+    other = Segment.open(fd)
+    os.close(fd)
+    caller, callee = Bell(), Bell()
+    caller_word, callee_word = Bell.peer_word(caller.page_fd), Bell.peer_word(callee.page_fd)
+    return SimpleNamespace(
+        out=seg.ring(0, callee_word.ptr, callee.efd, callee_word),
+        back=seg.ring(1, None, callee.efd),
+        rx=other.ring(0, None, caller.efd),
+        reply=other.ring(1, caller_word.ptr, caller.efd, caller_word),
+        caller=caller, callee=callee)

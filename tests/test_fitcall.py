@@ -16,8 +16,8 @@ import pytest
 
 from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER_SIZE
-from helpers import running_rack, small_spec, take
-from native.fitring import SENT, UNSENT, Bell, RingBroken, Segment, WaitSet, landing
+from helpers import fit_link, running_rack, small_spec, take
+from native.fitring import SENT, UNSENT, Bell, RingBroken, WaitSet, landing
 from splitrack.params import FIT_CALL_COPY_BYTES
 
 CAP = 64 * 1024
@@ -26,16 +26,8 @@ CAP = 64 * 1024
 def link():
     """The caller's ends of one link (tx: its requests; back: the replies to it), the
     callee's ends (rx, reply) and the caller's bell."""
-    seg, fd = Segment.create(CAP)
-    other = Segment.open(fd)
-    os.close(fd)
-    caller, callee = Bell(), Bell()
-    caller_word, callee_word = Bell.peer_word(caller.page_fd), Bell.peer_word(callee.page_fd)
-    tx = seg.ring(0, callee_word.ptr, callee.efd, callee_word)
-    back = seg.ring(1, None, callee.efd)
-    rx = other.ring(0, None, caller.efd)
-    reply = other.ring(1, caller_word.ptr, caller.efd, caller_word)
-    return tx, back, rx, reply, caller
+    ends = fit_link(CAP)
+    return ends.out, ends.back, ends.rx, ends.reply, ends.caller
 
 
 def waitset(bell: Bell, *rings) -> WaitSet:

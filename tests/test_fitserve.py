@@ -15,8 +15,8 @@ import pytest
 import fit_rpc.shm_transport  # noqa: F401  (states the header's constants to the C side)
 from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER, HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION, pack
-from helpers import take
-from native.fitring import Bell, Segment, WaitSet
+from helpers import fit_link, take
+from native.fitring import WaitSet
 from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 CAP = 64 * 1024
@@ -25,18 +25,10 @@ CAP = 64 * 1024
 def link():
     """The callee's ends of one link (rx: requests to it; tx: its replies), the
     caller's (out, back), and a wait set of the callee's inbox."""
-    seg, fd = Segment.create(CAP)
-    other = Segment.open(fd)
-    os.close(fd)
-    caller, callee = Bell(), Bell()
-    caller_word, callee_word = Bell.peer_word(caller.page_fd), Bell.peer_word(callee.page_fd)
-    out = seg.ring(0, callee_word.ptr, callee.efd, callee_word)
-    back = seg.ring(1, None, callee.efd)
-    rx = other.ring(0, None, caller.efd)
-    tx = other.ring(1, caller_word.ptr, caller.efd, caller_word)
-    inbox = WaitSet(callee.word, callee.efd)
-    inbox.rings = [rx]
-    return rx, tx, out, back, inbox
+    ends = fit_link(CAP)
+    inbox = WaitSet(ends.callee.word, ends.callee.efd)
+    inbox.rings = [ends.rx]
+    return ends.rx, ends.reply, ends.out, ends.back, inbox
 
 
 def test_a_request_is_taken_with_its_header_read():

@@ -194,26 +194,14 @@ class DatagramStub(BsdSocketStub):
         return scatter(data, buffers), [], _TRUNC if size > len(data) else 0, address
 
     def _recv_datagram(self, want: int, flags: int) -> tuple[bytes, int, Any]:
-        """The next datagram's first `want` bytes, its whole size and its sender."""
+        """The next datagram's first `want` bytes, its whole size and its sender,
+        waiting as a stream's recv waits (receiving.py's loop, over _take below)."""
         self._alive()
         if flags & ~(_PEEK | _DONTWAIT | _TRUNC | _WAITALL):   # (WAITALL: no meaning for UDP)
             raise err(errno.EOPNOTSUPP)
-        deadline, pumped = self._deadline(), False
-        while True:
-            with self._lock:
-                got = self._take_datagram(want, bool(flags & _PEEK))
-            if got is not None:
-                return got
-            nonblocking = self._timeout == 0.0 or (flags & _DONTWAIT and self._timeout is None)
-            if nonblocking and not pumped:   # what the skeleton said meanwhile, first
-                self._rt.pump()
-                pumped = True
-                continue
-            if flags & _DONTWAIT and self._timeout is None:
-                raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            self._wait_readable(deadline)
+        return self._recv_some(want, flags & ~_WAITALL, None)
 
-    def _take_datagram(self, want: int, peek: bool) -> tuple[bytes, int, Any] | None:
+    def _take(self, want: int, view: Any, peek: bool) -> tuple[bytes, int, Any] | None:
         """(lock held) The next datagram, or the socket's error once; None: none yet."""
         self._raise_error()
         if self._dead or self._gone:
