@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import psutil
 
-from native.fitring import Bell, Segment
 from splitrack import Rack
 
 SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
@@ -96,6 +95,10 @@ def fit_link(cap: int = 64 * 1024) -> SimpleNamespace:
     the caller's `out` (its requests) and `back` (the replies to it), the callee's `rx`
     (those requests) and `reply` (its replies), and each side's bell (`caller`,
     `callee`)."""
+    # (imported here: scripts that run in the checkout, whose native/ is not built,
+    # import helpers too)
+    from native.fitring import Bell, Segment
+
     seg, fd = Segment.create(cap)
     other = Segment.open(fd)
     os.close(fd)
