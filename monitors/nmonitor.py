@@ -31,7 +31,8 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
                 (connector.py: mostly answered by the data plane, skelconnect.h)
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
-    N_SHUTDOWN  {sk, how};  N_CLOSE {sk};  N_SOCKOPT {sk, level, opt[, value | linger]} -> {value}
+    N_SHUTDOWN  {sk, how};  N_CLOSE {sk}
+    N_SOCKOPT   {sk, level, opt[, value | linger | buflen]} -> {value} | {raw: hex}
     N_RELEASE   {pid}, from the process's pMonitor: it ended (the reply: its skeletons
                 took what it sent out of its memory; then the pMonitor frees that)
     N_LOOKUP    {ip, port} -> {process, stub, inbox}: who listens there (the intra-rack
@@ -545,6 +546,11 @@ class NMonitor(Monitor):
             for s in skel.socks:
                 self.proxy.apply(s, level, opt, need(args, "value", int))
             return codec.encode()
+        buflen = args.get("buflen", 0)
+        if type(buflen) is not int or not 0 <= buflen <= 1024:
+            raise OSError(errno.EINVAL, "buflen is 0-1024")
+        if buflen:   # a struct or a string (TCP_INFO, TCP_CONGESTION): its bytes, in hex
+            return codec.encode({"raw": self.proxy.query(skel.sock, level, opt, buflen).hex()})
         return codec.encode({"value": self.proxy.query(skel.sock, level, opt)})
 
     def n_lookup(self, msg: Message) -> bytes:

@@ -14,7 +14,8 @@ Routing: a socket leaves from the NIC it was bound on; an unbound one from the
 NIC GNM allocated to its process (the stub names it), or from the rack
 loopback alias when it connects to the rack's 127.0.0.1. An address that is
 no NIC of this nComponent (nor the loopback alias) is EADDRNOTAVAIL.
-Socket options: the ones a stub may set (ALLOWED); others are ENOPROTOOPT.
+Socket options: the ones a stub may set (ALLOWED), the ones it may only read
+(READ_ONLY: what the kernel's TCP says of the connection); others are ENOPROTOOPT.
 """
 
 import errno
@@ -30,6 +31,8 @@ ALLOWED = {
     (socket.SOL_SOCKET, socket.SO_SNDBUF), (socket.SOL_SOCKET, socket.SO_ERROR),
     (socket.SOL_SOCKET, socket.SO_BROADCAST), (socket.IPPROTO_TCP, socket.TCP_NODELAY),
 }
+READ_ONLY = {(socket.IPPROTO_TCP, o) for o in (   # what the kernel's TCP says of the connection
+    socket.TCP_INFO, socket.TCP_CONGESTION, socket.TCP_MAXSEG)}
 _BIND_ATTEMPTS = 32   # 0.0.0.0 with port 0: a port free on both the NIC and the loopback alias
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)   # Linux's number
 
@@ -108,10 +111,11 @@ class Proxy:
         sock.setsockopt(level, opt, value)
 
     @staticmethod
-    def query(sock: socket.socket, level: int, opt: int) -> int:
-        if (level, opt) not in ALLOWED:
+    def query(sock: socket.socket, level: int, opt: int, buflen: int = 0) -> int | bytes:
+        """An option's value: an int, or (buflen > 0) its first buflen bytes."""
+        if (level, opt) not in ALLOWED and (level, opt) not in READ_ONLY:
             raise OSError(errno.ENOPROTOOPT, "Protocol not available")
-        return sock.getsockopt(level, opt)
+        return sock.getsockopt(level, opt, buflen) if buflen else sock.getsockopt(level, opt)
 
     # ---- nComponent DRAM ------------------------------------------------------------------
     def rings(self) -> tuple[NRing, NRing]:

@@ -37,6 +37,7 @@ from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import DGRAM, MAX_DATAGRAM, SK_ERR
 from splitrack.guest.listening import Listening
 from splitrack.guest.nic_path import NicPath
+from splitrack.guest.receiving import _IGNORED
 from splitrack.guest.sockargs import bytes_view, err, scatter
 from splitrack.guest.stub import BsdSocketStub
 
@@ -197,8 +198,8 @@ class DatagramStub(BsdSocketStub):
         """The next datagram's first `want` bytes, its whole size and its sender,
         waiting as a stream's recv waits (receiving.py's loop, over _take below)."""
         self._alive()
-        if flags & ~(_PEEK | _DONTWAIT | _TRUNC | _WAITALL):   # (WAITALL: no meaning for UDP)
-            raise err(errno.EOPNOTSUPP)
+        if flags & ~(_PEEK | _DONTWAIT | _TRUNC | _WAITALL | _IGNORED):   # (WAITALL: none
+            raise err(errno.EOPNOTSUPP)                                    # for UDP either)
         return self._recv_some(want, flags & ~_WAITALL, None)
 
     def _take(self, want: int, view: Any, peek: bool) -> tuple[bytes, int, Any] | None:

@@ -9,7 +9,8 @@ ENOTCONN before it is connected. A blocking recv waits for something (as its
 timeout says); MSG_WAITALL and SO_RCVLOWAT make it wait for that many bytes (a
 blocking socket only: with a timeout CPython's socket is non-blocking, where the
 kernel ignores both); MSG_PEEK leaves them; MSG_DONTWAIT does not wait (with a
-timeout, CPython waits first: so does the stub). An error after some bytes were
+timeout, CPython waits first: so does the stub); MSG_NOSIGNAL, MSG_MORE and
+the like change nothing, as in Linux's TCP. An error after some bytes were
 read returns them, and the next call reports it, as Linux does.
 """
 
@@ -22,6 +23,8 @@ from splitrack.guest.sockopts import RCVLOWAT
 
 _PEEK, _DONTWAIT, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
     socket.MSG_PEEK, socket.MSG_DONTWAIT, socket.MSG_WAITALL))
+_IGNORED = int(socket.MSG_NOSIGNAL | socket.MSG_CMSG_CLOEXEC | socket.MSG_MORE   # as Linux's
+               | socket.MSG_EOR | socket.MSG_CONFIRM)                              # TCP does
 
 
 class Receiving:
@@ -60,7 +63,7 @@ class Receiving:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
         if self._dead or self._gone:
             raise err(errno.EBADF)
-        if flags & ~(_PEEK | _DONTWAIT | _WAITALL):
+        if flags & ~(_PEEK | _DONTWAIT | _WAITALL | _IGNORED):
             raise err(errno.EOPNOTSUPP)
         if want == 0:
             return b"" if view is None else 0

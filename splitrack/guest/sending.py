@@ -1,8 +1,8 @@
 """send() of a bsdSocketStub: into the data path's window, as Linux's socket takes it.
 
 `Sending` is the part of BsdSocketStub (stub.py) that sends; its state is the
-stub's. send, sendall, sendmsg (no ancillary data), sendto (EISCONN connected,
-else EOPNOTSUPP: a stream) and sendfile put bytes into the connection's data
+stub's. send, sendall, sendmsg (no ancillary data), sendto (its address ignored, as
+Linux's TCP ignores it) and sendfile put bytes into the connection's data
 path (datapath.py) as far as its window takes them: one put in the hot case. A
 blocking send waits for room for the rest (as its timeout says); a
 non-blocking one sends what fits, or BlockingIOError; MSG_DONTWAIT likewise.
@@ -111,7 +111,7 @@ class Sending:
         return self.send(b"".join(bytes(memoryview(b).cast("B")) for b in buffers), flags)
 
     def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
-        raise err(errno.EISCONN if self._peer is not None else errno.EOPNOTSUPP)
+        return self.send(data, 0 if address is None else flags_or_address)
 
     def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
         return self._sendfile_use_send(file, offset, count)

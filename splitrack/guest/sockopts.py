@@ -16,8 +16,10 @@ the stub's `_opts`, {(level, option): value}. Three kinds:
   wait for the bytes to be acknowledged (the nComponent would block in the
   kernel's close): they drain as without it. On a shortcut, linger changes
   nothing.
-- read-only: SO_ERROR (the pending error, once: SO_ERROR then clears it) and
-  SO_TYPE.
+- read-only: SO_ERROR (the pending error, once: SO_ERROR then clears it),
+  SO_TYPE, and what the skeleton's kernel TCP says of the connection
+  (TCP_INFO, TCP_CONGESTION: with a buflen, as bytes; TCP_MAXSEG); with no
+  skeleton (a shortcut, before bind or connect) those are ENOPROTOOPT.
 
 Anything else is ENOPROTOOPT, as for an option the kernel does not know.
 """
@@ -28,6 +30,7 @@ import struct
 from typing import Any
 
 from fit_rpc import Op
+from splitrack.guest.nic_path import NicPath
 from splitrack.guest.sockargs import err
 
 SOL_SOCKET = _socket_module.SOL_SOCKET
@@ -37,6 +40,9 @@ FORWARDED = {(SOL_SOCKET, o) for o in (
     (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
 RCVLOWAT = (SOL_SOCKET, _socket_module.SO_RCVLOWAT)
 LINGER = (SOL_SOCKET, _socket_module.SO_LINGER)
+TCP = _socket_module.IPPROTO_TCP
+READ_ONLY = {(TCP, _socket_module.TCP_INFO), (TCP, _socket_module.TCP_CONGESTION),
+             (TCP, _socket_module.TCP_MAXSEG)}   # the skeleton's kernel TCP's (monitors/proxy.py)
 _LINGER = struct.Struct("ii")   # struct linger
 _INT_MAX = 2 ** 31 - 1
 
@@ -99,6 +105,12 @@ class Options:
         if key == LINGER:
             packed = _LINGER.pack(*self._opts.get(LINGER, (0, 0)))
             return packed[:buflen] if buflen else _LINGER.unpack(packed)[0]
+        if key in READ_ONLY:
+            if not self._sk or self._path is not None and not isinstance(self._path, NicPath):
+                raise err(errno.ENOPROTOOPT)   # no skeleton: no kernel TCP to ask
+            got = self._call(Op.N_SOCKOPT, {"sk": self._sk, "level": level, "opt": optname,
+                                            **({"buflen": buflen} if buflen else {})})
+            return bytes.fromhex(got["raw"]) if buflen else got["value"]
         if buflen:
             raise err(errno.EOPNOTSUPP)
         if key == (SOL_SOCKET, _socket_module.SO_ERROR):
