@@ -1,5 +1,11 @@
-from setuptools import setup
+from setuptools import Extension, setup
+
+# native/build.py says what each is. The preload is a plain C library (no module):
+# it does not link the interpreter, it starts one (native/preload.c).
+preload = Extension("native._preload", sources=["native/preload.c"], include_dirs=["native"],
+                    extra_compile_args=["-O2", "-std=gnu11", "-Wall"], libraries=["dl", "pthread"])
 
 setup(cffi_modules=["native/build.py:extcache_ffi", "native/build.py:nring_ffi",
                     "native/build.py:fitring_ffi",
-                    "native/build.py:stubpath_ffi"])
+                    "native/build.py:stubpath_ffi", "native/build.py:guest_ffi"],
+      ext_modules=[preload])

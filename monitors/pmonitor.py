@@ -56,6 +56,7 @@ from fit_rpc.identity import address_pid, kind_of, process_of
 from fit_rpc.transport import CURVE_ENV
 from monitors.core import Monitor
 from native.extcache import ExtCache
+from splitrack.native_run import preload_env, refuse_static
 from splitrack.params import FIT_CALL_TIMEOUT_S
 from splitrack.rundir import identify
 
@@ -280,12 +281,14 @@ class PMonitor(Monitor):
                 return
             try:
                 self._check_slice(request.get("slice"))
+                env = self._runtime_env(request)
+                refuse_static(request["argv"], env, request.get("cwd"))
                 # A session of its own: the caller's terminal is not its controlling
                 # terminal, so it may read and write it without job control stopping it.
                 with self._launching:
                     proc = subprocess.Popen(
                         request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                        cwd=request.get("cwd"), env=self._runtime_env(request),
+                        cwd=request.get("cwd"), env=env,
                         start_new_session=True, preexec_fn=self._in_child)
                     self.children[proc.pid] = proc
             except (OSError, ValueError, KeyError, TypeError, IndexError,
@@ -327,12 +330,14 @@ class PMonitor(Monitor):
 
     def _runtime_env(self, request: dict[str, Any]) -> dict[str, str]:
         """The program's environment: the caller's, plus what the rack runtime reads,
-        plus the drop-in socket module first on PYTHONPATH (splitrack/guest/rsocket.py)."""
+        plus the drop-in socket module first on PYTHONPATH (splitrack/guest/rsocket.py),
+        plus the native interposer, preloaded (splitrack/native_run.py)."""
         env = dict(request["env"])
         mode = request.get("mode") or self.rack["mode"]
         if mode not in ("dma", "ddio"):
             raise ValueError(f"no data path {mode!r} (dma, ddio)")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_DROPIN, env.get("PYTHONPATH")) if p)
+        env.update(preload_env(env))
         shortcuts = self.rack["shortcuts"] and request.get("shortcuts", True)
         env.update(SPLITRACK_PCOMPONENT=self.id, SPLITRACK_RUN_DIR=self.run_dir,
                    SPLITRACK_GLOBAL=self.ep.address_of_global(), SPLITRACK_MODE=mode,

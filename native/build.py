@@ -15,6 +15,17 @@
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: extcache.c built in too)
+    guest_ffi      native/guest.h        -> native._guest     (the stub's calls for a native
+                                                               program: cffi's embedding API,
+                                                               served by splitrack/guest/
+                                                               interposer.py)
+
+and one plain C library, no module (setup.py's ext_modules: `preload`):
+
+    native/preload.c                     -> native._preload   (the interposer `splitrack run`
+                                                               preloads into native programs:
+                                                               it starts an interpreter there
+                                                               and loads native._guest)
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.
@@ -57,8 +68,29 @@ nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "
 fitring_ffi = _ffi("fitring", [], also=("fitcall", "fitserve"))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
 
+
+def _guest() -> FFI:
+    """native._guest: guest.h's functions, defined in Python (cffi's embedding API)."""
+    ffi = FFI()
+    with open(os.path.join(HERE, "guest.h")) as f:
+        ffi.embedding_api("\n".join(line for line in f.read().splitlines()
+                                     if not line.startswith(("#if", "#endif", "#include",
+                                                             "#define SPLITRACK_"))))
+    ffi.set_source("native._guest", '#include "guest.h"\n', include_dirs=[os.path.relpath(HERE)],
+                   extra_compile_args=["-O2", "-std=gnu11", "-Wall"])
+    ffi.embedding_init_code("""
+from native._guest import ffi
+from splitrack.guest import interposer
+interposer.bind(ffi)
+""")
+    return ffi
+
+
+guest_ffi = _guest()
+
 if __name__ == "__main__":
     extcache_ffi.compile(verbose=True)
     nring_ffi.compile(verbose=True)
     fitring_ffi.compile(verbose=True)
     stubpath_ffi.compile(verbose=True)
+    guest_ffi.compile(verbose=True)

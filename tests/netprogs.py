@@ -87,27 +87,34 @@ SOURCE = textwrap.dedent("""
 """)
 
 
+def _program(code: str | list[str], args: tuple[str, ...]) -> list[str]:
+    """Python source run with args, or (a list) a native program's argv."""
+    return code if isinstance(code, list) else [sys.executable, "-c", code, *args]
+
+
 @contextlib.contextmanager
-def on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None = None,
-            name: str = "net", flags: tuple[str, ...] = ()
+def on_rack(env: dict, code: str | list[str], *args: str, on: str = "p0",
+            mode: str | None = None, name: str = "net", flags: tuple[str, ...] = ()
             ) -> Iterator[tuple[subprocess.Popen, list[int]]]:
     """Run `code` on the rack in the background (`flags`: more `splitrack run` options);
-    yields (process, the numbers on the first line it printed: its port, ...). It is
+    yields (process, the numbers on the first line it printed: its port, ...; a first
+    word "listening" is skipped). It is
     stopped (SIGTERM, forwarded by `splitrack run`) at the end."""
     cmd = [SPLITRACK, "run", "--name", name, "--on", on, *flags]
     if mode:
         cmd += ["--mode", mode]
-    proc = subprocess.Popen([*cmd, "--", sys.executable, "-c", code, *args], env=env,
+    proc = subprocess.Popen([*cmd, "--", *_program(code, args)], env=env,
                             cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 30)
         line = proc.stdout.readline() if ready else ""
-        if not line.split() or not all(w.isdigit() for w in line.split()):
+        words = line.split()[1:] if line.startswith("listening ") else line.split()
+        if not words or not all(w.isdigit() for w in words):
             proc.terminate()   # forwarded to the program, which holds the pipes too
             _, err = proc.communicate(timeout=30)
             raise AssertionError(f"rack program did not start: {line!r} {err}")
-        yield proc, [int(w) for w in line.split()]
+        yield proc, [int(w) for w in words]
     finally:
         if proc.poll() is None:
             stop(proc)
@@ -115,14 +122,14 @@ def on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None =
             f.close()
 
 
-def run_on_rack(env: dict, code: str, *args: str, on: str = "p0", mode: str | None = None,
-                name: str = "net", timeout: float = 60, flags: tuple[str, ...] = ()
-                ) -> subprocess.CompletedProcess:
+def run_on_rack(env: dict, code: str | list[str], *args: str, on: str = "p0",
+                mode: str | None = None, name: str = "net", timeout: float = 60,
+                flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run `code` on the rack to its end (`flags`: more `splitrack run` options)."""
     cmd = [SPLITRACK, "run", "--name", name, "--on", on, *flags]
     if mode:
         cmd += ["--mode", mode]
-    return subprocess.run([*cmd, "--", sys.executable, "-c", code, *args], env=env,
+    return subprocess.run([*cmd, "--", *_program(code, args)], env=env,
                           cwd=SCRATCH, capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,0 +1,42 @@
+/* The rack socket calls a native program makes, served by the bsdSocketStub.
+ *
+ * native/preload.c (the interposer, LD_PRELOAD) catches libc's socket calls
+ * on rack descriptors and makes these; native._guest, built with cffi's
+ * embedding API from this header, runs them in an interpreter started inside
+ * the program, where splitrack/guest/interposer.py calls the one stub
+ * implementation (splitrack/guest/stub.py, datagram.py).
+ *
+ * Each returns what libc's call returns, or -errno (never sets errno).
+ * Addresses are IPv4, ip and port in host byte order. A descriptor is the
+ * program's: fileno() of one handle of a stub, whose readiness is exact once
+ * the program's runtime is threaded (sr_watch: the program polls, selects or
+ * uses epoll on a rack socket; until then its blocking calls wait inline,
+ * which saves a thread hop a message).
+ */
+#ifndef SPLITRACK_GUEST_H
+#define SPLITRACK_GUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int sr_socket(int domain, int type, int protocol);            /* a new rack socket's fd */
+int sr_bind(int fd, uint32_t ip, int port);
+int sr_connect(int fd, uint32_t ip, int port);                /* -EINPROGRESS if non-blocking */
+int sr_listen(int fd, int backlog);
+int sr_accept(int fd, int flags, uint32_t *ip, int *port);    /* flags: SOCK_NONBLOCK|CLOEXEC */
+/* to: 0 send, 1 sendto (ip, port) */
+long sr_send(int fd, const void *buf, size_t len, int flags, int to, uint32_t ip, int port);
+/* ip, port: the sender (a datagram's, or the peer's) */
+long sr_recv(int fd, void *buf, size_t len, int flags, uint32_t *ip, int *port);
+int sr_shutdown(int fd, int how);
+int sr_close(int fd);
+int sr_name(int fd, int peer, uint32_t *ip, int *port);      /* getsockname / getpeername */
+int sr_setsockopt(int fd, int level, int name, const void *value, int len);
+int sr_getsockopt(int fd, int level, int name, void *value, int *len);
+int sr_blocking(int fd, int blocking);                        /* -1: ask (1 blocking, 0 not) */
+int sr_dup(int fd, int newfd, int cloexec);                   /* newfd -1: the lowest free */
+int sr_exit(void);                                            /* exit(): every stub closes */
+int sr_watch(void);                                           /* from now on, exact readiness */
+int sr_ready(void);                                           /* 1 once the stub is loaded */
+
+#endif

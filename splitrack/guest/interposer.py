@@ -1,0 +1,190 @@
+"""The Python half of the native interposer: a native program's rack socket calls.
+
+`splitrack run` starts a dynamically linked program with native/preload.c
+preloaded (LD_PRELOAD). That interposer catches libc's socket calls; for a TCP
+or UDP socket over IPv4 (and on descriptors it made so) it calls the
+functions of native/guest.h, which cffi's embedding API (module
+native._guest) runs here, in an interpreter started inside the program on
+its first such socket. Each is the same bsdSocketStub a Python program's
+`socket.socket` makes (stub.py, datagram.py): one stub implementation.
+
+Contract (native/guest.h): each function takes libc's arguments in C types
+and returns what libc returns, or -errno. An exception that is not an
+OSError is a bug here: it is printed, and the call fails with EIO.
+
+The program's descriptor is the stub handle's own (handles.py), which the
+runtime neither reads nor writes, so the interposer may send every call on it
+here. Its readiness is exact once the runtime is threaded (runtime.py), which
+`watch` makes it the first time the program polls, selects or uses epoll on a
+rack socket (the interposer sees those calls, and passes them on to the
+kernel); a program that only blocks in its calls keeps the inline runtime,
+without a thread hop a message. Handles are kept in `_HANDLES`, by
+descriptor, until the program closes them.
+Descriptors are close-on-exec: an exec()ed image has no stubs, and must not
+take a rack socket's bell for a socket.
+"""
+
+import _socket
+import errno
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from splitrack.guest.runtime import runtime
+from splitrack.guest.stub import BsdSocketStub
+
+_HANDLES: dict[int, Any] = {}   # the program's descriptor -> its stub handle
+_SOCK_NONBLOCK = int(socket.SOCK_NONBLOCK)
+_STRUCTS = {(socket.SOL_SOCKET, socket.SO_LINGER), (socket.IPPROTO_TCP, socket.TCP_INFO),
+            (socket.IPPROTO_TCP, socket.TCP_CONGESTION)}   # options that are not an int
+
+
+def bind(ffi: Any) -> None:
+    """Make this module's functions native._guest's (its embedding init code)."""
+    def extern(fn: Callable[..., int]) -> None:
+        ffi.def_extern(name=f"sr_{fn.__name__.lstrip('_')}", error=-errno.EIO,
+                       onerror=_bug)(_errno(fn))
+
+    def _socket(domain: int, kind: int, protocol: int) -> int:
+        return _adopt(BsdSocketStub(domain, kind, protocol))
+
+    def _bind(fd: int, ip: int, port: int) -> int:
+        _HANDLES[fd].bind((_dotted(ip), port))
+        return 0
+
+    def _connect(fd: int, ip: int, port: int) -> int:
+        code = _HANDLES[fd].connect_ex((_dotted(ip), port))
+        return -code if code else 0
+
+    def _listen(fd: int, backlog: int) -> int:
+        _HANDLES[fd].listen(backlog)
+        return 0
+
+    def _accept(fd: int, flags: int, ip: Any, port: Any) -> int:
+        conn, peer = _HANDLES[fd].accept()
+        if flags & _SOCK_NONBLOCK:
+            conn.setblocking(False)
+        _address(peer, ip, port)
+        return _adopt(conn)
+
+    def _send(fd: int, buf: Any, n: int, flags: int, to: int, ip: int, port: int) -> int:
+        sock, data = _HANDLES[fd], ffi.buffer(buf, n)
+        if to:
+            return sock.sendto(data, flags, (_dotted(ip), port))
+        return sock.send(data, flags)
+
+    def _recv(fd: int, buf: Any, n: int, flags: int, ip: Any, port: Any) -> int:
+        sock = _HANDLES[fd]
+        if ip == ffi.NULL:
+            return sock.recv_into(ffi.buffer(buf, n), n, flags)
+        got, sender = sock.recvfrom_into(ffi.buffer(buf, n), n, flags)
+        _address(sender, ip, port)
+        return got
+
+    def _shutdown(fd: int, how: int) -> int:
+        _HANDLES[fd].shutdown(how)
+        return 0
+
+    def _close(fd: int) -> int:
+        _HANDLES.pop(fd).close()
+        return 0
+
+    def _name(fd: int, peer: int, ip: Any, port: Any) -> int:
+        sock = _HANDLES[fd]
+        _address(sock.getpeername() if peer else sock.getsockname(), ip, port)
+        return 0
+
+    def _setsockopt(fd: int, level: int, name: int, value: Any, n: int) -> int:
+        raw = bytes(ffi.buffer(value, n))
+        _HANDLES[fd].setsockopt(level, name,
+                                int.from_bytes(raw, sys.byteorder, signed=True) if n == 4
+                                else raw)
+        return 0
+
+    def _getsockopt(fd: int, level: int, name: int, value: Any, n: Any) -> int:
+        sock, room = _HANDLES[fd], n[0]
+        if (level, name) in _STRUCTS or room < 4:
+            raw = sock.getsockopt(level, name, room)
+        else:
+            raw = int(sock.getsockopt(level, name)).to_bytes(4, sys.byteorder, signed=True)
+        raw = raw[:room]
+        ffi.memmove(value, raw, len(raw))
+        n[0] = len(raw)
+        return 0
+
+    def _blocking(fd: int, blocking: int) -> int:
+        sock = _HANDLES[fd]
+        if blocking < 0:
+            return int(sock.gettimeout() != 0.0)
+        sock.setblocking(bool(blocking))
+        return 0
+
+    def _dup(fd: int, newfd: int, cloexec: int) -> int:
+        _HANDLES[fd]   # (EBADF if fd is not a rack socket's)
+        _HANDLES[newfd] = BsdSocketStub(fileno=newfd)   # the kernel's dup: one more handle
+        return 0
+
+    def _exit() -> int:
+        for fd in list(_HANDLES):
+            try:
+                _HANDLES.pop(fd).close()
+            except OSError:
+                pass
+        return 0
+
+    def _watch() -> int:
+        runtime().go_threaded()
+        return 0
+
+    def _ready() -> int:
+        return 1
+
+    for fn in (_ready, _watch, _socket, _bind, _connect, _listen, _accept, _send, _recv,
+               _shutdown, _close, _name, _setsockopt, _getsockopt, _blocking, _dup, _exit):
+        extern(fn)
+
+
+def _adopt(handle: Any) -> int:
+    """The program's descriptor of a new handle: its own (not the runtime's)."""
+    fd = _socket.socket.fileno(handle)
+    _HANDLES[fd] = handle
+    return fd
+
+
+def _dotted(ip: int) -> str:
+    return socket.inet_ntoa(ip.to_bytes(4, "big"))
+
+
+def _address(address: Any, ip: Any, port: Any) -> None:
+    if address is None:
+        address = ("0.0.0.0", 0)
+    ip[0] = int.from_bytes(socket.inet_aton(address[0]), "big")
+    port[0] = address[1]
+
+
+def _errno(fn: Callable[..., int]) -> Callable[..., int]:
+    def call(*args: Any) -> int:
+        try:
+            return fn(*args)
+        except KeyError:
+            return -errno.EBADF   # not a rack socket's descriptor (closed meanwhile)
+        except BlockingIOError:
+            return -errno.EAGAIN
+        except TimeoutError:
+            return -errno.EAGAIN   # SO_RCVTIMEO's expiry, as Linux reports it
+        except OSError as exc:
+            return -(exc.errno or errno.EIO)
+        except (TypeError, ValueError, OverflowError):
+            return -errno.EINVAL
+    call.__name__ = fn.__name__
+    return call
+
+
+def _bug(exc_type: type, value: BaseException, tb: Any) -> None:
+    traceback.print_exception(exc_type, value, tb)
+    return None
+
+
+__all__ = ["bind"]

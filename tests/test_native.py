@@ -1,0 +1,241 @@
+"""Native programs on the rack (native/preload.c, splitrack/guest/interposer.py): C
+programs built here from tests/c/ run unmodified with `splitrack run`, and their TCP
+and UDP sockets are bsdSocketStubs whose bytes cross n0, in DDIO and in DMA, checked
+byte for byte. A fork()ed child is refused as for Python programs, a static binary
+is refused at launch, IPv6 is EAFNOSUPPORT, and an address outside the rack is
+reached through n0's NIC, never from the host's own stack. Real tools (iperf3,
+sockperf, nc, curl) run on the rack when installed (.ci/run installs them)."""
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from netprogs import SCRATCH, n0_network, network_rack, on_rack, run_on_rack
+
+NIC = "127.0.0.11"
+OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def net():
+    with network_rack("native") as rack_env:
+        yield rack_env
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, str]:
+    """tests/c/*.c built with the machine's C compiler: {name: path}."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on this machine"
+    out, programs = tmp_path_factory.mktemp("c"), {}
+    for source in sorted(os.listdir(os.path.join(HERE, "c"))):
+        name = source.removesuffix(".c")
+        programs[name] = str(out / name)
+        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
+                        os.path.join(HERE, "c", source)], check=True)
+    return programs
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (.ci/run installs it from Debian's packages)")
+    return path
+
+
+def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=SCRATCH)
+
+
+def linux_checksum(built, nbytes: int) -> str:
+    """The echo client's line against the same server as a plain process."""
+    with subprocess.Popen([built["echo_server"], "127.0.0.1", "0", "block", "1"],
+                          stdout=subprocess.PIPE, text=True) as server:
+        port = server.stdout.readline().split()[1]
+        line = run([built["echo_client"], "127.0.0.1", port, str(nbytes), "4096"]).stdout
+        server.wait(timeout=30)
+    return line
+
+
+@pytest.mark.parametrize("mode,loop", [("ddio", "block"), ("ddio", "poll"),
+                                       ("ddio", "epoll"), ("dma", "block"), ("dma", "epoll")])
+def test_a_c_echo_server_on_the_rack_echoes_every_byte(net, built, mode, loop):
+    """A C server (blocking; poll; epoll) on p0; a client outside the rack, and one on p1
+    (no shortcut: through n0 twice), each sends 1 MB and checks every byte back."""
+    rack, env = net
+    expected = linux_checksum(built, 1_000_000)
+    assert expected.startswith("ok 1000000 ")
+    before = n0_network(rack)
+    with on_rack(env, [built["echo_server"], NIC, "0", loop, "2"], name="native",
+                 mode=mode) as (server, (port,)):
+        outside = run([built["echo_client"], NIC, str(port), "1000000", "4096"])
+        assert (outside.returncode, outside.stdout) == (0, expected), outside.stderr
+        inside = run_on_rack(env, [built["echo_client"], NIC, str(port), "1000000", "4096"],
+                             on="p1", mode=mode, name="native", flags=("--no-shortcuts",))
+        assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
+        assert server.wait(timeout=30) == 0, server.stderr.read()
+    after = n0_network(rack)
+    assert after["accepted"] - before["accepted"] >= 2     # the server's, at its skeleton
+    assert after["connected"] - before["connected"] >= 1   # p1's client's
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_a_c_udp_echo_keeps_every_datagram_whole(net, built, mode):
+    """UDP in C: a server on p0; a connected client on p1 (through n0), then one outside
+    the rack; 200 datagrams of 0-9000 bytes each, each echoed whole and in order."""
+    rack, env = net
+    before = n0_network(rack)
+    for client_on in ("p1", None):
+        with on_rack(env, [built["udp_echo"], "server", NIC, "0"], name="native",
+                     mode=mode) as (server, (port,)):
+            argv = [built["udp_echo"], "client", NIC, str(port), "200"]
+            got = run_on_rack(env, argv, on=client_on, mode=mode, name="native",
+                              flags=("--no-shortcuts",)) if client_on else \
+                run([*argv, OUTSIDE])
+            assert got.returncode == 0 and got.stdout.startswith("ok 200 "), got.stderr
+            assert server.wait(timeout=30) == 0, server.stderr.read()
+    after = n0_network(rack)
+    assert after["datagrams_in"] - before["datagrams_in"] >= 600
+
+
+def test_a_forked_child_of_a_c_program_uses_no_rack_socket(net, built):
+    """As for a Python program: the child's copy of a connection is closed (EBADF), it
+    makes no rack socket (EOPNOTSUPP, said once on stderr), and its parent's
+    connection goes on."""
+    _, env = net
+    with on_rack(env, [built["echo_server"], NIC, "0", "block", "1"],
+                 name="native") as (server, (port,)):
+        got = run_on_rack(env, [built["fork_probe"], NIC, str(port)], on="p1", name="native")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == ["child send EBADF", "child socket EOPNOTSUPP",
+                                       "parent ok"]
+    assert got.stderr.count("do not cross fork()") == 1
+
+
+def test_a_static_binary_is_refused_with_the_reason(net, built, tmp_path):
+    _, env = net
+    cc = shutil.which("cc") or shutil.which("gcc")
+    static = tmp_path / "static_client"
+    made = run([cc, "-static", "-o", str(static), os.path.join(HERE, "c", "echo_client.c")])
+    if made.returncode != 0:
+        pytest.skip(f"no static C library here: {made.stderr.strip()[-200:]}")
+    got = run_on_rack(env, [str(static), NIC, "1", "1", "1"], name="native")
+    assert got.returncode == 127
+    assert "statically linked" in got.stderr and "host's" in got.stderr
+
+
+def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
+    """127.0.0.1 on the rack is the rack's loopback: a server on the host's 127.0.0.1 is
+    not reached (ECONNREFUSED). An address outside the rack is reached through n0's
+    NIC (n0 counts it; the server sees the NIC's address). IPv6: EAFNOSUPPORT."""
+    rack, env = net
+    with socket.create_server(("127.0.0.1", 0)) as host_only:
+        port = host_only.getsockname()[1]
+        got = run_on_rack(env, [built["echo_client"], "127.0.0.1", str(port), "10", "10"],
+                          name="native")
+    assert got.returncode == 1 and "connect: Connection refused" in got.stderr
+    before = n0_network(rack)
+    with subprocess.Popen([built["echo_server"], OUTSIDE, "0", "block", "1"],
+                          stdout=subprocess.PIPE, text=True) as outside:
+        port = outside.stdout.readline().split()[1]
+        got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, "100000", "1000"],
+                          name="native")
+        assert got.returncode == 0, got.stderr
+        outside.wait(timeout=30)
+    assert n0_network(rack)["connected"] - before["connected"] >= 1
+    six = run_on_rack(env, [built["echo_client"], "::1", "9", "1", "1"], name="native")
+    assert six.returncode == 1
+    assert "socket: Address family not supported" in six.stderr   # not the host's IPv6
+
+
+# ---- real tools -----------------------------------------------------------------------------
+
+def test_iperf3_server_on_the_rack(net):
+    """iperf3 -s on p0 (its TCP through n0), a client outside: a second of bytes."""
+    iperf3 = tool("iperf3")
+    _, env = net
+    port = _free_port()
+    with on_rack(env, ["sh", "-c", f'echo listening {port}; exec {iperf3} -s -1 -B {NIC} '
+                                   f'-p {port}'], name="native") as (server, _):
+        got = _retry(lambda: run([iperf3, "-c", NIC, "-p", str(port), "-t", "1", "-J"]),
+                     ok=lambda g: g.returncode == 0 and '"error"' not in g.stdout)   # (-J: 0)
+        report = json.loads(got.stdout)
+        assert report["end"]["sum_received"]["bytes"] > 1_000_000, report.get("error")
+        server.wait(timeout=30)
+        assert "error" not in server.stdout.read().lower()
+
+
+def test_sockperf_ping_pong_tcp_and_udp_on_the_rack(net):
+    sockperf = tool("sockperf")
+    _, env = net
+    for proto in ("--tcp", None):
+        port = _free_port()
+        server = ["sh", "-c", f"echo listening {port}; exec {sockperf} server -i {NIC} "
+                              f"-p {port} {proto or ''}"]
+        with on_rack(env, server, name="native"):
+            client = [sockperf, "ping-pong", "-i", NIC, "-p", str(port), "-t", "1",
+                      "-m", "128", *([proto] if proto else [])]
+            got = _retry(lambda c=client: run_on_rack(env, c, on="p1", name="native",
+                                                      flags=("--no-shortcuts",)))
+            assert got.returncode == 0 and "percentile 50.000" in got.stdout, got.stdout[-500:]
+
+
+def test_curl_on_the_rack_fetches_from_outside(net, tmp_path):
+    curl = tool("curl")
+    _, env = net
+    (tmp_path / "page.txt").write_text("through the rack\n")
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(  # noqa: E731
+        *a, directory=str(tmp_path))
+    seen = []
+
+    class Server(http.server.ThreadingHTTPServer):
+        def verify_request(self, request, client_address):
+            seen.append(client_address[0])
+            return True
+
+    with Server((OUTSIDE, 0), handler) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        got = run_on_rack(env, [curl, "-sS", f"http://{OUTSIDE}:{httpd.server_port}/page.txt"],
+                          name="native")
+        httpd.shutdown()
+    assert got.returncode == 0 and got.stdout == "through the rack\n", got.stderr
+    assert seen and all(ip in ("127.0.0.11", "127.0.0.12") for ip in seen)   # a NIC of n0
+
+
+def test_nc_on_the_rack_serves_and_sends(net, built):
+    nc = tool("nc")
+    _, env = net
+    port = _free_port()
+    listener = ["sh", "-c", f"echo listening {port}; exec {nc} -l {NIC} {port}"]
+    with on_rack(env, listener, name="native") as (server, _):
+        got = _retry(lambda: run_on_rack(
+            env, ["sh", "-c", f"echo hello rack | {nc} -N {NIC} {port}"], on="p1",
+            name="native", flags=("--no-shortcuts",)))
+        assert got.returncode == 0, got.stderr
+        assert server.wait(timeout=30) == 0
+        assert server.stdout.read() == "hello rack\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((NIC, 0))
+        return s.getsockname()[1]
+
+
+def _retry(fn, tries: int = 20, ok=lambda got: got.returncode == 0):
+    """A tool's client, until its server (started just before) listens."""
+    for _ in range(tries):
+        got = fn()
+        if ok(got):
+            return got
+        time.sleep(0.25)
+    return got
+
