@@ -1,6 +1,7 @@
 """`splitrack bench VERB`: each benchmark's command line, and the dispatch to it.
 
     fit, extcache, tcp, wordcount   measure (benchmarks/<verb>.py: main(args))
+    native                          unmodified native programs on the rack (native.py)
     slices, placement               the rack manager: a stream of jobs in slices, and
                                     Scylla's pack/spread trade-off (slices.py, placement.py)
     hot                             the hot paths that need no rack (hot.py)
@@ -106,6 +107,15 @@ def add_parser(sub: Any) -> None:
                         "latency, e.g. 0,1,2,5,10,20,50us (a number without a unit takes the "
                         "last one's); DDIO, DMA, pipe and fit RTT and throughput at each, "
                         "Linux as the level; --plot adds F-fabric.png")
+    p = measuring("native", "unmodified native programs on the rack: sockperf's echo RTT against "
+                            "bench tcp's DDIO echo and against Linux, iperf3's throughput "
+                            "against Linux (needs sockperf and iperf3)",
+                  "bench tcp's DDIO echo round trips per repetition (default: 1000)",
+                  "default: 5")
+    p.add_argument("--sizes", type=argtypes.sizes,
+                   help="comma-separated message sizes in bytes (default: 128,4096)")
+    p.add_argument("--seconds", type=argtypes.seconds, default=None,
+                   help="each sockperf and iperf3 run's length (default: 1)")
     p = measuring("wordcount", "the paper's macro benchmark: word count on the rack vs Linux",
                   None, "default: 3")
     figures(p, "8 MB of input", WORDCOUNT_MODES, ",".join(WORDCOUNT_MODES))

@@ -24,9 +24,10 @@ int sr_bind(int fd, uint32_t ip, int port);
 int sr_connect(int fd, uint32_t ip, int port);                /* -EINPROGRESS if non-blocking */
 int sr_listen(int fd, int backlog);
 int sr_accept(int fd, int flags, uint32_t *ip, int *port);    /* flags: SOCK_NONBLOCK|CLOEXEC */
-/* to: 0 send, 1 sendto (ip, port) */
+/* to: 0 send, 1 sendto (ip, port), -errno an address that is not IPv4 (a stream
+ * ignores it, as Linux's TCP does; a datagram socket fails with it) */
 long sr_send(int fd, const void *buf, size_t len, int flags, int to, uint32_t ip, int port);
-/* ip, port: the sender (a datagram's, or the peer's) */
+/* ip, port (if not NULL): a datagram's sender; port -1 for a stream (none) */
 long sr_recv(int fd, void *buf, size_t len, int flags, uint32_t *ip, int *port);
 int sr_shutdown(int fd, int how);
 int sr_close(int fd);
@@ -34,7 +35,7 @@ int sr_name(int fd, int peer, uint32_t *ip, int *port);      /* getsockname / ge
 int sr_setsockopt(int fd, int level, int name, const void *value, int len);
 int sr_getsockopt(int fd, int level, int name, void *value, int *len);
 int sr_blocking(int fd, int blocking);                        /* -1: ask (1 blocking, 0 not) */
-int sr_dup(int fd, int newfd, int cloexec);                   /* newfd -1: the lowest free */
+int sr_dup(int fd, int newfd);   /* newfd, the kernel's dup of fd, is one more handle of it */
 int sr_exit(void);                                            /* exit(): every stub closes */
 int sr_watch(void);                                           /* from now on, exact readiness */
 int sr_ready(void);                                           /* 1 once the stub is loaded */

@@ -132,7 +132,7 @@ static struct {
     int (*setsockopt)(int, int, int, const void *, int);
     int (*getsockopt)(int, int, int, void *, int *);
     int (*blocking)(int, int);
-    int (*dup)(int, int, int);
+    int (*dup)(int, int);
     int (*exit)(void);
     int (*watch)(void);
 } sr;
@@ -389,13 +389,8 @@ ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockad
     if (!is_rack(fd))
         return libc_sendto()(fd, buf, n, flags, addr, len);
     uint32_t ip = 0;
-    int port = 0;
-    if (addr) {
-        int r = in_address(addr, len, &ip, &port);
-        if (r)
-            return ret(r);
-    }
-    return sent(GUEST(sr.send, fd, buf, n, flags, addr != NULL, ip, port), flags);
+    int port = 0, to = addr ? in_address(addr, len, &ip, &port) : 0;   /* -errno if not IPv4 */
+    return sent(GUEST(sr.send, fd, buf, n, flags, addr && !to ? 1 : to, ip, port), flags);
 }
 
 ssize_t send(int fd, const void *buf, size_t n, int flags)
@@ -416,7 +411,9 @@ ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, 
     uint32_t ip = 0;
     int port = 0;
     long r = GUEST(sr.recv, fd, buf, n, flags, addr ? &ip : NULL, addr ? &port : NULL);
-    if (r >= 0 && addr)
+    if (r >= 0 && addr && port < 0 && len)
+        *len = 0;   /* a stream's: no address, as Linux's TCP says */
+    else if (r >= 0 && addr)
         out_address(ip, port, addr, len);
     return ret(r);
 }
@@ -551,26 +548,23 @@ int close(int fd)
     return ret(GUEST(sr.close, fd));
 }
 
-int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+static int rack_name(int fd, int peer, struct sockaddr *addr, socklen_t *len)
 {
-    if (!is_rack(fd))
-        return libc_getsockname()(fd, addr, len);
     uint32_t ip = 0;
-    int port = 0, r = GUEST(sr.name, fd, 0, &ip, &port);
+    int port = 0, r = GUEST(sr.name, fd, peer, &ip, &port);
     if (r == 0)
         out_address(ip, port, addr, len);
     return ret(r);
 }
 
+int getsockname(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    return is_rack(fd) ? rack_name(fd, 0, addr, len) : libc_getsockname()(fd, addr, len);
+}
+
 int getpeername(int fd, struct sockaddr *addr, socklen_t *len)
 {
-    if (!is_rack(fd))
-        return libc_getpeername()(fd, addr, len);
-    uint32_t ip = 0;
-    int port = 0, r = GUEST(sr.name, fd, 1, &ip, &port);
-    if (r == 0)
-        out_address(ip, port, addr, len);
-    return ret(r);
+    return is_rack(fd) ? rack_name(fd, 1, addr, len) : libc_getpeername()(fd, addr, len);
 }
 
 int setsockopt(int fd, int level, int name, const void *value, socklen_t len)
@@ -596,7 +590,7 @@ static int one_more(int fd, int newfd)
 {
     if (newfd < 0)
         return newfd;
-    int r = GUEST(sr.dup, fd, newfd, 1);
+    int r = GUEST(sr.dup, fd, newfd);
     if (r < 0) {
         libc_close()(newfd);
         return ret(r);

@@ -22,7 +22,7 @@
     splitrack job submit|show|list ...               jobs in slices, via serve
                                                      (splitrack/manager/verbs.py)
     splitrack --version                              splitrack X.Y.Z
-    splitrack bench fit|extcache|tcp|wordcount|slices|placement|hot|compare ...
+    splitrack bench fit|extcache|tcp|native|wordcount|slices|placement|hot|compare ...
                                                      benchmarks, baselines in the same run
                                                      (benchmarks/verbs.py)
 

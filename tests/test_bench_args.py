@@ -62,7 +62,8 @@ def test_a_bad_value_is_one_line_and_exit_2(run_root, capsys, verb, args, says):
 
 @pytest.mark.parametrize("verb, rounds, reps", [
     ("fit", "BENCH_FIT_ROUNDS", "BENCH_FIT_REPS"), ("extcache", "MISS_ROUNDS", "REPS"),
-    ("tcp", None, None), ("wordcount", None, "REPS"), ("hot", "ROUNDS", "REPS")])
+    ("tcp", None, None), ("wordcount", None, "REPS"), ("hot", "ROUNDS", "REPS"),
+    ("native", "ROUNDS", "REPS")])
 def test_help_says_the_defaults_the_benchmarks_use(capsys, verb, rounds, reps):
     module = importlib.import_module(f"benchmarks.{verb}")
     if verb == "tcp":

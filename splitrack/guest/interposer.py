@@ -26,6 +26,7 @@ take a rack socket's bell for a socket.
 
 import _socket
 import errno
+import os
 import socket
 import sys
 import traceback
@@ -51,32 +52,34 @@ def bind(ffi: Any) -> None:
         return _adopt(BsdSocketStub(domain, kind, protocol))
 
     def _bind(fd: int, ip: int, port: int) -> int:
-        _HANDLES[fd].bind((_dotted(ip), port))
+        _handle(fd).bind((_dotted(ip), port))
         return 0
 
     def _connect(fd: int, ip: int, port: int) -> int:
-        code = _HANDLES[fd].connect_ex((_dotted(ip), port))
+        code = _handle(fd).connect_ex((_dotted(ip), port))
         return -code if code else 0
 
     def _listen(fd: int, backlog: int) -> int:
-        _HANDLES[fd].listen(backlog)
+        _handle(fd).listen(backlog)
         return 0
 
     def _accept(fd: int, flags: int, ip: Any, port: Any) -> int:
-        conn, peer = _HANDLES[fd].accept()
+        conn, peer = _handle(fd).accept()
         if flags & _SOCK_NONBLOCK:
             conn.setblocking(False)
         _address(peer, ip, port)
         return _adopt(conn)
 
     def _send(fd: int, buf: Any, n: int, flags: int, to: int, ip: int, port: int) -> int:
-        sock, data = _HANDLES[fd], ffi.buffer(buf, n)
-        if to:
+        sock, data = _handle(fd), ffi.buffer(buf, n)
+        if to > 0:
             return sock.sendto(data, flags, (_dotted(ip), port))
-        return sock.send(data, flags)
+        if to < 0 and sock.type == socket.SOCK_DGRAM:
+            raise OSError(-to, os.strerror(-to))
+        return sock.send(data, flags)   # (a stream's sendto ignores its address)
 
     def _recv(fd: int, buf: Any, n: int, flags: int, ip: Any, port: Any) -> int:
-        sock = _HANDLES[fd]
+        sock = _handle(fd)
         if ip == ffi.NULL:
             return sock.recv_into(ffi.buffer(buf, n), n, flags)
         got, sender = sock.recvfrom_into(ffi.buffer(buf, n), n, flags)
@@ -84,27 +87,28 @@ def bind(ffi: Any) -> None:
         return got
 
     def _shutdown(fd: int, how: int) -> int:
-        _HANDLES[fd].shutdown(how)
+        _handle(fd).shutdown(how)
         return 0
 
     def _close(fd: int) -> int:
+        _handle(fd)
         _HANDLES.pop(fd).close()
         return 0
 
     def _name(fd: int, peer: int, ip: Any, port: Any) -> int:
-        sock = _HANDLES[fd]
+        sock = _handle(fd)
         _address(sock.getpeername() if peer else sock.getsockname(), ip, port)
         return 0
 
     def _setsockopt(fd: int, level: int, name: int, value: Any, n: int) -> int:
         raw = bytes(ffi.buffer(value, n))
-        _HANDLES[fd].setsockopt(level, name,
+        _handle(fd).setsockopt(level, name,
                                 int.from_bytes(raw, sys.byteorder, signed=True) if n == 4
                                 else raw)
         return 0
 
     def _getsockopt(fd: int, level: int, name: int, value: Any, n: Any) -> int:
-        sock, room = _HANDLES[fd], n[0]
+        sock, room = _handle(fd), n[0]
         if (level, name) in _STRUCTS or room < 4:
             raw = sock.getsockopt(level, name, room)
         else:
@@ -115,14 +119,14 @@ def bind(ffi: Any) -> None:
         return 0
 
     def _blocking(fd: int, blocking: int) -> int:
-        sock = _HANDLES[fd]
+        sock = _handle(fd)
         if blocking < 0:
             return int(sock.gettimeout() != 0.0)
         sock.setblocking(bool(blocking))
         return 0
 
-    def _dup(fd: int, newfd: int, cloexec: int) -> int:
-        _HANDLES[fd]   # (EBADF if fd is not a rack socket's)
+    def _dup(fd: int, newfd: int) -> int:
+        _handle(fd)   # (EBADF if fd is not a rack socket's)
         _HANDLES[newfd] = BsdSocketStub(fileno=newfd)   # the kernel's dup: one more handle
         return 0
 
@@ -146,6 +150,13 @@ def bind(ffi: Any) -> None:
         extern(fn)
 
 
+def _handle(fd: int) -> Any:
+    handle = _HANDLES.get(fd)
+    if handle is None:
+        raise OSError(errno.EBADF, "not a rack socket's descriptor")   # (closed meanwhile)
+    return handle
+
+
 def _adopt(handle: Any) -> int:
     """The program's descriptor of a new handle: its own (not the runtime's)."""
     fd = _socket.socket.fileno(handle)
@@ -158,8 +169,10 @@ def _dotted(ip: int) -> str:
 
 
 def _address(address: Any, ip: Any, port: Any) -> None:
+    """An address out; None (a stream's recvfrom: no sender) is port -1."""
     if address is None:
-        address = ("0.0.0.0", 0)
+        ip[0], port[0] = 0, -1
+        return
     ip[0] = int.from_bytes(socket.inet_aton(address[0]), "big")
     port[0] = address[1]
 
@@ -168,12 +181,11 @@ def _errno(fn: Callable[..., int]) -> Callable[..., int]:
     def call(*args: Any) -> int:
         try:
             return fn(*args)
-        except KeyError:
-            return -errno.EBADF   # not a rack socket's descriptor (closed meanwhile)
         except BlockingIOError:
             return -errno.EAGAIN
-        except TimeoutError:
-            return -errno.EAGAIN   # SO_RCVTIMEO's expiry, as Linux reports it
+        except TimeoutError as exc:   # the rack's (FitTimeout), or a wait's that timed out
+            return -(exc.errno or errno.ETIMEDOUT) if type(exc) is not TimeoutError \
+                else -errno.EAGAIN
         except OSError as exc:
             return -(exc.errno or errno.EIO)
         except (TypeError, ValueError, OverflowError):

@@ -1,0 +1,195 @@
+"""`splitrack bench native`: unmodified native programs on the rack (the native
+interposer: native/preload.c) against the same programs on Linux, and against
+`bench tcp`'s own DDIO echo, in the same run.
+
+What is measured (a rack from the spec; DDIO, its default data path):
+- echo RTT at each size, TCP_NODELAY, one connection, samples from sockperf's
+  --full-log (every round trip of a `ping-pong -t SECONDS --full-rtt`, the
+  first 400 ms its warm-up):
+    sockperf/rack    `sockperf server` on the first pComponent, the client outside
+    sockperf/linux   the same server as a plain process on LINUX_IP
+    python/rack      bench tcp's DDIO echo: benchmarks/tcp_server.py on the rack,
+                     `rounds` round trips of tcp_client.py from outside
+- throughput, MB/s: `iperf3 -c -t SECONDS` from outside to `iperf3 -s` on the rack
+  (iperf3/rack-server: the rack receives), from the rack to a server outside
+  (iperf3/rack-client: the rack sends), and both ends plain (iperf3/linux).
+All are interleaved in `reps` repetitions (`--duration S`: until S seconds).
+
+Targets (the unmodified-programs issue): sockperf/rack p50 <= 1.3 x python/rack p50
+at each size; iperf3 through the rack >= 0.5 x iperf3 on Linux, each direction.
+
+Needs sockperf and iperf3 (Debian: `apt install sockperf iperf3`).
+
+JSON (--json FILE): {"bench": "native", "sizes", "reps", "rtt": [{"size", "name",
+"p50_us", "p99_us"}], "throughput": [{"name", "MBps"}], "targets", "stats",
+"machine", "settings"} (report.py)
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from benchmarks import tcp_client
+from benchmarks.progress import progress
+from benchmarks.report import finish, print_stats
+from benchmarks.servers import LINUX_IP, server, stop
+from benchmarks.stats import Series, repetitions, target
+from splitrack.rack import Rack
+from splitrack.spec import load_spec
+
+SIZES = (128, 4096)
+DEFAULTS = {"rounds": 1000, "reps": 5, "seconds": 1.0}
+ROUNDS, REPS = DEFAULTS["rounds"], DEFAULTS["reps"]
+RTT_OVER_PYTHON = 1.3     # sockperf on the rack, against bench tcp's DDIO echo
+IPERF_OVER_LINUX = 0.5
+_WARMUP_S = 0.4           # sockperf's own warm-up, left out of its log
+
+
+def run(spec: Any = None, sizes: tuple[int, ...] = SIZES, **settings: Any
+        ) -> tuple[dict[str, Any], dict[str, Series]]:
+    s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
+    sockperf, iperf3 = _tool("sockperf"), _tool("iperf3")
+    rack_spec = load_spec(spec, name=f"bench-native-{os.getpid()}")
+    p0 = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
+    nic = next(c for c in rack_spec.components if c["kind"] == "n")["nics"][0]
+    rtt, rate = Series(), Series("MB/s")
+    with progress("bench native", None if s.get("duration") else s["reps"]) as advance, \
+            Rack(rack_spec) as rack, contextlib.ExitStack() as up, \
+            tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+        on_rack = [sys.executable, "-m", "splitrack.cli", "run", "--name", rack_spec.name,
+                   "--on", p0, "--mode", "ddio", "--"]
+        ports = iter(range(15301, 15400))
+        sp = {"rack": (nic, next(ports)), "linux": (LINUX_IP, next(ports))}
+        ip3 = {"rack-server": (nic, next(ports)), "linux": (LINUX_IP, next(ports))}
+        for where, (ip, port) in sp.items():
+            up.enter_context(_tool_server(
+                [sockperf, "server", "--tcp", "-i", ip, "-p", str(port)],
+                on_rack if where == "rack" else [], env))
+        for where, (ip, port) in ip3.items():
+            up.enter_context(_tool_server([iperf3, "-s", "-B", ip, "-p", str(port)],
+                                          on_rack if where == "rack-server" else [], env))
+        python = up.enter_context(server([*on_rack, sys.executable, "-m",
+                                          "benchmarks.tcp_server", nic], env))
+        for rep in repetitions(s["reps"], s.get("duration")):
+            for size in sizes:
+                for where, (ip, port) in sp.items():
+                    rtt.add(f"sockperf/{where}", size, _sockperf(
+                        sockperf, ip, port, size, s["seconds"], scratch))
+                rtt.add("python/rack", size, tcp_client.echo_rtts(*python, size, s["rounds"],
+                                                                    50))
+            for where, (ip, port) in ip3.items():
+                rate.add(f"iperf3/{where}", 0, _iperf3([iperf3], ip, port, s["seconds"]))
+            rate.add("iperf3/rack-client", 0, _iperf3(
+                [*on_rack, iperf3], *ip3["linux"], s["seconds"], env))
+            advance(f"repetition {rep + 1}")
+    series = {"rtt/": rtt, "throughput/": rate}
+    return _report(series, sizes, s), series
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SystemExit(f"splitrack: error: bench native runs {name}, which is not installed "
+                         f"(Debian: apt install {name})")
+    return path
+
+
+@contextlib.contextmanager
+def _tool_server(argv: list[str], prefix: list[str], env: dict[str, str]) -> Iterator[None]:
+    """A tool's server (on the rack if `prefix` is `splitrack run ...`), always stopped."""
+    proc = subprocess.Popen([*prefix, *argv], env=env, cwd="/", stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        stop(proc)
+
+
+def _until_up(argv: list[str], env: dict[str, str] | None, ok) -> subprocess.CompletedProcess:
+    """A client run, again until its server (started just before) answers (30 s)."""
+    end = time.monotonic() + 30
+    while True:
+        got = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True,
+                             timeout=300)
+        if ok(got) or time.monotonic() > end:
+            return got
+        time.sleep(0.2)
+
+
+def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
+              scratch: str) -> list[float]:
+    """Every round trip (µs) of one ping-pong run, its warm-up left out."""
+    log = os.path.join(scratch, "rtt.csv")
+    got = _until_up([sockperf, "ping-pong", "--tcp", "-i", ip, "-p", str(port), "-m", str(size),
+                     "-t", str(seconds), "--full-rtt", "--full-log", log], None,
+                    lambda g: g.returncode == 0 and "percentile 50.000" in g.stdout)
+    if got.returncode != 0 or not os.path.exists(log):
+        raise RuntimeError(f"sockperf ping-pong to {ip}:{port} failed: {got.stdout[-400:]}")
+    with open(log) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("packet,")) + 1
+    samples = []
+    for line in lines[start:]:
+        cells = line.split(",")
+        if len(cells) != 4:
+            break
+        samples.append(float(cells[3]))
+    os.unlink(log)
+    return samples
+
+
+def _iperf3(client: list[str], ip: str, port: int, seconds: float,
+            env: dict[str, str] | None = None) -> float:
+    """MB/s received at the server, one iperf3 run."""
+    got = _until_up([*client, "-c", ip, "-p", str(port), "-t", str(seconds), "-J"], env,
+                    lambda g: g.returncode == 0 and '"error"' not in g.stdout)   # (-J: exit 0)
+    try:
+        report = json.loads(got.stdout[got.stdout.index("{"):])
+        return report["end"]["sum_received"]["bytes"] / report["end"]["sum_received"][
+            "seconds"] / 1e6
+    except (ValueError, KeyError) as exc:
+        raise RuntimeError(f"iperf3 to {ip}:{port} failed: {got.stdout[-400:]} "
+                           f"{got.stderr[-400:]}") from exc
+
+
+def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
+            ) -> dict[str, Any]:
+    rtt, rate = series["rtt/"], series["throughput/"]
+    targets = [target(f"sockperf on the rack / bench tcp's DDIO echo, RTT p50 at {z} B",
+                      rtt.ratio(("sockperf/rack", z), ("python/rack", z)), RTT_OVER_PYTHON)
+               for z in sizes]
+    targets += [target(f"iperf3 {what} / iperf3 on Linux",
+                       rate.ratio((f"iperf3/{what}", 0), ("iperf3/linux", 0)),
+                       IPERF_OVER_LINUX, at_most=False)
+                for what in ("rack-server", "rack-client")]
+    return {"bench": "native", "sizes": list(sizes), "reps": len(rate.reps["iperf3/linux", 0]),
+            "rtt": [{"size": z, "name": name, "p50_us": round(rtt.summary(name, z)["p50"], 2),
+                     "p99_us": round(rtt.summary(name, z)["p99"], 2)}
+                    for z in sizes for name in ("sockperf/linux", "sockperf/rack",
+                                                 "python/rack")],
+            "throughput": [{"name": name, "MBps": round(rate.summary(name, 0)["p50"], 1)}
+                           for name in ("iperf3/linux", "iperf3/rack-server",
+                                        "iperf3/rack-client")],
+            "targets": targets, "settings": {**s, "sizes": list(sizes)}}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print("echo round trip, µs (sockperf ping-pong --tcp; python/rack: bench tcp's DDIO echo)")
+    print_stats([r for r in report["stats"] if r["series"].startswith("rtt/")])
+    print("iperf3, MB/s received (rack-server: the rack receives; rack-client: it sends)")
+    print_stats([r for r in report["stats"] if r["series"].startswith("throughput/")])
+
+
+def main(args: argparse.Namespace) -> int:
+    report, series = run(args.spec, args.sizes or SIZES, rounds=args.rounds, reps=args.reps,
+                         duration=args.duration, seconds=args.seconds)
+    return finish(report, args, print_table, series)
