@@ -10,8 +10,9 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   descriptors cannot cross ZeroMQ). The pMonitor starts the program as its own
   child with the rack runtime's environment (SPLITRACK_PCOMPONENT,
   SPLITRACK_GLOBAL, SPLITRACK_RUN_DIR, SPLITRACK_MODE, SPLITRACK_POLL_US, SPLITRACK_LOOPBACK,
-  SPLITRACK_SHORTCUTS, SPLITRACK_PACKING, and the drop-in socket module on
-  PYTHONPATH), answers its PID, and, when it
+  SPLITRACK_SHORTCUTS, SPLITRACK_PACKING, the drop-in socket module on
+  PYTHONPATH, and the native interposer preloaded: splitrack/native_run.py,
+  which also refuses a statically linked program), answers its PID, and, when it
   ends, its exit status. One thread per launched program does only that. A
   program dies with its pMonitor (PR_SET_PDEATHSIG, SIGKILL): a pComponent that
   fails takes its processes with it, as a board does. With `cpus` in its spec

@@ -12,6 +12,8 @@
     stubpath.py                 its Python binding
     skelpath.h / skelpath.c     the nComponent's data plane: its DDIO skeletons' hot path
     skelpath.py                 its Python binding
+    preload.c                   the native interposer (LD_PRELOAD): a C program's sockets
+    guest.h                     ... the stub's calls it makes (module _guest: cffi embedding)
     build.py                    the cffi build script (setup.py: cffi_modules)
 """
 
