@@ -23,8 +23,9 @@
  *     any other network socket (raw, packet, netlink) stays the host's, said
  *     once on stderr;
  *   - fork(): the interpreter is made safe for the child (its lock, its
- *     threads); the child's copies of rack sockets are closed and it makes
- *     none, as for a Python program (EOPNOTSUPP, said once);
+ *     threads); the child's inherited rack sockets work through its parent, and
+ *     it makes none of its own, as for a Python program
+ *     (splitrack/guest/forked.py; EOPNOTSUPP, said once);
  *   - exec(): rack descriptors are close-on-exec;
  *   - exit(): every stub closes, so what was sent just before still leaves.
  *
@@ -206,9 +207,10 @@ static void *start_python(void *unused)
     return NULL;
 }
 
-static void before_fork(void) { fork_gil = py_ensure(); py_before_fork(); }
-static void after_fork_parent(void) { py_after_parent(); py_release(fork_gil); }
-static void after_fork_child(void) { py_after_child(); py_release(fork_gil); }
+/* (the interpreter's fork hooks make syscalls of their own: in_guest) */
+static void before_fork(void) { in_guest++; fork_gil = py_ensure(); py_before_fork(); }
+static void after_fork_parent(void) { py_after_parent(); py_release(fork_gil); in_guest--; }
+static void after_fork_child(void) { py_after_child(); py_release(fork_gil); in_guest--; }
 static void at_exit(void) { GUEST(sr.exit); }
 
 static void start_guest(void)
@@ -327,8 +329,8 @@ int socket(int domain, int type, int protocol)
     pthread_once(&guest_once, start_guest);
     int fd = GUEST(sr.socket, domain, type, protocol);
     if (fd == -EOPNOTSUPP)
-        say_once(&said_forked, "rack sockets do not cross fork() yet: a child of a rack "
-                               "program makes none (EOPNOTSUPP)");
+        say_once(&said_forked, "a fork()ed child of a rack program makes no rack sockets "
+                               "of its own yet (those it inherited work, through its parent)");
     return mark(fd);
 }
 

@@ -1,10 +1,11 @@
 """Native programs on the rack (native/preload.c, splitrack/guest/interposer.py): C
 programs built here from tests/c/ run unmodified with `splitrack run`, and their TCP
 and UDP sockets are bsdSocketStubs whose bytes cross n0, in DDIO and in DMA, checked
-byte for byte. A fork()ed child is refused as for Python programs, a static binary
-is refused at launch, IPv6 is EAFNOSUPPORT, and an address outside the rack is
-reached through n0's NIC, never from the host's own stack. Real tools (iperf3,
-sockperf, nc, curl) run on the rack when installed (.ci/run installs them)."""
+byte for byte. A fork()ed child's inherited sockets work (through its parent), as a
+Python program's do; a static binary is refused at launch; IPv6 is EAFNOSUPPORT; an
+address outside the rack is reached through n0's NIC, never from the host's own
+stack. Real tools (iperf3, sockperf, nc, curl) run on the rack when installed
+(.ci/run installs them)."""
 
 import http.server
 import json
@@ -106,18 +107,38 @@ def test_a_c_udp_echo_keeps_every_datagram_whole(net, built, mode):
     assert after["datagrams_in"] - before["datagrams_in"] >= 600
 
 
-def test_a_forked_child_of_a_c_program_uses_no_rack_socket(net, built):
-    """As for a Python program: the child's copy of a connection is closed (EBADF), it
-    makes no rack socket (EOPNOTSUPP, said once on stderr), and its parent's
-    connection goes on."""
+def test_a_forked_child_of_a_c_program_shares_its_parents_socket(net, built):
+    """As for a Python program: the child's copy of a connection works (through its
+    parent), it makes no rack socket of its own (EOPNOTSUPP, said once on stderr), and
+    its parent's connection goes on after it."""
     _, env = net
     with on_rack(env, [built["echo_server"], NIC, "0", "block", "1"],
                  name="native") as (server, (port,)):
         got = run_on_rack(env, [built["fork_probe"], NIC, str(port)], on="p1", name="native")
     assert got.returncode == 0, got.stderr
-    assert got.stdout.splitlines() == ["child send EBADF", "child socket EOPNOTSUPP",
+    assert got.stdout.splitlines() == ["child send sent", "child socket EOPNOTSUPP",
                                        "parent ok"]
-    assert got.stderr.count("do not cross fork()") == 1
+    assert got.stderr.count("makes no rack sockets of its own") == 1
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_a_forking_c_server_serves_each_connection_in_a_child(net, built, mode):
+    """fork_server.c: accept, fork, the parent closes its copy at once, the child echoes;
+    three clients at once (two outside the rack, one on p1), every byte checked."""
+    rack, env = net
+    expected = linux_checksum(built, 300_000)
+    with on_rack(env, [built["fork_server"], NIC, "0", "3"], name="native",
+                 mode=mode) as (server, (port,)):
+        argv = [built["echo_client"], NIC, str(port), "300000", "3000"]
+        outside = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True) for _ in range(2)]
+        inside = run_on_rack(env, argv, on="p1", mode=mode, name="native",
+                             flags=("--no-shortcuts",))
+        assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
+        for proc in outside:
+            out, err = proc.communicate(timeout=60)
+            assert (proc.returncode, out) == (0, expected), err
+        assert server.wait(timeout=30) == 0, server.stderr.read()
 
 
 def test_a_static_binary_is_refused_with_the_reason(net, built, tmp_path):

@@ -138,8 +138,9 @@ class StubFace:
 
     def after_fork(self) -> None:
         """(the child's) This process is a fork()ed child of the one that made the
-        socket: it is closed here (EBADF), and its locks are new -- a thread of the
-        parent may have held them at the fork (runtime.py)."""
+        socket: its state here is closed (the child's handles make their calls at the
+        parent: forked.py), and its locks are new -- a thread of the parent may have
+        held them at the fork (runtime.py)."""
         s = self._s
         s._dead = True
         s._lock = threading.Lock()

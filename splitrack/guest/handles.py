@@ -27,8 +27,10 @@ way:
   counted once too. Closed with os.close() instead, it keeps the connection
   until the process ends (the kernel's descriptor table is not ours to watch).
 
-Not covered: a rack socket shared across fork() or exec() (each process's
-stub state is its own), and dup2() onto a rack socket's descriptor.
+A fork()ed child's descriptors are handles made for it at the fork, served by
+its parent (forked.py). Not covered: a rack socket across exec() (each
+process's stub state is its own), and dup2() onto a rack socket's descriptor
+from Python (the native interposer covers it).
 """
 
 import os
@@ -57,6 +59,7 @@ def first(sock: Any, fd: int) -> None:
     sock._gone = False
     sock._handles, sock._loose, sock._fds = 1, set(), Counter({fd: 1})
     sock._dropped = deque()   # descriptors of handles the collector took (stub.__del__)
+    sock._forking = deque()   # ... and of handles made at a fork for the child (forked.py)
     rekey(sock)
 
 
@@ -147,8 +150,21 @@ def reap(rt: Any) -> None:
             first._close_connection()
 
 
+def forking(sock: Any, fd: int) -> None:
+    """One more handle, over descriptor fd, made at a fork for the child (forked.py): no
+    lock taken (another thread may hold it across the fork); counted at the next
+    handle change, before any handle is counted gone, so no close in between can be
+    taken for the last."""
+    sock._forking.append(fd)
+
+
 def _count_dropped(sock: Any) -> None:
-    """(lock held) The handles the collector took since: gone, each with its descriptor."""
+    """(lock held) The handles made at a fork since: counted; the ones the collector
+    took since: gone, each with its descriptor."""
+    while sock._forking:
+        fd = sock._forking.popleft()
+        sock._handles += 1
+        sock._fds[fd] += 1
     while sock._dropped:
         _drop(sock, sock._dropped.popleft())
         sock._handles -= 1

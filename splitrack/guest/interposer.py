@@ -126,8 +126,8 @@ def bind(ffi: Any) -> None:
         return 0
 
     def _dup(fd: int, newfd: int) -> int:
-        _handle(fd)   # (EBADF if fd is not a rack socket's)
-        _HANDLES[newfd] = BsdSocketStub(fileno=newfd)   # the kernel's dup: one more handle
+        onto = getattr(_handle(fd), "dup_onto", None)   # a fork()ed child's (forked.py)
+        _HANDLES[newfd] = onto(newfd) if onto else BsdSocketStub(fileno=newfd)   # one more
         return 0
 
     def _exit() -> int:

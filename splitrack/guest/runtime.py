@@ -59,7 +59,7 @@ from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
 from native import stubpath
 from native.fitring import spin_yield
-from splitrack.guest import handles, shortcuts
+from splitrack.guest import forked, handles, shortcuts
 from splitrack.guest.vm import VirtualMemory, _this
 from splitrack.params import (
     FIT_POLL_US,
@@ -480,25 +480,28 @@ def _slice(left: float | None, most: float) -> float:
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
-FORKED = ("splitrack: rack sockets do not cross fork() yet: a child of a rack program "
-           "makes none, and its copies of its parent's are closed (the parent's stay its own)")
+FORKED = ("splitrack: a fork()ed child of a rack program makes no rack sockets of its "
+          "own yet (those it inherited work, through its parent)")
 
 
 def _after_fork_in_child() -> None:
     """A fork()ed child: the runtime (its inbox, links, stubs) is its parent's. So that
-    nothing the child does, nor its exit, reaches its parent's skeletons or rings, its
-    copies of the parent's rack sockets are closed here (EBADF from now on) and it
-    makes none (EOPNOTSUPP, FORKED); closing one closes its descriptors only. Its locks
-    are new: another thread of the parent may have held one at the fork. A child that
-    exec()s starts afresh."""
+    nothing the child does, nor its exit, reaches its parent's skeletons or rings, the
+    stubs' state here is closed (its locks new: another thread of the parent may have
+    held one at the fork), the child's handles make their calls at the parent
+    (forked.py), and it makes no sockets of its own (EOPNOTSUPP, FORKED). A child
+    that exec()s starts afresh."""
     if _runtime is None:
         return
     _runtime.forked = True
     for stub in list(_runtime.stubs.values()):   # (each shared state: every handle of it)
         stub._face.after_fork()
+    forked.after_fork_in_child()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=lambda: forked.before_fork(_runtime),
+                    after_in_parent=lambda: forked.after_fork_in_parent(_runtime),
+                    after_in_child=_after_fork_in_child)
 
 
 def runtime() -> Runtime:

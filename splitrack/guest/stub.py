@@ -33,7 +33,8 @@ connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB.
 `socket(AF_INET, SOCK_DGRAM)` makes a DatagramStub (datagram.py): UDP through
 the rack. AF_INET6 is refused (EAFNOSUPPORT); any other network socket (raw,
 netlink) stays the host's, with a line on stderr that says so. A fork()ed
-child neither uses its parent's rack sockets nor makes any (runtime.py).
+child uses its inherited rack sockets through its parent (forked.py), and makes
+none of its own (runtime.py).
 
 In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 (the methods in `_OPERATIONS`) is recorded, and what it sends is caused by it.

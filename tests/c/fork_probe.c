@@ -1,9 +1,9 @@
 /* What a fork()ed child of a rack program may do with rack sockets (native programs).
  *
- *   fork_probe IP PORT    connect to an echo server, fork; the child tries its
- *                         copy of the connection and a new socket and prints what
- *                         each gave (errno names); the parent, after the child
- *                         ended, echoes through the connection and prints "parent ok"
+ *   fork_probe IP PORT    connect to an echo server, fork; the child sends "x" on
+ *                         its copy of the connection, tries a new socket, and prints
+ *                         what each gave (errno names); the parent, after the child
+ *                         ended, sends "ping" and reads "xping" back: "parent ok"
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,8 +45,8 @@ int main(int argc, char **argv)
         _exit(0);
     }
     waitpid(pid, NULL, 0);
-    char out[5] = "ping", in[5] = {0};
-    if (send(fd, out, 4, 0) != 4 || recv(fd, in, 4, MSG_WAITALL) != 4 || strcmp(in, out)) {
+    char in[6] = {0};
+    if (send(fd, "ping", 4, 0) != 4 || recv(fd, in, 5, MSG_WAITALL) != 5 || strcmp(in, "xping")) {
         perror("fork_probe: parent echo");
         return 1;
     }

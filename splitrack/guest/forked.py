@@ -1,0 +1,308 @@
+"""Rack sockets across fork(): a child's inherited descriptors reach its parent's stubs.
+
+On Linux a fork()ed child shares its parent's sockets: either may send,
+receive or accept on them, and a connection closes when its last descriptor
+in any process closes (a forking server's parent closes its copy, the child
+talks on it). A bsdSocketStub's state lives in its process, so here:
+
+- at the fork, in the parent (`before_fork`), if it has rack sockets: one more
+  handle (handles.py) of every descriptor the child inherits, so a connection
+  stays open while the child holds it, and a channel to the child (a Unix
+  socketpair). After it (`after_fork_in_parent`) a thread of the parent serves
+  the child's calls on those handles, one at a time, until the child ends (the
+  channel's EOF), then closes what the child still held; the parent's runtime
+  is threaded from then on, so the bells (the very descriptors the child
+  inherited) tell the child's select and poll the truth;
+- in the child (`after_fork_in_child`, from runtime.py), every handle becomes a
+  `Forked` one: each socket call goes to the parent, is made there on the
+  child's handle, and its result or OSError comes back. A call that makes a
+  descriptor (accept, dup) brings it along (SCM_RIGHTS). Buffers are filled in
+  the child from the bytes the parent read;
+- what a child cannot do yet: make rack sockets of its own (EOPNOTSUPP, with
+  runtime.FORKED's words), use rack memory, have two threads in socket calls at
+  once (they take turns), pass its sockets on to a grandchild, or outlive its
+  parent with them (the parent's exit closes its connections: ECONNRESET).
+"""
+
+import _socket
+import errno
+import gc
+import os
+import pickle
+import socket as _socket_module
+import struct
+import threading
+from typing import Any
+
+from splitrack.guest import handles
+from splitrack.guest.sockargs import bytes_view, err, scatter
+
+_std = _socket_module.socket
+_LEN = struct.Struct("<I")
+_pending: tuple[tuple[Any, Any], dict[int, Any]] | None = None   # between the fork hooks
+_channel: Any = None            # the child's end, once forked
+_turn = threading.Lock()        # the child's calls take turns on it
+_TOKENS: dict[int, int] = {}    # a child's descriptor -> its handle at the parent, if not its own
+
+
+# ---- the parent ---------------------------------------------------------------------------
+def before_fork(rt: Any) -> None:
+    """(the parent's, before a fork) The child's handles, and the channel to it."""
+    global _pending
+    if rt is None or rt.forked or not rt.stubs:
+        return
+    theirs = {}
+    for stub in list(rt.stubs.values()):
+        for fd in handles.live_fds(stub):
+            if fd != stub._fd:
+                theirs[fd] = _twin(stub, fd)
+    _pending = (_socket_module.socketpair(), theirs)
+
+
+def _twin(stub: Any, fd: int) -> Any:
+    """One more handle of descriptor fd's connection, for the child, made without the
+    connection's lock (a thread may hold it across the fork: handles.forking). Its
+    timeout is the connection's first handle's."""
+    twin = _std.__new__(type(stub))
+    _std.__init__(twin, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, os.dup(fd))
+    twin.__dict__ = stub.__dict__
+    twin._gone, twin._timeout = False, stub._timeout
+    handles.forking(twin, _std.fileno(twin))
+    return twin
+
+
+def after_fork_in_parent(rt: Any) -> None:
+    global _pending
+    if _pending is None:
+        return
+    (mine, child), theirs = _pending
+    _pending = None
+    child.close()
+    threading.Thread(target=_serve, args=(rt, mine, theirs), name="splitrack-forked-child",
+                     daemon=True).start()
+
+
+def _serve(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
+    """The child's calls, one at a time, until it ends; then what it held closes. (The
+    runtime goes threaded here, not in the fork's hook: that takes every stub's lock,
+    and a thread may hold one until the fork has returned.)"""
+    rt.go_threaded()
+    try:
+        while True:
+            try:
+                request, _ = _receive(channel)
+            except (EOFError, OSError):
+                return
+            fds: list[int] = []
+            try:
+                token, method, args = request
+                reply = (True, _made(theirs, token, method, args, fds))
+            except Exception as exc:   # (whatever the call raised goes to the child)
+                reply = (False, exc if isinstance(exc, OSError) else
+                         OSError(errno.EIO, f"{type(exc).__name__}: {exc}"))
+            try:
+                _send(channel, reply, fds)
+            except OSError:
+                return
+    finally:
+        for handle in theirs.values():
+            try:
+                handle.close()
+            except OSError:
+                pass
+        channel.close()
+
+
+def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: list[int]) -> Any:
+    """The child's call, on its handle `token`; a new handle's descriptor into fds."""
+    handle = theirs.get(token)
+    if handle is None:
+        raise err(errno.EBADF)
+    if method == "close":
+        theirs.pop(token).close()
+        return None
+    if method in ("accept", "dup"):   # a new handle: its descriptor goes to the child
+        new, *rest = handle.accept() if method == "accept" else (handle.dup(),)
+        key = _std.fileno(new)
+        theirs[key] = new
+        fds.append(key)
+        return (key, new.type == _socket_module.SOCK_DGRAM, *rest)
+    return getattr(handle, method)(*args)
+
+
+# ---- the child ----------------------------------------------------------------------------
+def after_fork_in_child() -> None:
+    """(the child's, from runtime.py) Its handles become Forked ones, over the channel."""
+    global _pending, _channel
+    if _pending is None:
+        return
+    (parents, mine), theirs = _pending
+    _pending = None
+    parents.close()
+    for handle in theirs.values():   # the parent's: only their descriptors were copied
+        handle._gone = True
+        os.close(_std.detach(handle))
+    _channel = mine
+    stream, dgram = _forked_class(False), _forked_class(True)
+    for obj in gc.get_objects():   # every handle the program holds (the state is shared)
+        kinds = type(obj).__mro__   # (not isinstance: the stub's says yes to any socket)
+        if stream.__mro__[2] in kinds and not obj._gone and _std.fileno(obj) >= 0:
+            obj.__class__ = dgram if dgram.__mro__[2] in kinds else stream
+
+
+def _call(handle: Any, method: str, *args: Any) -> tuple[Any, list[int]]:
+    """A call made at the parent on this handle's twin: (its result, descriptors)."""
+    fd = _std.fileno(handle)
+    if fd < 0:
+        raise err(errno.EBADF)
+    with _turn:
+        try:
+            _send(_channel, (_TOKENS.get(fd, fd), method, args), [])
+            (ok, result), fds = _receive(_channel)
+        except (EOFError, OSError):
+            raise OSError(errno.ECONNRESET, "the parent that held this socket has ended"
+                          ) from None
+    if not ok:
+        raise result
+    return result, fds
+
+
+def _forward(method: str) -> Any:
+    def call(self: Any, *args: Any) -> Any:
+        return _call(self, method, *args)[0]
+    call.__name__ = method
+    return call
+
+
+class Forked:
+    """A fork()ed child's handle: its calls are made at the parent (module docstring)."""
+
+    __slots__ = ()
+
+    def fileno(self) -> int:
+        return _std.fileno(self)   # the inherited descriptor: the parent rings its bell
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        return _call(self, "send", bytes(bytes_view(data)), flags)[0]
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        _call(self, "sendall", bytes(bytes_view(data)), flags)
+
+    def sendto(self, data: Any, flags_or_address: Any, address: Any = None) -> int:
+        args = (flags_or_address,) if address is None else (flags_or_address, address)
+        return _call(self, "sendto", bytes(bytes_view(data)), *args)[0]
+
+    def sendmsg(self, buffers: Any, ancdata: Any = (), flags: int = 0,
+                address: Any = None) -> int:
+        if ancdata:
+            raise err(errno.EOPNOTSUPP)
+        data = b"".join(bytes(bytes_view(b)) for b in buffers)
+        return self.send(data, flags) if address is None else self.sendto(data, flags, address)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.recv(nbytes or len(view), flags)
+        view[:len(data)] = data
+        return len(data)
+
+    def recvfrom_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> tuple[int, Any]:
+        view = memoryview(buffer).cast("B")
+        data, address = self.recvfrom(nbytes or len(view), flags)
+        view[:len(data)] = data
+        return len(data), address
+
+    def recvmsg(self, bufsize: int, ancbufsize: int = 0, flags: int = 0) -> tuple:
+        data, address = self.recvfrom(bufsize, flags)
+        return data, [], 0, address
+
+    def recvmsg_into(self, buffers: Any, ancbufsize: int = 0, flags: int = 0) -> tuple:
+        buffers = list(buffers)
+        data, address = self.recvfrom(sum(memoryview(b).nbytes for b in buffers), flags)
+        return scatter(data, buffers), [], 0, address
+
+    def accept(self) -> tuple[Any, Any]:
+        (key, dgram, address), fds = _call(self, "accept")
+        return _handle_over(fds[0], key, dgram), address
+
+    def dup(self) -> Any:
+        (key, dgram), fds = _call(self, "dup")
+        return _handle_over(fds[0], key, dgram)
+
+    def dup_onto(self, fd: int) -> Any:
+        """One more handle, over descriptor fd (a dup the kernel made: the interposer's)."""
+        (key, dgram), fds = _call(self, "dup")
+        os.dup2(fds[0], fd, inheritable=False)
+        os.close(fds[0])
+        return _handle_over(fd, key, dgram)
+
+    def _real_close(self, _ss: Any = _std) -> None:
+        fd = _std.fileno(self)
+        if fd < 0 or self._gone:
+            return
+        try:
+            _call(self, "close")
+        except OSError:
+            pass   # the parent has ended: its handles are closed already
+        self._gone = True
+        _TOKENS.pop(fd, None)
+        _socket.socket.close(self)
+
+    def __del__(self) -> None:
+        _socket.socket.close(self)   # (the parent closes its twin at the child's end)
+
+
+for _name in ("connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt",
+              "getsockopt", "getsockname", "getpeername", "settimeout", "gettimeout",
+              "setblocking", "getblocking", "recv", "recvfrom", "set_rack_mode"):
+    setattr(Forked, _name, _forward(_name))   # made at the parent as they are
+
+
+def _handle_over(fd: int, key: int, dgram: bool) -> Any:
+    """A Forked handle over descriptor fd, whose twin at the parent is `key`."""
+    handle = _std.__new__(_forked_class(dgram))
+    _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
+    handle._gone, handle._timeout = False, None
+    _TOKENS[fd] = key
+    return handle
+
+
+_CLASSES: dict[bool, type] = {}
+
+
+def _forked_class(dgram: bool) -> type:
+    """Forked over the stream stub's class (its __mro__[2]), or the datagram one's (same
+    layout, so a handle's class may change to it)."""
+    if not _CLASSES:   # (imported here: they import the runtime, which imports this)
+        from splitrack.guest.datagram import DatagramStub
+        from splitrack.guest.stub import BsdSocketStub
+        _CLASSES[False] = type("ForkedStream", (Forked, BsdSocketStub), {"__slots__": ()})
+        _CLASSES[True] = type("ForkedDatagram", (Forked, DatagramStub), {"__slots__": ()})
+    return _CLASSES[dgram]
+
+
+# ---- the channel: a length, a pickle, and descriptors ------------------------------------------
+def _send(channel: Any, obj: Any, fds: list[int]) -> None:
+    data = pickle.dumps(obj)
+    message = _LEN.pack(len(data)) + data
+    sent = _socket_module.send_fds(channel, [message[:4]], fds) if fds else 0
+    channel.sendall(message[sent:])
+
+
+def _receive(channel: Any) -> tuple[Any, list[int]]:
+    head, fds, _, _ = _socket_module.recv_fds(channel, 4, 4)
+    if not head:
+        raise EOFError
+    while len(head) < 4:
+        more = channel.recv(4 - len(head))
+        if not more:
+            raise EOFError
+        head += more
+    n, = _LEN.unpack(head)
+    data = bytearray()
+    while len(data) < n:
+        more = channel.recv(min(n - len(data), 1 << 20))
+        if not more:
+            raise EOFError
+        data += more
+    return pickle.loads(data), fds
+
