@@ -20,7 +20,8 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
   the child from the bytes the parent read;
 - what a child cannot do yet: make rack sockets of its own (EOPNOTSUPP, with
   runtime.FORKED's words), use rack memory, have two threads in socket calls at
-  once (they take turns), pass its sockets on to a grandchild, or outlive its
+  once (they take turns), pass its sockets on to a grandchild (EOPNOTSUPP there;
+  the parent's twins of other children's handles are not inherited), or outlive its
   parent with them (the parent's exit closes its connections: ECONNRESET).
 """
 
@@ -43,6 +44,13 @@ _pending: tuple[tuple[Any, Any], dict[int, Any]] | None = None   # between the f
 _channel: Any = None            # the child's end, once forked
 _turn = threading.Lock()        # the child's calls take turns on it
 _TOKENS: dict[int, int] = {}    # a child's descriptor -> its handle at the parent, if not its own
+_TWINS: dict[int, Any] = {}     # the parent's: every child's handles here, by their own fd
+_owner = 0                      # the child's pid: a grandchild may not use the channel
+_CALLS = frozenset((            # what a child may ask its parent to make on its handle
+    "connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt", "getsockopt",
+    "getsockname", "getpeername", "settimeout", "gettimeout", "setblocking", "getblocking",
+    "recv", "recvfrom", "set_rack_mode", "send", "sendall", "sendto", "close", "accept",
+    "dup"))
 
 
 # ---- the parent ---------------------------------------------------------------------------
@@ -54,8 +62,9 @@ def before_fork(rt: Any) -> None:
     theirs = {}
     for stub in list(rt.stubs.values()):
         for fd in handles.live_fds(stub):
-            if fd != stub._fd:
-                theirs[fd] = _twin(stub, fd)
+            if fd != stub._fd and fd not in _TWINS:   # (not another child's)
+                theirs[fd] = twin = _twin(stub, fd)
+                _TWINS[_std.fileno(twin)] = twin
     _pending = (_socket_module.socketpair(), theirs)
 
 
@@ -106,11 +115,16 @@ def _serve(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
                 return
     finally:
         for handle in theirs.values():
-            try:
-                handle.close()
-            except OSError:
-                pass
+            _close_twin(handle)
         channel.close()
+
+
+def _close_twin(handle: Any) -> None:
+    _TWINS.pop(_std.fileno(handle), None)
+    try:
+        handle.close()
+    except OSError:
+        pass
 
 
 def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: list[int]) -> Any:
@@ -118,13 +132,15 @@ def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: lis
     handle = theirs.get(token)
     if handle is None:
         raise err(errno.EBADF)
+    if method not in _CALLS:
+        raise err(errno.EOPNOTSUPP)
     if method == "close":
-        theirs.pop(token).close()
+        _close_twin(theirs.pop(token))
         return None
     if method in ("accept", "dup"):   # a new handle: its descriptor goes to the child
         new, *rest = handle.accept() if method == "accept" else (handle.dup(),)
         key = _std.fileno(new)
-        theirs[key] = new
+        theirs[key] = _TWINS[key] = new
         fds.append(key)
         return (key, new.type == _socket_module.SOCK_DGRAM, *rest)
     return getattr(handle, method)(*args)
@@ -133,16 +149,17 @@ def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: lis
 # ---- the child ----------------------------------------------------------------------------
 def after_fork_in_child() -> None:
     """(the child's, from runtime.py) Its handles become Forked ones, over the channel."""
-    global _pending, _channel
+    global _pending, _channel, _owner
     if _pending is None:
         return
-    (parents, mine), theirs = _pending
+    (parents, mine), _ = _pending
     _pending = None
     parents.close()
-    for handle in theirs.values():   # the parent's: only their descriptors were copied
-        handle._gone = True
+    for handle in _TWINS.values():   # the parent's (this child's, other children's): only
+        handle._gone = True          # their descriptors were copied
         os.close(_std.detach(handle))
-    _channel = mine
+    _TWINS.clear()
+    _channel, _owner = mine, os.getpid()
     stream, dgram = _forked_class(False), _forked_class(True)
     for obj in gc.get_objects():   # every handle the program holds (the state is shared)
         kinds = type(obj).__mro__   # (not isinstance: the stub's says yes to any socket)
@@ -155,6 +172,8 @@ def _call(handle: Any, method: str, *args: Any) -> tuple[Any, list[int]]:
     fd = _std.fileno(handle)
     if fd < 0:
         raise err(errno.EBADF)
+    if os.getpid() != _owner:   # a grandchild: the channel is its parent's
+        raise OSError(errno.EOPNOTSUPP, "a rack socket passes one fork() only")
     with _turn:
         try:
             _send(_channel, (_TOKENS.get(fd, fd), method, args), [])
