@@ -30,7 +30,9 @@
  *   - exit(): every stub closes, so what was sent just before still leaves.
  *
  * A program with an interpreter of its own (python itself) is left alone: its
- * sockets are the rack's through the drop-in module (splitrack/guest/rsocket.py).
+ * sockets are the rack's through the drop-in module (splitrack/guest/rsocket.py),
+ * which makes them without libc's socket(); a TCP or UDP socket that libc makes
+ * there anyway (a C library's: uvloop's libuv) is the host's, said once on stderr.
  *
  * The interpreter is the one `splitrack run`'s pMonitor names: SPLITRACK_LIBPYTHON
  * (its shared library), SPLITRACK_PYTHONHOME, SPLITRACK_GUEST_SITE (the
@@ -66,6 +68,7 @@
 
 static _Atomic unsigned char rack[RACK_FDS];   /* 1: the program's descriptor of a rack socket */
 static int python_host;                        /* the program has an interpreter of its own */
+static int fit_over_tcp;                       /* the rack's FIT is ZeroMQ over TCP */
 static int guest_up;                           /* the interpreter and native._guest are loaded */
 static pthread_once_t guest_once = PTHREAD_ONCE_INIT;
 
@@ -312,9 +315,19 @@ static void say_once(_Atomic int *said, const char *line)
 
 int socket(int domain, int type, int protocol)
 {
-    static _Atomic int said_host, said_forked;
+    static _Atomic int said_host, said_forked, said_bypass;
     int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (python_host || python_thread())
+    int network = (domain == AF_INET || domain == AF_INET6)
+                  && (kind == SOCK_STREAM || kind == SOCK_DGRAM);
+    if (python_host) {   /* the drop-in makes these stubs without libc: this one is not */
+        if (network && !fit_over_tcp)
+            say_once(&said_bypass, "a TCP or UDP socket made past Python's socket module "
+                                   "(by a C library such as uvloop's libuv, or with the "
+                                   "drop-in off: python -S or -I) is the host's, not the "
+                                   "rack's: its traffic is not emulated");
+        return libc_socket()(domain, type, protocol);
+    }
+    if (python_thread())
         return libc_socket()(domain, type, protocol);
     if (domain == AF_INET6 && (kind == SOCK_STREAM || kind == SOCK_DGRAM)) {
         errno = EAFNOSUPPORT;   /* the rack's NICs are IPv4: never the host's */
@@ -763,4 +776,6 @@ __attribute__((constructor)) static void notice_python(void)
 {
     /* python itself (or a program that embeds one): its own interpreter runs the drop-in */
     python_host = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
+    const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
+    fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */
 }

@@ -177,6 +177,29 @@ def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
     assert "socket: Address family not supported" in six.stderr   # not the host's IPv6
 
 
+def test_a_python_programs_socket_made_past_the_drop_in_is_said(net):
+    """In a Python program the drop-in makes rack sockets without libc's socket(); one
+    that libc makes anyway (uvloop's libuv, or Python with the drop-in off) is the
+    host's, and stderr says so, once, rather than silently."""
+    _, env = net
+    code = ("import asyncio, socket, sys, uvloop\n"
+            "async def main():\n"
+            "    try:\n"
+            "        await asyncio.open_connection('127.0.0.2', 9)\n"
+            "    except OSError as exc:\n"
+            "        print('uvloop', type(exc).__name__)\n"
+            "uvloop.run(main())\n"
+            "print('stdlib', type(socket.socket()).__name__)\n")
+    got = run_on_rack(env, code, name="native")
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == ["uvloop ConnectionRefusedError",
+                                       "stdlib BsdSocketStub"]
+    assert got.stderr.count("made past Python's socket module") == 1
+    isolated = run_on_rack(env, ["python3", "-I", "-c", "import socket; socket.socket()"],
+                           name="native")
+    assert "made past Python's socket module" in isolated.stderr
+
+
 # ---- real tools -----------------------------------------------------------------------------
 
 def test_iperf3_server_on_the_rack(net):
