@@ -29,10 +29,13 @@
  *   - exec(): rack descriptors are close-on-exec;
  *   - exit(): every stub closes, so what was sent just before still leaves.
  *
- * A program with an interpreter of its own (python itself) is left alone: its
- * sockets are the rack's through the drop-in module (splitrack/guest/rsocket.py),
- * which makes them without libc's socket(); a TCP or UDP socket that libc makes
- * there anyway (a C library's: uvloop's libuv) is the host's, said once on stderr.
+ * A program with an interpreter of its own (python itself) makes its rack sockets
+ * through the drop-in module (splitrack/guest/rsocket.py), without libc's socket().
+ * A TCP or UDP socket that libc makes there all the same (a C library's: uvloop's
+ * libuv; or Python's own with the drop-in off, python -I) is a stub too, served by
+ * that interpreter (no second one is started), and so is a stub's descriptor that
+ * detach() hands out (uvloop's create_server gives its listener's to libuv that
+ * way): sr_interpose, which splitrack/guest/interposer.py calls.
  *
  * The interpreter is the one `splitrack run`'s pMonitor names: SPLITRACK_LIBPYTHON
  * (its shared library), SPLITRACK_PYTHONHOME, SPLITRACK_GUEST_SITE (the
@@ -219,7 +222,9 @@ static void at_exit(void) { GUEST(sr.exit); }
 static void start_guest(void)
 {
     pthread_t t;
-    if (pthread_create(&t, NULL, start_python, NULL) != 0 || pthread_join(t, NULL) != 0)
+    if (python_host)   /* its own interpreter runs native._guest */
+        py_this_thread = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+    else if (pthread_create(&t, NULL, start_python, NULL) != 0 || pthread_join(t, NULL) != 0)
         cannot_run("a thread to start the interpreter in", strerror(errno));
     const char *path = getenv("SPLITRACK_GUEST_LIB");
     void *lib = path ? dlopen(path, RTLD_NOW) : NULL;
@@ -244,14 +249,16 @@ static void start_guest(void)
     int (*ready)(void) = need(lib, "sr_ready");
     if (GUEST(ready) != 1)   /* its init code failed: cffi printed why */
         cannot_run("native._guest", "see above");
-    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-    atexit(at_exit);
+    if (!python_host) {   /* (python's os.fork and exit do these themselves) */
+        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+        atexit(at_exit);
+    }
     guest_up = 1;
 }
 
 static inline int python_thread(void)
 {
-    return guest_up && (in_guest || (!program_thread && py_this_thread() != NULL));
+    return guest_up && (in_guest || (!python_host && !program_thread && py_this_thread() != NULL));
 }
 
 /* fd is a rack socket's, and the call is the program's. */
@@ -281,6 +288,35 @@ static int mark(int fd)
     }
     atomic_store(&rack[fd], 1);
     return fd;
+}
+
+/* ---- readiness: the first wait on a rack socket makes the runtime threaded ------------- */
+static _Atomic int watched;
+
+static inline void watch(int fd)
+{
+    if (!atomic_load_explicit(&watched, memory_order_relaxed) && is_rack(fd)
+        && !atomic_exchange(&watched, 1))
+        GUEST(sr.watch);
+}
+
+/* In a Python program, a rack socket libc made, or a descriptor handed over, is C
+ * code's (libuv's), whose waits may not come through here (libuv can hand its
+ * epoll_ctl calls to io_uring): threaded at once. */
+static void watch_now(void)
+{
+    if (!atomic_exchange(&watched, 1))
+        GUEST(sr.watch);
+}
+
+/* A Python program's stub descriptor, handed out by detach(), is interposed from now
+ * on (splitrack/guest/interposer.py calls this: in a Python program only). */
+__attribute__((visibility("default"))) void sr_interpose(int fd)
+{
+    pthread_once(&guest_once, start_guest);
+    if (fd >= 0 && fd < RACK_FDS)
+        atomic_store(&rack[fd], 1);
+    watch_now();
 }
 
 /* ---- addresses -------------------------------------------------------------------------- */
@@ -315,31 +351,25 @@ static void say_once(_Atomic int *said, const char *line)
 
 int socket(int domain, int type, int protocol)
 {
-    static _Atomic int said_host, said_forked, said_bypass;
+    static _Atomic int said_host, said_forked;
     int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
     int network = (domain == AF_INET || domain == AF_INET6)
                   && (kind == SOCK_STREAM || kind == SOCK_DGRAM);
-    if (python_host) {   /* the drop-in makes these stubs without libc: this one is not */
-        if (network && !fit_over_tcp)
-            say_once(&said_bypass, "a TCP or UDP socket made past Python's socket module "
-                                   "(by a C library such as uvloop's libuv, or with the "
-                                   "drop-in off: python -S or -I) is the host's, not the "
-                                   "rack's: its traffic is not emulated");
-        return libc_socket()(domain, type, protocol);
-    }
-    if (python_thread())
+    if (python_thread() || (python_host && (!network || fit_over_tcp)))
         return libc_socket()(domain, type, protocol);
     if (domain == AF_INET6 && (kind == SOCK_STREAM || kind == SOCK_DGRAM)) {
         errno = EAFNOSUPPORT;   /* the rack's NICs are IPv4: never the host's */
         return -1;
     }
     if (domain != AF_INET || (kind != SOCK_STREAM && kind != SOCK_DGRAM)) {
-        if (domain != AF_UNIX && domain != AF_LOCAL)
+        if (domain != AF_UNIX && domain != AF_LOCAL && !python_host)   /* (the drop-in says) */
             say_once(&said_host, "a raw, packet or netlink socket is the host's, not the "
                                  "rack's: only TCP and UDP over IPv4 cross the rack");
         return libc_socket()(domain, type, protocol);
     }
     pthread_once(&guest_once, start_guest);
+    if (python_host)
+        watch_now();
     int fd = GUEST(sr.socket, domain, type, protocol);
     if (fd == -EOPNOTSUPP)
         say_once(&said_forked, "a fork()ed child of a rack program makes no rack sockets "
@@ -696,16 +726,6 @@ int dup2(int fd, int newfd)
     if (fd == newfd)
         return newfd;
     return dup3(fd, newfd, 0);
-}
-
-/* ---- readiness: the first wait on a rack socket makes the runtime threaded ------------- */
-static _Atomic int watched;
-
-static inline void watch(int fd)
-{
-    if (!atomic_load_explicit(&watched, memory_order_relaxed) && is_rack(fd)
-        && !atomic_exchange(&watched, 1))
-        GUEST(sr.watch);
 }
 
 static void watch_polled(const struct pollfd *fds, nfds_t n)

@@ -177,27 +177,54 @@ def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
     assert "socket: Address family not supported" in six.stderr   # not the host's IPv6
 
 
-def test_a_python_programs_socket_made_past_the_drop_in_is_said(net):
-    """In a Python program the drop-in makes rack sockets without libc's socket(); one
-    that libc makes anyway (uvloop's libuv, or Python with the drop-in off) is the
-    host's, and stderr says so, once, rather than silently."""
-    _, env = net
-    code = ("import asyncio, socket, sys, uvloop\n"
-            "async def main():\n"
-            "    try:\n"
-            "        await asyncio.open_connection('127.0.0.2', 9)\n"
-            "    except OSError as exc:\n"
-            "        print('uvloop', type(exc).__name__)\n"
-            "uvloop.run(main())\n"
-            "print('stdlib', type(socket.socket()).__name__)\n")
-    got = run_on_rack(env, code, name="native")
-    assert got.returncode == 0, got.stderr
-    assert got.stdout.splitlines() == ["uvloop ConnectionRefusedError",
-                                       "stdlib BsdSocketStub"]
-    assert got.stderr.count("made past Python's socket module") == 1
-    isolated = run_on_rack(env, ["python3", "-I", "-c", "import socket; socket.socket()"],
-                           name="native")
-    assert "made past Python's socket module" in isolated.stderr
+UVLOOP_ECHO = """
+import asyncio, sys, uvloop
+async def handle(r, w):
+    w.write(await r.readline()); await w.drain(); w.close()
+async def main():
+    srv = await asyncio.start_server(handle, sys.argv[1], 0)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    async with srv:
+        await srv.serve_forever()
+uvloop.run(main())
+"""
+UVLOOP_CLIENT = """
+import asyncio, sys, uvloop
+async def main():
+    r, w = await asyncio.open_connection(sys.argv[1], int(sys.argv[2]))
+    w.write(b"through libuv\\n"); await w.drain()
+    print(await r.readline(), w.get_extra_info("sockname")[0])
+    w.close()
+uvloop.run(main())
+"""
+
+
+def test_uvloop_programs_sockets_are_the_racks(net):
+    """uvloop's libuv calls libc, past the drop-in: the interposer serves it in the
+    program's own interpreter. A uvloop server on p0 (its listener a stub that
+    create_server detach()es to libuv) answers a client outside and a uvloop client on
+    p1, whose own socket libuv made (it leaves from a NIC of n0, not 127.0.0.1); python
+    -I, with no drop-in, gets a stub too."""
+    rack, env = net
+    before = n0_network(rack)
+    with on_rack(env, UVLOOP_ECHO, NIC, name="native") as (server, (port,)):
+        with socket.create_connection((NIC, port), timeout=10) as outside:
+            outside.sendall(b"from outside\n")
+            assert outside.recv(100) == b"from outside\n"
+        got = run_on_rack(env, UVLOOP_CLIENT, NIC, str(port), on="p1", name="native",
+                          flags=("--no-shortcuts",))
+        assert got.returncode == 0, got.stderr
+        line, ip = got.stdout.rsplit(" ", 1)
+        assert line == "b'through libuv\\n'" and ip.strip() in ("127.0.0.11", "127.0.0.12")
+    after = n0_network(rack)
+    assert after["accepted"] - before["accepted"] >= 2
+    assert after["connected"] - before["connected"] >= 1
+    with socket.create_server((OUTSIDE, 0)) as host:
+        isolated = run_on_rack(env, ["python3", "-I", "-c", (
+            "import socket, sys; c = socket.create_connection(('127.0.0.2', int(sys.argv[1])));"
+            "print(c.getsockname()[0])"), str(host.getsockname()[1])], name="native")
+    assert isolated.returncode == 0, isolated.stderr
+    assert isolated.stdout.strip() in ("127.0.0.11", "127.0.0.12")
 
 
 # ---- real tools -----------------------------------------------------------------------------

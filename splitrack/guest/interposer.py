@@ -20,12 +20,19 @@ rack socket (the interposer sees those calls, and passes them on to the
 kernel); a program that only blocks in its calls keeps the inline runtime,
 without a thread hop a message. Handles are kept in `_HANDLES`, by
 descriptor, until the program closes them.
+
+In a Python program (which has the drop-in) the same functions run in its own
+interpreter, for the TCP and UDP sockets libc makes there (uvloop's libuv,
+python -I), and for a stub descriptor `detach()` hands out (`hand_over`: C code
+may take it), which the interposer then treats as it treats its own.
 Descriptors are close-on-exec: an exec()ed image has no stubs, and must not
 take a rack socket's bell for a socket.
 """
 
 import _socket
+import ctypes
 import errno
+import functools
 import os
 import socket
 import sys
@@ -148,6 +155,25 @@ def bind(ffi: Any) -> None:
     for fn in (_ready, _watch, _socket, _bind, _connect, _listen, _accept, _send, _recv,
                _shutdown, _close, _name, _setsockopt, _getsockopt, _blocking, _dup, _exit):
         extern(fn)
+
+
+def hand_over(fd: int) -> None:
+    """(a Python program's) A stub's descriptor detach() handed out: C code may take it
+    (uvloop's create_server gives its listener's to libuv so), so under the native
+    interposer it is interposed from now on, over a handle of its own here, as
+    socket(fileno=fd) would make. Without the interposer, nothing."""
+    interpose = _interposer()
+    if interpose is not None and fd not in _HANDLES:   # (again: uvloop's server.sockets
+        _HANDLES[fd] = BsdSocketStub(fileno=fd)        # makes and detaches one more)
+        interpose(fd)
+
+
+@functools.cache
+def _interposer() -> Callable[[int], None] | None:
+    try:
+        return ctypes.CDLL(None).sr_interpose   # native/preload.c, if preloaded
+    except AttributeError:
+        return None
 
 
 def _handle(fd: int) -> Any:

@@ -337,7 +337,10 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         fileno() made into a handle by __init__.)"""
         if not handles.detach(self, _std.fileno(self)):
             return -1
-        return _std.detach(self)
+        fd = _std.detach(self)
+        from splitrack.guest import interposer  # (it imports this module)
+        interposer.hand_over(fd)   # under the native interposer, C code may take it
+        return fd
 
     def _alive(self) -> None:
         if self._dead or self._gone:
