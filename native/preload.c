@@ -78,7 +78,8 @@ static pthread_once_t guest_once = PTHREAD_ONCE_INIT;
 /* Which calls are the interpreter's: a thread inside a call to native._guest (the
  * stub's own syscalls), or a thread of the interpreter's own (the runtime's threads:
  * a Python thread state, and never a caller of native._guest). A thread of the
- * program that called it keeps a thread state too (cffi keeps one per thread). */
+ * program that called it keeps a thread state too (cffi keeps one per thread). In a
+ * Python program every thread has one, so there only the first counts. */
 static __thread int in_guest, program_thread;
 #define GUEST(fn, ...) ({ in_guest++; program_thread = 1; \
                           __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
@@ -377,22 +378,24 @@ int socket(int domain, int type, int protocol)
     return mark(fd);
 }
 
-int bind(int fd, const struct sockaddr *addr, socklen_t len)
+/* bind or connect: the stub's, with the address as guest.h takes it */
+static int to_address(int fd, const struct sockaddr *addr, socklen_t len,
+                      int (*call)(int, uint32_t, int))
 {
-    if (!is_rack(fd))
-        return libc_bind()(fd, addr, len);
     uint32_t ip;
     int port, r = in_address(addr, len, &ip, &port);
-    return ret(r ? r : GUEST(sr.bind, fd, ip, port));
+    return ret(r ? r : GUEST(call, fd, ip, port));
+}
+
+int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    return is_rack(fd) ? to_address(fd, addr, len, sr.bind) : libc_bind()(fd, addr, len);
 }
 
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-    if (!is_rack(fd))
-        return libc_connect()(fd, addr, len);
-    uint32_t ip;
-    int port, r = in_address(addr, len, &ip, &port);
-    return ret(r ? r : GUEST(sr.connect, fd, ip, port));
+    return is_rack(fd) ? to_address(fd, addr, len, sr.connect)
+                       : libc_connect()(fd, addr, len);
 }
 
 int listen(int fd, int backlog)
