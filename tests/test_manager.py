@@ -184,10 +184,10 @@ def test_queued_slices_start_in_fifo_order(serve):
 
 def test_job_pack_and_spread(serve):
     assert create(serve, "pool", p=2, m=1)[0] == 201
-    code = ("import os, sys; e = os.environ; "
-            "print('rank', e['SPLITRACK_RANK'], 'of', e['SPLITRACK_PROCS'], 'in', "
-            "e['SPLITRACK_SLICE'], 'on', e['SPLITRACK_PCOMPONENT'], e['SPLITRACK_PLACED']); "
-            "sys.exit(3 if e['SPLITRACK_RANK'] == '1' else 0)")
+    code = ("import os, sys; e = os.environ; "   # (one write a line: the ranks share the file)
+            "os.write(1, f\"rank {e['SPLITRACK_RANK']} of {e['SPLITRACK_PROCS']} in "
+            "{e['SPLITRACK_SLICE']} on {e['SPLITRACK_PCOMPONENT']} {e['SPLITRACK_PLACED']}\\n\""
+            ".encode()); sys.exit(3 if e['SPLITRACK_RANK'] == '1' else 0)")
     packed = ended(serve, submit(serve, "pool", code, procs=2, placement="pack"))
     spread = ended(serve, submit(serve, "pool", code, procs=2, placement="spread"))
     assert packed["placed"] == ["p0", "p0"] and sorted(spread["placed"]) == ["p0", "p1"]
