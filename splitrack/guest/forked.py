@@ -161,10 +161,11 @@ def after_fork_in_child() -> None:
     _TWINS.clear()
     _channel, _owner = mine, os.getpid()
     stream, dgram = _forked_class(False), _forked_class(True)
+    stub_class, dgram_class = stream.__bases__[1], dgram.__bases__[1]   # (Forked, X)
     for obj in gc.get_objects():   # every handle the program holds (the state is shared)
         kinds = type(obj).__mro__   # (not isinstance: the stub's says yes to any socket)
-        if stream.__mro__[2] in kinds and not obj._gone and _std.fileno(obj) >= 0:
-            obj.__class__ = dgram if dgram.__mro__[2] in kinds else stream
+        if stub_class in kinds and not obj._gone and _std.fileno(obj) >= 0:
+            obj.__class__ = dgram if dgram_class in kinds else stream
 
 
 def _call(handle: Any, method: str, *args: Any) -> tuple[Any, list[int]]:
@@ -289,8 +290,8 @@ _CLASSES: dict[bool, type] = {}
 
 
 def _forked_class(dgram: bool) -> type:
-    """Forked over the stream stub's class (its __mro__[2]), or the datagram one's (same
-    layout, so a handle's class may change to it)."""
+    """Forked over the stream stub's class, or the datagram one's (same layout, so a
+    handle's class may change to it)."""
     if not _CLASSES:   # (imported here: they import the runtime, which imports this)
         from splitrack.guest.datagram import DatagramStub
         from splitrack.guest.stub import BsdSocketStub
