@@ -230,9 +230,11 @@ def test_uvloop_programs_sockets_are_the_racks(net):
 # ---- real tools -----------------------------------------------------------------------------
 
 def test_iperf3_server_on_the_rack(net):
-    """iperf3 -s on p0 (its TCP through n0), a client outside: a second of bytes."""
+    """iperf3 -s on p0 (its TCP through n0: n0 accepts its control and data
+    connections), a client outside: a second of bytes."""
     iperf3 = tool("iperf3")
-    _, env = net
+    rack, env = net
+    before = n0_network(rack)["accepted"]
     port = _free_port()
     with on_rack(env, ["sh", "-c", f'echo listening {port}; exec {iperf3} -s -1 -B {NIC} '
                                    f'-p {port}'], name="native") as (server, _):
@@ -242,11 +244,15 @@ def test_iperf3_server_on_the_rack(net):
         assert report["end"]["sum_received"]["bytes"] > 1_000_000, report.get("error")
         server.wait(timeout=30)
         assert "error" not in server.stdout.read().lower()
+    assert n0_network(rack)["accepted"] - before >= 2
 
 
 def test_sockperf_ping_pong_tcp_and_udp_on_the_rack(net):
+    """sockperf's server on p0, its client on p1, no shortcut: through n0 both ways (n0
+    accepts the TCP connection and carries the UDP datagrams)."""
     sockperf = tool("sockperf")
-    _, env = net
+    rack, env = net
+    before = n0_network(rack)
     for proto in ("--tcp", None):
         port = _free_port()
         server = ["sh", "-c", f"echo listening {port}; exec {sockperf} server -i {NIC} "
@@ -258,6 +264,9 @@ def test_sockperf_ping_pong_tcp_and_udp_on_the_rack(net):
                                                       flags=("--no-shortcuts",)),
                          ok=lambda g: "percentile 50.000" in g.stdout)   # (refused: exit 0)
             assert got.returncode == 0 and "percentile 50.000" in got.stdout, got.stdout[-500:]
+    after = n0_network(rack)
+    assert after["accepted"] - before["accepted"] >= 1
+    assert after["datagrams_in"] - before["datagrams_in"] >= 1000
 
 
 def test_curl_on_the_rack_fetches_from_outside(net, tmp_path):
@@ -283,8 +292,10 @@ def test_curl_on_the_rack_fetches_from_outside(net, tmp_path):
 
 
 def test_nc_on_the_rack_serves_and_sends(net, built):
+    """nc -l on p0, nc on p1 (no shortcut): the line crosses n0, which accepts it."""
     nc = tool("nc")
-    _, env = net
+    rack, env = net
+    before = n0_network(rack)["accepted"]
     port = _free_port()
     listener = ["sh", "-c", f"echo listening {port}; exec {nc} -l {NIC} {port}"]
     with on_rack(env, listener, name="native") as (server, _):
@@ -294,6 +305,7 @@ def test_nc_on_the_rack_serves_and_sends(net, built):
         assert got.returncode == 0, got.stderr
         assert server.wait(timeout=30) == 0
         assert server.stdout.read() == "hello rack\n"
+    assert n0_network(rack)["accepted"] - before >= 1
 
 
 def _free_port() -> int:

@@ -282,7 +282,7 @@ def test_peer_reset_is_connection_reset_on_the_rack(net):
         assert proc.stdout.readline().strip() == "reset 104"
 
 
-def test_rack_as_client_leaves_from_its_nic_and_localhost_is_the_racks(net):
+def test_rack_as_client_leaves_from_its_nic_and_localhost_is_the_racks(net, tmp_path):
     rack, env = net
     outside = socket.create_server(("127.0.0.5", 0))
     peers = []
@@ -295,7 +295,7 @@ def test_rack_as_client_leaves_from_its_nic_and_localhost_is_the_racks(net):
 
     threading.Thread(target=serve_one, daemon=True).start()
     code = textwrap.dedent("""
-        import socket, sys, time
+        import os, socket, sys, time
         # the rack's own loopback: reachable from the rack as localhost, shown as 127.0.0.1
         lo = socket.socket(); lo.bind(("127.0.0.1", 0)); lo.listen()
         port = lo.getsockname()[1]
@@ -308,11 +308,15 @@ def test_rack_as_client_leaves_from_its_nic_and_localhost_is_the_racks(net):
             c.sendall(b"ping")
             print(s.recv(4).decode(), lo.getsockname()[0], peer[0], c.getpeername()[0],
                   flush=True)
-        time.sleep(1)   # listening still, while the host tries its own 127.0.0.1
+        tried, end = sys.argv[2], time.monotonic() + 30   # listening still, until the
+        while not os.path.exists(tried) and time.monotonic() < end:   # host has tried
+            time.sleep(0.01)
     """)
-    with on_rack(env, code, str(outside.getsockname()[1])) as (proc, (port,)):
+    tried = tmp_path / "tried"
+    with on_rack(env, code, str(outside.getsockname()[1]), str(tried)) as (proc, (port,)):
         with socket.socket() as host:   # the host's 127.0.0.1 is not the rack's
             assert host.connect_ex(("127.0.0.1", port)) == errno.ECONNREFUSED
+        tried.touch()
         out, err = proc.communicate(timeout=30)
     outside.close()
     assert proc.returncode == 0, err
