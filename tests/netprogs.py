@@ -96,10 +96,10 @@ def _program(code: str | list[str], args: tuple[str, ...]) -> list[str]:
 def on_rack(env: dict, code: str | list[str], *args: str, on: str = "p0",
             mode: str | None = None, name: str = "net", flags: tuple[str, ...] = ()
             ) -> Iterator[tuple[subprocess.Popen, list[int]]]:
-    """Run `code` on the rack in the background (`flags`: more `splitrack run` options);
-    yields (process, the numbers on the first line it printed: its port, ...; a first
-    word "listening" is skipped). It is
-    stopped (SIGTERM, forwarded by `splitrack run`) at the end."""
+    """Run `code` (Python source, or a native argv) on the rack in the background
+    (`flags`: more `splitrack run` options); yields (process, the numbers on the first
+    line it printed: its port, ...; a first word "listening" is skipped). It is stopped
+    (SIGTERM, forwarded by `splitrack run`) at the end."""
     cmd = [SPLITRACK, "run", "--name", name, "--on", on, *flags]
     if mode:
         cmd += ["--mode", mode]
