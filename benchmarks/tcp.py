@@ -91,7 +91,7 @@ from benchmarks.servers import LINUX_IP, server
 from benchmarks.shm_peer import ShmPeer
 from benchmarks.stats import Series, point, ratio_of, repetitions, target
 from benchmarks.verbs import TCP_MODES
-from splitrack.params import BENCH_WARMUP_ROUNDS
+from splitrack.params import BENCH_CONNECT_WARMUP_S, BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
@@ -182,9 +182,10 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES,
                 connect.add("linux", 0, tcp_client.connect_times(*addr["linux"], n))
                 _connect_floor(connect_floor, addr["linux"], BENCH_WARMUP_ROUNDS, spin)
                 connect.add("floor", 0, _connect_floor(connect_floor, addr["linux"], n, spin))
-                connect.add("rack", 0, rack_client(
+                connect.add("rack", 0, rack_client(   # (after a warm-up: params.py says why)
                     rack_run, env, ps[0], addr["linux"],
-                    [{"kind": "connect", "n": 20}, {"kind": "connect", "n": n}])[1])
+                    [{"kind": "connect", "n": 20, "seconds": BENCH_CONNECT_WARMUP_S},
+                     {"kind": "connect", "n": n}])[1])
                 advance(f"repetition {rep + 1}")
             cpu = _ncomponent_cpu(rack, ncomp["id"], addr.get("ddio"), sizes,
                                   s["cpu_seconds"])

@@ -5,7 +5,8 @@
                                                  for `seconds`: {"MBps", "bytes", "start",
                                                  "end"}
     rx(ip, port, size, seconds)               -> the client sends them to the server
-    connect_times(ip, port, n)                -> n connect() times in µs
+    connect_times(ip, port, n, seconds)       -> connect() times in µs: n, or more
+                                                 until `seconds` have passed
     at(t)                                     sleeps until time.monotonic() == t
 
     python -m benchmarks.tcp_client PLAN_JSON  runs a plan -- a list of
@@ -93,11 +94,13 @@ def rx(ip: str, port: int, size: int, seconds: float) -> dict[str, float]:
     return _rate(RX.unpack(answer[1:])[0], start, end)
 
 
-def connect_times(ip: str, port: int, n: int) -> list[float]:
-    """connect() alone, in µs (the socket is made before, closed after)."""
-    out = []
+def connect_times(ip: str, port: int, n: int, seconds: float = 0.0) -> list[float]:
+    """connect() alone, in µs (the socket is made before, closed after); n of them,
+    and more until `seconds` have passed (a warm-up)."""
+    out: list[float] = []
     clock = time.perf_counter_ns
-    for _ in range(n):
+    end = time.monotonic() + seconds
+    while len(out) < n or time.monotonic() < end:
         sock = socket.socket()
         try:
             t0 = clock()

@@ -193,8 +193,8 @@ class Endpoint:
 
     # ---- calling -------------------------------------------------------------
     def call(self, peer: str, op: int, payload: Frame = b"",
-             timeout: float | None = None, serve: bool = True, room: bool = False
-             ) -> memoryview:
+             timeout: float | None = None, serve: bool = True, room: bool = False,
+             meanwhile: Callable[[], None] | None = None) -> memoryview:
         """Send a request to `peer` and return the reply payload.
 
         Raises FitTimeout (no reply in time), PeerUnreachable (no connection, or
@@ -207,7 +207,9 @@ class Endpoint:
         send() serves nothing either. room=True: the payload is a writable buffer whose
         first HEADER_SIZE bytes are room for the FIT header, written there in
         place (a large payload is not copied); the buffer may be read until the
-        reply comes (if the call fails, drop it).
+        reply comes (if the call fails, drop it). meanwhile(): run once the request
+        is out, before the wait: the caller's work that need not come before the
+        peer's overlaps it (never run if the request could not be sent).
         """
         if timeout is None:
             timeout = FIT_CALL_TIMEOUT_S
@@ -219,18 +221,21 @@ class Endpoint:
         try:
             sent = False
             if not (room or nested) and _current.ctx is None:   # the common case, at once
-                got = self._call_at_once(peer, op, seq, payload, timeout, serve)
+                got = self._call_at_once(peer, op, seq, payload, timeout, serve, meanwhile)
                 if got is not None and got is not _SENT:
                     return got
                 sent = got is _SENT
             if not sent:
                 self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
+                if meanwhile is not None:
+                    meanwhile()
             return self._await_reply(peer, op, seq, deadline, serve)
         finally:
             awaiting.discard(seq)
 
     def _call_at_once(self, peer: str, op: int, seq: int, payload: Frame, timeout: float,
-                      serve: bool) -> memoryview | object | None:
+                      serve: bool, meanwhile: Callable[[], None] | None
+                      ) -> memoryview | object | None:
         """The request sent and its reply read in one step of the transport's, on a
         link that is up (shm: native/fitcall.h): the reply's payload; _SENT: the
         request is out, its reply is the general loop's to wait for; None: nothing
@@ -239,7 +244,7 @@ class Endpoint:
         if n > FIT_MAX_PAYLOAD_BYTES:
             return None   # (_transmit says so)
         head = _pack_header(MAGIC, VERSION, REQUEST, op, 0, seq, n, 0, 0)
-        got = self.transport.call(peer, head, payload, timeout, serve)
+        got = self.transport.call(peer, head, payload, timeout, serve, meanwhile)
         if got is False:
             return None
         self.counters.tx(peer, op, n + HEADER_SIZE)

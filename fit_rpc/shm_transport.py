@@ -50,6 +50,7 @@ import mmap
 import os
 import socket
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import rendezvous
@@ -192,15 +193,21 @@ class ShmTransport(Transport):
             raise PeerUnreachable(f"{peer} broke its ring") from None
         raise PeerUnreachable(f"{peer} takes no more: its ring stayed full for {timeout_s:g} s")
 
-    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool
-             ) -> Frame | bool:
+    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool,
+             meanwhile: Callable[[], None] | None = None) -> Frame | bool:
         link = self.out.get(peer)
         if link is None or link.hung:
             return False
         ws = self._reply_set(link, serve)
         link.busy += 1   # (as recv_reply: not closed under us)
         try:
-            got = ws.call(link.tx, head, frame, self.spin_s, timeout_s, [link.sock.fileno()],
+            tx = link.tx
+            if meanwhile is not None:   # the request out, the caller's work, then the wait
+                if not tx.send(head, frame):
+                    return False
+                meanwhile()
+                tx = None
+            got = ws.call(tx, head, frame, self.spin_s, timeout_s, [link.sock.fileno()],
                           self._back, FIT_CALL_COPY_BYTES)
         except RingBroken:
             self.count("ring_broken")

@@ -38,12 +38,15 @@ Contract:
                      the next frame on the link to `peer` (a copy, the caller's
                      to keep). None: nothing within timeout_s, or (serve) a
                      request waits in the inbox, which the caller serves first
-    call(peer, head, frame, timeout_s, serve) -> frame | bool
+    call(peer, head, frame, timeout_s, serve, meanwhile=None) -> frame | bool
                      send() then recv_reply() in one step where the transport
                      can (shm: native/fitcall.h), on a link that is up: the
                      first frame back (a copy); True: sent, nothing back yet
                      (the caller goes on with recv_reply); False: nothing sent
-                     (the caller sends). The default is False
+                     (the caller sends). The default is False. meanwhile():
+                     run once the request is out, before the wait (the
+                     caller's work that need not come before the peer's);
+                     never run if nothing was sent
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep
@@ -83,6 +86,7 @@ A channel end (Endpoint.channel): one-way frames in order between two objects.
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 Frame = bytes | bytearray | memoryview
@@ -119,8 +123,8 @@ class Transport(ABC):
     @abstractmethod
     def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None: ...
 
-    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool
-             ) -> Frame | bool:
+    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool,
+             meanwhile: Callable[[], None] | None = None) -> Frame | bool:
         return False
 
     @abstractmethod

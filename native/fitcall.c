@@ -17,11 +17,13 @@ int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
             uint32_t npayload, fr_ring *const *rings, int n, int start, uint32_t *bell,
             int efd, const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns,
             char *out, uint32_t cap, uint32_t *len) {
-    int rc = fr_send2(tx, head, nhead, payload, npayload);
-    if (rc == -EAGAIN)
-        return FC_UNSENT;
-    if (rc < 0)
-        return rc;
+    if (tx) {   /* (NULL: the caller sent the request itself) */
+        int rc = fr_send2(tx, head, nhead, payload, npayload);
+        if (rc == -EAGAIN)
+            return FC_UNSENT;
+        if (rc < 0)
+            return rc;
+    }
     fr_ring *back = rings[0];
     int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
     for (;;) {

@@ -20,6 +20,9 @@
  *   FC_UNSENT   the link's ring has no room now: nothing was sent
  *   < 0         -errno of the ring (-EBADMSG: the peer broke it; -EMSGSIZE)
  *
+ * tx NULL: the request is out already (the caller sent it with fr_send2 and
+ * did other work while the peer answers): only the wait and the read.
+ *
  * rings[0] must be the ring back on the link (where its replies come), the
  * rest the inbound rings the caller serves while it waits (fr_wait's set:
  * n, start, bell, efd, fds and the spin and timeout as fr_wait takes them).

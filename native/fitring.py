@@ -381,19 +381,20 @@ class WaitSet:
         """Bell down, eventfd drained; whether it had been rung."""
         return bool(lib.fr_disarm(self.word, self.efd))
 
-    def call(self, tx: Ring, head: bytes, payload: Any, spin_s: float, timeout_s: float,
-             fds: list[int], out: Any, cap: int) -> int:
+    def call(self, tx: Ring | None, head: bytes, payload: Any, spin_s: float,
+             timeout_s: float, fds: list[int], out: Any, cap: int) -> int:
         """A request on tx and the wait for what comes back on rings[0] (fitcall.h):
         its length, read into `out` (cap bytes at most); SENT: sent, the wait ended
-        otherwise; UNSENT: tx had no room (nothing sent). RingBroken if a ring is."""
+        otherwise; UNSENT: tx had no room (nothing sent). RingBroken if a ring is.
+        tx None: the request is out already (Ring.send), only the wait."""
         if fds != self._fds_list:
             self._fds_list = list(fds[:16])
             for k, fd in enumerate(self._fds_list):
                 self._fds[k] = fd
-        rc = lib.fr_call(tx.r, head, len(head), _ptr(payload), len(payload), self._array,
-                         self._n, self._start, self.word, self.efd, self._fds,
-                         len(self._fds_list), int(spin_s * 1e9), _ns(timeout_s), out, cap,
-                         self._len)
+        rc = lib.fr_call(ffi.NULL if tx is None else tx.r, head, len(head), _ptr(payload),
+                         len(payload), self._array, self._n, self._start, self.word,
+                         self.efd, self._fds, len(self._fds_list), int(spin_s * 1e9),
+                         _ns(timeout_s), out, cap, self._len)
         if rc == lib.FC_REPLY:
             return self._len[0]
         if rc < 0:

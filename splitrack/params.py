@@ -86,6 +86,11 @@ BENCH_FIT_SIZES_BYTES = (128, 4096)
 BENCH_FIT_ROUNDS = 5000                   # round trips per repetition
 BENCH_FIT_REPS = 5                        # repetitions, FIT and raw interleaved
 BENCH_WARMUP_ROUNDS = 500
+# bench tcp's rack client measures its connects after this long of them: a program
+# the kernel starts on the CPU where the nMonitor spins shares that CPU until the
+# scheduler's load balancing moves one of them (a few ms here), and its connect()s
+# meanwhile wait for the nMonitor's own work, ~4 x slower (1 launch in 3-5 without it)
+BENCH_CONNECT_WARMUP_S = 0.05
 BENCH_SIZE_MAX_BYTES = 1 << 16             # bench tcp --sizes: at most this per message
 CORES_DEFAULT = 4                         # processes GPM's "pack" puts on a pComponent
                                           # whose spec gives no `cores`

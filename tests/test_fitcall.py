@@ -46,6 +46,17 @@ def test_the_reply_waiting_is_read_and_the_request_is_out():
     assert back.peek() is None   # consumed
 
 
+def test_a_request_sent_before_is_only_waited_for():
+    tx, back, rx, reply, bell = link()
+    assert tx.send(b"HEAD", b"question")   # the caller sent it, then did its own work
+    assert reply.send(b"", b"answer")
+    view, out = landing(1024)
+    n = waitset(bell, back).call(None, b"", b"", 0.0, 1.0, [], out, 1024)
+    assert bytes(view[:n]) == b"answer"
+    assert take(rx) == b"HEADquestion"   # sent once: nothing more went out
+    assert rx.peek() is None
+
+
 def test_a_full_ring_sends_nothing():
     tx, back, rx, _, bell = link()
     while tx.send(b"", b"x" * 1000):
@@ -157,3 +168,31 @@ def test_a_call_a_signal_handler_makes_inside_a_call_leaves_the_outer_reply_alon
         stop.set()
         serving.join()
         server.close()
+
+
+def test_meanwhile_runs_once_after_the_request_is_out_on_both_paths(rack):
+    """Endpoint.call(meanwhile=): the caller's work runs while the peer answers -- once,
+    with the request already out (its reply comes while meanwhile waits for it) -- on
+    the native step and on the general path (a payload with header room takes that
+    one), and not at all when nothing was sent."""
+    from fit_rpc.errors import UnknownDestination
+
+    with rack.endpoint() as ep:
+        assert bytes(ep.call("m0", Op.ECHO, b"up")) == b"up"
+        back = ep.transport.out["m0"].rx   # (the ring its replies come back on)
+        for room in (False, True):
+            ran = []
+
+            def meanwhile():   # the request is out: m0's answer arrives meanwhile
+                deadline = time.monotonic() + 5.0
+                while not back.pending() and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                ran.append(back.pending())
+            payload = bytearray(HEADER_SIZE) + b"x" * 100 if room else b"x" * 100
+            assert bytes(ep.call("m0", Op.ECHO, payload, room=room, meanwhile=meanwhile)) \
+                == b"x" * 100
+            assert ran == [True], room
+        never = []
+        with pytest.raises(UnknownDestination):
+            ep.call("m9", Op.ECHO, b"", timeout=2.0, meanwhile=lambda: never.append(1))
+        assert never == []

@@ -60,9 +60,9 @@ class Connecting:
         kernel has not finished is left to STUB_CONNECTED (`_pending`, `_settle`)."""
         if self._shortcut_connect(ip, port):   # (shortcuts.py)
             return
-        path = NicPath(self, self._mode)
+        buffers = self._rt.buffers(self._mode)
         args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
-                                "buffers": path.buffers, "inbox": self._rt.inbox.address,
+                                "buffers": buffers, "inbox": self._rt.inbox.address,
                                 "stub": self._id}
         if self._n is not None:
             args["sk"] = self._sk
@@ -70,12 +70,18 @@ class Connecting:
             src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
                 else self._rt.nic()
             args.update(src=src, opts=self._opt_list())
-        self._connected, self._path = None, path   # pushes may come before connect() returns
+        self._connected = None
+
+        def build() -> None:   # the stub's half of the path, made while the nComponent
+            self._path = NicPath(self, self._mode, buffers=buffers)   # connects; there
+        #                          before any push for it is read (the pushes may come
+        #                          before connect() returns)
         try:
-            answer = unpack_connected(self._rt.call_raw(self._n, Op.N_CONNECT,
-                                                        pack_connect(args)))
+            answer = unpack_connected(self._rt.call_overlapped(self._n, Op.N_CONNECT,
+                                                               pack_connect(args), build))
         except OSError as exc:
             answer = {"errno": exc.errno or errno.EIO}
+        path = self._path
         if answer.get("pending"):
             if not wait:
                 with self._lock:

@@ -76,13 +76,16 @@ _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 
 
 class NicPath:
-    def __init__(self, stub: Any, mode: str, packing: bool = True):
+    def __init__(self, stub: Any, mode: str, packing: bool = True,
+                 buffers: dict[str, Any] | None = None):
+        """buffers: runtime.buffers(mode) taken already (connect() names them in its
+        request, and builds the rest while the nComponent connects)."""
         self.stub = stub._face   # (face.py: all of the stub a path may touch)
         self.packing = packing   # sends may be held at all (a datagram socket's never are)
         self.rt = self.stub.runtime
         self.vm = self.rt.vm
         self.name = mode
-        self.buffers = self.rt.buffers(mode)
+        self.buffers = buffers or self.rt.buffers(mode)
         self._rbuf, self._tbuf = tuple(self.buffers["rbuf"]), tuple(self.buffers["tbuf"])
         self._send_op = Op.N_SEND_DMA if mode == "dma" else Op.N_SEND
         self.n: str | None = None     # the nComponent holding the skeleton

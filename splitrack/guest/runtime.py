@@ -129,11 +129,36 @@ class Runtime:
         with self.lock:
             return self.vm.ep.call_args(peer, op, args, timeout=timeout)[0]
 
-    def call_raw(self, peer: str, op: int, payload: bytes) -> memoryview:
+    def call_raw(self, peer: str, op: int, payload: bytes,
+                 meanwhile: Callable[[], None] | None = None) -> memoryview:
+        """meanwhile(): run once the request is out, while the peer works (Endpoint.call)."""
         if handles.DROPPED:
             handles.reap(self)
         with self.lock:
-            return self.vm.ep.call(peer, op, payload)
+            return self.vm.ep.call(peer, op, payload, meanwhile=meanwhile)
+
+    def call_overlapped(self, peer: str, op: int, payload: bytes,
+                        meanwhile: Callable[[], None]) -> memoryview:
+        """call_raw, with meanwhile() run while the peer works, once the request is out --
+        when no other thread can hand a push to a stub meanwhile (none reads the
+        inbox: this one holds it for the call). Else, or if nothing was sent,
+        meanwhile() runs before."""
+        ran = False
+
+        def run() -> None:
+            nonlocal ran
+            ran = True
+            meanwhile()
+
+        if not self._inbox_lock.acquire(blocking=False):
+            meanwhile()
+            return self.call_raw(peer, op, payload)
+        try:
+            return self.call_raw(peer, op, payload, run)
+        finally:
+            self._inbox_lock.release()
+            if not ran:
+                meanwhile()
 
     def send(self, peer: str, op: int, payload: bytes, timeout: float | None = None) -> None:
         with self.lock:
