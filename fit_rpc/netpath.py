@@ -29,6 +29,7 @@ on the way of a connect() that Linux makes in one system call.
 """
 
 import errno
+import functools
 import math
 import socket
 import struct
@@ -55,18 +56,38 @@ HOME_BYTES = 16
 
 def pack_connect(args: dict[str, Any]) -> bytes:
     """N_CONNECT's payload from its args: {stub, sk?, src?, dst: [ip, port], timeout,
-    buffers: {mode, home, window, rbuf, tbuf}, opts?, inbox}."""
+    buffers: {mode, home, window, rbuf, tbuf}, opts?, inbox}. (On every connect(): the
+    names it packs again and again -- inbox, home, addresses -- are encoded once.)"""
     ip, port = args["dst"]
-    b, opts, timeout = args["buffers"], args.get("opts", []), args.get("timeout")
-    inbox, home = args["inbox"].encode(), b["home"].encode()
+    b, opts, timeout = args["buffers"], args.get("opts"), args.get("timeout")
+    inbox, home = _text(args["inbox"]), _home(b["home"])
+    (rbuf, rsize), (tbuf, tsize) = b["rbuf"], b["tbuf"]
+    head = CONNECT.pack(
+        args["stub"], args.get("sk", 0), _ipv4(args.get("src") or "0.0.0.0"), _ipv4(ip),
+        port, MODES.index(b["mode"]), 0 if timeout is None else CONNECT_TIMEOUT,
+        b["window"], rbuf, rsize, tbuf, tsize, 0.0 if timeout is None else timeout, home,
+        len(opts) if opts else 0, len(inbox))
+    if opts:
+        return b"".join((head, *(OPT.pack(*o) for o in opts), inbox))
+    return head + inbox
+
+
+@functools.lru_cache(maxsize=256)
+def _text(name: str) -> bytes:
+    return name.encode()
+
+
+@functools.lru_cache(maxsize=256)
+def _ipv4(ip: str) -> bytes:
+    return socket.inet_aton(ip)
+
+
+@functools.lru_cache(maxsize=64)
+def _home(name: str) -> bytes:
+    home = name.encode()
     if len(home) > HOME_BYTES:
-        raise ValueError(f"an mComponent id of {len(home)} bytes: {b['home']!r}")
-    return b"".join((CONNECT.pack(
-        args["stub"], args.get("sk", 0), socket.inet_aton(args.get("src") or "0.0.0.0"),
-        socket.inet_aton(ip), port, MODES.index(b["mode"]),
-        0 if timeout is None else CONNECT_TIMEOUT, b["window"], *b["rbuf"], *b["tbuf"],
-        0.0 if timeout is None else timeout, home, len(opts), len(inbox)),
-        *(OPT.pack(*o) for o in opts), inbox))
+        raise ValueError(f"an mComponent id of {len(home)} bytes: {name!r}")
+    return home
 
 
 def unpack_connect(payload: bytes | memoryview) -> dict[str, Any]:

@@ -27,12 +27,20 @@ def ipv4(host: Any) -> str:
     """host as a dotted quad: itself if it is one already (no resolver call: 6-10 us
     here, on every connect), else what gethostbyname says (with its errors)."""
     if type(host) is str:
+        if host in _dotted:
+            return host
         try:
             if _socket_module.inet_ntoa(_socket_module.inet_pton(AF_INET, host)) == host:
+                if len(_dotted) < _DOTTED_MAX:
+                    _dotted.add(host)
                 return host
         except OSError:
             pass
     return _socket_module.gethostbyname(host)
+
+
+_dotted: set[str] = set()   # the dotted quads ipv4() has seen (a program's few peers)
+_DOTTED_MAX = 4096
 
 
 _HOST_FAMILIES = {_socket_module.AF_UNIX}   # IPC on the pComponent, not the network
