@@ -183,7 +183,7 @@ def test_meanwhile_runs_once_after_the_request_is_out_on_both_paths(rack):
         for room in (False, True):
             ran = []
 
-            def meanwhile():   # the request is out: m0's answer arrives meanwhile
+            def meanwhile(ran=ran):   # the request is out: m0's answer arrives meanwhile
                 deadline = time.monotonic() + 5.0
                 while not back.pending() and time.monotonic() < deadline:
                     time.sleep(0.001)
