@@ -24,8 +24,8 @@
  *     once on stderr;
  *   - fork(): the interpreter is made safe for the child (its lock, its
  *     threads); the child's inherited rack sockets work through its parent, and
- *     it makes none of its own, as for a Python program
- *     (splitrack/guest/forked.py; EOPNOTSUPP, said once);
+ *     those it makes are its own, as for a Python program
+ *     (splitrack/guest/forked.py);
  *   - exec(): rack descriptors are close-on-exec;
  *   - exit(): every stub closes, so what was sent just before still leaves.
  *
@@ -352,7 +352,7 @@ static void say_once(_Atomic int *said, const char *line)
 
 int socket(int domain, int type, int protocol)
 {
-    static _Atomic int said_host, said_forked;
+    static _Atomic int said_host;
     int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
     int network = (domain == AF_INET || domain == AF_INET6)
                   && (kind == SOCK_STREAM || kind == SOCK_DGRAM);
@@ -371,11 +371,7 @@ int socket(int domain, int type, int protocol)
     pthread_once(&guest_once, start_guest);
     if (python_host)
         watch_now();
-    int fd = GUEST(sr.socket, domain, type, protocol);
-    if (fd == -EOPNOTSUPP)
-        say_once(&said_forked, "a fork()ed child of a rack program makes no rack sockets "
-                               "of its own yet (those it inherited work, through its parent)");
-    return mark(fd);
+    return mark(GUEST(sr.socket, domain, type, protocol));
 }
 
 /* bind or connect: the stub's, with the address as guest.h takes it */

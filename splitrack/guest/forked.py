@@ -18,11 +18,14 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
   child's handle, and its result or OSError comes back. A call that makes a
   descriptor (accept, dup) brings it along (SCM_RIGHTS). Buffers are filled in
   the child from the bytes the parent read;
-- what a child cannot do yet: make rack sockets of its own (EOPNOTSUPP, with
-  runtime.FORKED's words), use rack memory, have two threads in socket calls at
-  once (they take turns), pass its sockets on to a grandchild (EOPNOTSUPP there;
-  the parent's twins of other children's handles are not inherited), or outlive its
-  parent with them (the parent's exit closes its connections: ECONNRESET).
+- the sockets a child makes are its own, not its parent's: its own runtime's
+  (runtime.py), at full speed, and a grandchild shares them through the child as
+  above;
+- what a child cannot do yet with the sockets it inherited: have two threads in
+  calls on them at once (they take turns), pass them on to a grandchild
+  (EOPNOTSUPP there; the parent's twins of other children's handles are not
+  inherited), or outlive its parent with them (the parent's exit closes its
+  connections: ECONNRESET); nor can it use its parent's rack memory (vm.py).
 """
 
 import _socket
@@ -284,6 +287,14 @@ def _handle_over(fd: int, key: int, dgram: bool) -> Any:
     handle._gone, handle._timeout = False, None
     _TOKENS[fd] = key
     return handle
+
+
+def handle_over(handle: Any, fd: int, dgram: bool) -> None:
+    """(the child's) socket(fileno=fd) of a descriptor it inherited: `handle`, a stub
+    not yet made, becomes a Forked handle over fd (its calls too are its parent's)."""
+    handle.__class__ = _forked_class(dgram)
+    _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
+    handle._gone, handle._timeout = False, None
 
 
 _CLASSES: dict[bool, type] = {}

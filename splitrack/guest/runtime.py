@@ -60,7 +60,7 @@ from fit_rpc.netpath import SK
 from native import stubpath
 from native.fitring import spin_yield
 from splitrack.guest import forked, handles, shortcuts
-from splitrack.guest.vm import VirtualMemory, _this
+from splitrack.guest.vm import VirtualMemory, own
 from splitrack.params import (
     FIT_POLL_US,
     PACK_DELAY_S,
@@ -505,23 +505,27 @@ def _slice(left: float | None, most: float) -> float:
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
-FORKED = ("splitrack: a fork()ed child of a rack program makes no rack sockets of its "
-          "own yet (those it inherited work, through its parent)")
+_threaded_parent = False   # a fork()ed child's parent's runtime was threaded
+FORKED = "splitrack: a descriptor a fork()ed child inherited is its parent's socket"
 
 
 def _after_fork_in_child() -> None:
     """A fork()ed child: the runtime (its inbox, links, stubs) is its parent's. So that
     nothing the child does, nor its exit, reaches its parent's skeletons or rings, the
     stubs' state here is closed (its locks new: another thread of the parent may have
-    held one at the fork), the child's handles make their calls at the parent
-    (forked.py), and it makes no sockets of its own (EOPNOTSUPP, FORKED). A child
-    that exec()s starts afresh."""
+    held one at the fork) and the child's handles make their calls at the parent
+    (forked.py). The sockets the child makes are its own: runtime() makes it a runtime
+    of its own (its own inbox, links and socket buffers: vm.own), threaded if its
+    parent's was (a native program's poll() told the parent's, and tells none again).
+    A child that exec()s starts afresh."""
+    global _runtime, _threaded_parent
     if _runtime is None:
         return
     _runtime.forked = True
     for stub in list(_runtime.stubs.values()):   # (each shared state: every handle of it)
         stub._face.after_fork()
     forked.after_fork_in_child()
+    _threaded_parent, _runtime = _runtime.threaded, None
 
 
 os.register_at_fork(before=lambda: forked.before_fork(_runtime),
@@ -533,18 +537,21 @@ def runtime() -> Runtime:
     """This process's runtime (RuntimeError outside `splitrack run`)."""
     global _runtime
     with _runtime_lock:
-        if _runtime is None:
-            env = os.environ
-            if "SPLITRACK_RUN_DIR" not in env:
-                raise RuntimeError("rack sockets need the rack runtime: start this program "
-                                   "with `splitrack run -- ...`")
-            _runtime = Runtime(_this(), env["SPLITRACK_RUN_DIR"],
-                               env.get("SPLITRACK_MODE", "ddio"),
-                               env.get("SPLITRACK_LOOPBACK", "127.0.0.10"),
-                               env.get("SPLITRACK_SHORTCUTS", "1") != "0",
-                               env.get("SPLITRACK_PACKING", "1") != "0",
-                               int(env.get("SPLITRACK_POLL_US", FIT_POLL_US)))
-        return _runtime
+        if _runtime is not None:
+            return _runtime
+        env = os.environ
+        if "SPLITRACK_RUN_DIR" not in env:
+            raise RuntimeError("rack sockets need the rack runtime: start this program "
+                               "with `splitrack run -- ...`")
+        rt = _runtime = Runtime(own(), env["SPLITRACK_RUN_DIR"],
+                                env.get("SPLITRACK_MODE", "ddio"),
+                                env.get("SPLITRACK_LOOPBACK", "127.0.0.10"),
+                                env.get("SPLITRACK_SHORTCUTS", "1") != "0",
+                                env.get("SPLITRACK_PACKING", "1") != "0",
+                                int(env.get("SPLITRACK_POLL_US", FIT_POLL_US)))
+    if _threaded_parent:
+        rt.go_threaded()
+    return rt
 
 
 __all__ = ["Runtime", "runtime"]

@@ -33,8 +33,8 @@ connection (handles.py). Not supported (EOPNOTSUPP): ancillary data, MSG_OOB.
 `socket(AF_INET, SOCK_DGRAM)` makes a DatagramStub (datagram.py): UDP through
 the rack. AF_INET6 is refused (EAFNOSUPPORT); any other network socket (raw,
 netlink) stays the host's, with a line on stderr that says so. A fork()ed
-child uses its inherited rack sockets through its parent (forked.py), and makes
-none of its own (runtime.py).
+child uses its inherited rack sockets through its parent (forked.py); those it
+makes are its own (its own runtime: runtime.py).
 
 In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 (the methods in `_OPERATIONS`) is recorded, and what it sends is caused by it.
@@ -54,7 +54,7 @@ from typing import Any
 
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
-from splitrack.guest import handles
+from splitrack.guest import forked, handles
 from splitrack.guest.bell import Bell
 from splitrack.guest.connecting import Connecting
 from splitrack.guest.face import StubFace
@@ -62,7 +62,7 @@ from splitrack.guest.fit_path import PEER_CLOSED
 from splitrack.guest.listening import Listening
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.receiving import Receiving
-from splitrack.guest.runtime import FORKED, runtime
+from splitrack.guest.runtime import runtime
 from splitrack.guest.sending import Sending
 from splitrack.guest.shortcuts import Shortcuts
 from splitrack.guest.sockargs import err, ipv4, timeout_value, warn_host_socket
@@ -115,13 +115,16 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
 
     def __init__(self, family: int = -1, type: int = -1, proto: int = -1,
                  fileno: int | None = None):
-        self._rt = runtime()
-        if self._rt.forked:   # (before any descriptor is made: runtime.py)
-            raise OSError(errno.EOPNOTSUPP, FORKED)
+        self._rt = runtime()   # (in a fork()ed child: its own, not its parent's)
         if fileno is not None:   # (a rack socket's, or __new__ made a kernel socket)
+            state = handles.shared_state(fileno)
+            if state is not None and state["_rt"].forked:   # one a fork()ed child inherited:
+                dgram = state["_face"]._s._kind == "dgram"    # its calls are its parent's
+                forked.handle_over(self, fileno, dgram)
+                return
             super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, fileno)
             self._timeout = _socket_module.getdefaulttimeout()
-            handles.adopt(self, fileno, handles.shared_state(fileno))
+            handles.adopt(self, fileno, state)
             return
         bell, self._bell = _socket_module.socketpair()
         bell.setsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_SNDBUF, 1)   # (the least)

@@ -321,14 +321,28 @@ def _this() -> VirtualMemory:
     return _vm
 
 
+def own() -> VirtualMemory:
+    """The VirtualMemory this process's socket runtime keeps its buffers in: the
+    module's (_this), or in a fork()ed child of a process that had one, a new one of
+    the child's own -- its sockets are its own, while its parent's addresses stay
+    refused to it (_this)."""
+    global _child_vm
+    if not _forked:
+        return _this()
+    if _child_vm is None:
+        _child_vm = VirtualMemory.from_env()
+    return _child_vm
+
+
 def _after_fork_in_child() -> None:
     """A fork()ed child's VirtualMemory would be its parent's (its pid, its links, its
-    pages at the mComponent): the child uses none."""
-    global _forked
-    _forked = _vm is not None
+    pages at the mComponent): the child uses none (own() makes it one of its own)."""
+    global _forked, _child_vm
+    _forked, _child_vm = _forked or _vm is not None, None
 
 
 _forked = False
+_child_vm: VirtualMemory | None = None
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

@@ -1,12 +1,15 @@
 /* What a fork()ed child of a rack program may do with rack sockets (native programs).
  *
  *   fork_probe IP PORT    connect to an echo server, fork; the child sends "x" on
- *                         its copy of the connection, tries a new socket, and prints
- *                         what each gave (errno names); the parent, after the child
+ *                         its copy of the connection, then echoes "new" through a
+ *                         connection of its own to the same server (poll()ing it, as
+ *                         its parent did before the fork), and prints what each
+ *                         gave (errno names); the parent, after the child
  *                         ended, sends "ping" and reads "xping" back: "parent ok"
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +35,30 @@ int main(int argc, char **argv)
         perror("fork_probe: connect");
         return 1;
     }
+    struct pollfd ready = {.fd = fd, .events = POLLOUT};
+    if (poll(&ready, 1, 5000) != 1) {   /* (the runtime is threaded from here on) */
+        perror("fork_probe: poll");
+        return 1;
+    }
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
         char c = 'x';
         ssize_t n = send(fd, &c, 1, MSG_NOSIGNAL);
         printf("child send %s\n", n < 0 ? name(errno) : "sent");
+        char back[4] = {0};
         int s = socket(AF_INET, SOCK_STREAM, 0);
-        printf("child socket %s\n", s < 0 ? name(errno) : "made");
+        struct pollfd echo = {.fd = s, .events = POLLIN};
+        if (s < 0 || connect(s, (struct sockaddr *)&addr, sizeof addr) < 0
+            || send(s, "new", 3, 0) != 3)
+            printf("child socket %s\n", name(errno));
+        else if (poll(&echo, 1, 5000) != 1)   /* its own socket's readiness, too */
+            printf("child poll %s\n", errno ? name(errno) : "timed out");
+        else if (recv(s, back, 3, MSG_WAITALL) != 3)
+            printf("child recv %s\n", name(errno));
+        else
+            printf("child socket echoed %s\n", back);
+        close(s);
         close(fd);
         fflush(stdout);
         _exit(0);
