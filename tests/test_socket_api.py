@@ -385,6 +385,8 @@ FORK = textwrap.dedent("""
     pid = os.fork()
     if pid == 0:   # a child that exits as programs do (atexit runs)
         c.send(b"x")
+        d = socket.socket(fileno=os.dup(c.fileno()))   # one more handle of it, made here
+        d.send(b"y"); d.close()
         print("child inherited ok", flush=True)
         n = socket.create_connection(address)   # its own: to its parent's listener
         n.sendall(b"new")
@@ -398,7 +400,7 @@ FORK = textwrap.dedent("""
         sys.exit(0)   # (n closes at its exit)
     go.set()
     os.waitpid(pid, 0)
-    print("parent", a.recv(10), flush=True)   # what the child sent
+    print("parent", a.recv(2, socket.MSG_WAITALL), flush=True)   # what the child sent
     c.sendall(b"parent"); print("parent", a.recv(10), flush=True)
     a.sendall(b"back"); print("parent", c.recv(10), flush=True)
     n, _ = l.accept(); print("parent", n.recv(10), n.recv(10), flush=True)   # then EOF
@@ -417,7 +419,7 @@ def test_a_forked_child_uses_its_inherited_sockets_through_its_parent(net, flags
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["child inherited ok", "child new BsdSocketStub True",
                                         "child descriptors 0", "child closed",
-                                        "parent b'x'", "parent b'parent'", "parent b'back'",
+                                        "parent b'xy'", "parent b'parent'", "parent b'back'",
                                         "parent b'new' b''"]
 
 

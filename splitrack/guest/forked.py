@@ -48,6 +48,7 @@ _channel: Any = None            # the child's end, once forked
 _turn = threading.Lock()        # the child's calls take turns on it
 _TOKENS: dict[int, int] = {}    # a child's descriptor -> its handle at the parent, if not its own
 _TWINS: dict[int, Any] = {}     # the parent's: every child's handles here, by their own fd
+_INHERITED: dict[int, int] = {}  # the child's: an inherited socket's state (id) -> a token
 _owner = 0                      # the child's pid: a grandchild may not use the channel
 _CALLS = frozenset((            # what a child may ask its parent to make on its handle
     "connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt", "getsockopt",
@@ -169,6 +170,7 @@ def after_fork_in_child() -> None:
         kinds = type(obj).__mro__   # (not isinstance: the stub's says yes to any socket)
         if stub_class in kinds and not obj._gone and _std.fileno(obj) >= 0:
             obj.__class__ = dgram if dgram_class in kinds else stream
+            _INHERITED[id(obj.__dict__)] = _std.fileno(obj)
 
 
 def _call(handle: Any, method: str, *args: Any) -> tuple[Any, list[int]]:
@@ -289,12 +291,17 @@ def _handle_over(fd: int, key: int, dgram: bool) -> Any:
     return handle
 
 
-def handle_over(handle: Any, fd: int, dgram: bool) -> None:
-    """(the child's) socket(fileno=fd) of a descriptor it inherited: `handle`, a stub
-    not yet made, becomes a Forked handle over fd (its calls too are its parent's)."""
+def handle_over(handle: Any, fd: int, state: dict[str, Any], dgram: bool) -> None:
+    """(the child's) socket(fileno=fd) of a descriptor of an inherited socket (state):
+    `handle`, a stub not yet made, becomes a Forked handle over fd, whose calls are
+    made at the parent on the twin of an inherited handle of that socket."""
+    token = _INHERITED.get(id(state))
+    if token is None:
+        raise err(errno.EBADF)   # (its handles were closed here)
     handle.__class__ = _forked_class(dgram)
     _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
     handle._gone, handle._timeout = False, None
+    _TOKENS[fd] = _TOKENS.get(token, token)
 
 
 _CLASSES: dict[bool, type] = {}

@@ -120,7 +120,7 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
             state = handles.shared_state(fileno)
             if state is not None and state["_rt"].forked:   # one a fork()ed child inherited:
                 dgram = state["_face"]._s._kind == "dgram"    # its calls are its parent's
-                forked.handle_over(self, fileno, dgram)
+                forked.handle_over(self, fileno, state, dgram)
                 return
             super().__init__(_socket_module.AF_UNIX, SOCK_STREAM, 0, fileno)
             self._timeout = _socket_module.getdefaulttimeout()
