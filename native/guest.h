@@ -39,5 +39,9 @@ int sr_dup(int fd, int newfd);   /* newfd, the kernel's dup of fd, is one more h
 int sr_exit(void);                                            /* exit(): every stub closes */
 int sr_watch(void);                                           /* from now on, exact readiness */
 int sr_ready(void);                                           /* 1 once the stub is loaded */
+/* exec(): which of these n socket descriptors, inherited by an image a fork()ed child
+ * of a rack program exec()ed, are its parent's rack sockets (rack[i] = 1): they are
+ * rack descriptors from now on (splitrack/guest/forked.py) */
+int sr_inherit(const int *fds, int n, int *rack);
 
 #endif

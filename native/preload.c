@@ -26,7 +26,8 @@
  *     threads); the child's inherited rack sockets work through its parent, and
  *     those it makes are its own, as for a Python program
  *     (splitrack/guest/forked.py);
- *   - exec(): rack descriptors are close-on-exec;
+ *   - exec(): rack descriptors are close-on-exec, but in a fork()ed child, whose
+ *     new image takes those it kept open back from the parent (below);
  *   - exit(): every stub closes, so what was sent just before still leaves.
  *
  * A program with an interpreter of its own (python itself) makes its rack sockets
@@ -61,6 +62,7 @@
 #include <sys/ioctl.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -143,6 +145,7 @@ static struct {
     int (*dup)(int, int);
     int (*exit)(void);
     int (*watch)(void);
+    int (*inherit)(const int *, int, int *);
 } sr;
 
 static PyThreadState *(*py_this_thread)(void);   /* PyGILState_GetThisThreadState */
@@ -247,6 +250,7 @@ static void start_guest(void)
     sr.dup = need(lib, "sr_dup");
     sr.exit = need(lib, "sr_exit");
     sr.watch = need(lib, "sr_watch");
+    sr.inherit = need(lib, "sr_inherit");
     int (*ready)(void) = need(lib, "sr_ready");
     if (GUEST(ready) != 1)   /* its init code failed: cffi printed why */
         cannot_run("native._guest", "see above");
@@ -262,11 +266,69 @@ static inline int python_thread(void)
     return guest_up && (in_guest || (!python_host && !program_thread && py_this_thread() != NULL));
 }
 
+/* ---- exec(): the rack sockets an image of a fork()ed child inherited ------------------- */
+/* A fork()ed child of a rack program reaches its parent's rack sockets over a channel
+ * it keeps across exec(), named by SPLITRACK_FORK_CHANNEL ("fd:pid", for this pid
+ * only: splitrack/guest/forked.py). An image it exec()s marks every socket
+ * descriptor it inherited MAYBE; the first call on one of them starts the guest,
+ * which asks the parent which are its (sr_inherit): those are rack sockets from then
+ * on, the rest the kernel's. (An inetd-style server: accept, fork, dup2 the
+ * connection onto 0 and 1, exec.) */
+#define MAYBE 2
+#define MAYBE_FDS 1024   /* the inherited descriptors looked at */
+static pthread_once_t inherit_once = PTHREAD_ONCE_INIT;
+static _Atomic int inheriting;   /* meanwhile MAYBE is no rack socket (the guest's own calls) */
+
+/* This process is a fork()ed child of a rack program, with a channel to its parent:
+ * the channel's descriptor, else -1. */
+static int forked_child(void)
+{
+    const char *env = getenv("SPLITRACK_FORK_CHANNEL");
+    const char *colon = env ? strchr(env, ':') : NULL;
+    return colon && atol(colon + 1) == (long)getpid() ? atoi(env) : -1;
+}
+
+static void note_inherited(void)   /* (at load) */
+{
+    int channel = forked_child();
+    if (channel < 0)
+        return;
+    struct stat st;
+    for (int fd = 0; fd < MAYBE_FDS; fd++)
+        if (fd != channel && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+            atomic_store(&rack[fd], MAYBE);
+}
+
+static void adopt_inherited(void)
+{
+    int fds[MAYBE_FDS], is[MAYBE_FDS], n = 0;
+    atomic_store(&inheriting, 1);
+    pthread_once(&guest_once, start_guest);
+    for (int fd = 0; fd < MAYBE_FDS; fd++)
+        if (atomic_load(&rack[fd]) == MAYBE)
+            fds[n++] = fd;
+    int r = GUEST(sr.inherit, fds, n, is);
+    if (r < 0)
+        fprintf(stderr, "splitrack: the rack sockets this program inherited are not its: %s\n",
+                strerror(-r));
+    for (int i = 0; i < n; i++)
+        atomic_store(&rack[fds[i]], r == 0 && is[i] ? 1 : 0);
+    atomic_store(&inheriting, 0);
+}
+
 /* fd is a rack socket's, and the call is the program's. */
 static inline int is_rack(int fd)
 {
-    return fd >= 0 && fd < RACK_FDS && atomic_load_explicit(&rack[fd], memory_order_relaxed)
-           && !python_thread();
+    if (fd < 0 || fd >= RACK_FDS)
+        return 0;
+    int v = atomic_load_explicit(&rack[fd], memory_order_relaxed);
+    if (v == MAYBE) {
+        if (atomic_load(&inheriting))
+            return 0;
+        pthread_once(&inherit_once, adopt_inherited);
+        v = atomic_load(&rack[fd]);
+    }
+    return v == 1 && !python_thread();
 }
 
 static inline long ret(long r)
@@ -715,7 +777,8 @@ int dup3(int fd, int newfd, int flags)
         close(newfd);   /* as dup3's own closing of newfd, but the stub's */
     if (!is_rack(fd))
         return libc_dup3()(fd, newfd, flags);
-    return one_more(fd, libc_dup3()(fd, newfd, O_CLOEXEC));
+    /* close-on-exec, unless an image exec()ed here can take it back (a fork()ed child's) */
+    return one_more(fd, libc_dup3()(fd, newfd, forked_child() >= 0 ? flags : O_CLOEXEC));
 }
 
 int dup2(int fd, int newfd)
@@ -795,6 +858,7 @@ __attribute__((constructor)) static void notice_python(void)
 {
     /* python itself (or a program that embeds one): its own interpreter runs the drop-in */
     python_host = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
+    note_inherited();
     const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
     fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */
 }

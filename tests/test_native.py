@@ -140,6 +140,28 @@ def test_a_forking_c_server_serves_each_connection_in_a_child(net, built, mode):
         assert server.wait(timeout=30) == 0, server.stderr.read()
 
 
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_an_inetd_style_server_hands_each_connection_to_an_exec_ed_program(net, built, mode):
+    """fork_server.c with a PROGRAM: accept, fork, dup2 the connection onto the child's
+    stdin and stdout, exec `cat` (which knows nothing of sockets): the image cat runs in
+    takes the rack sockets it inherited back from its parent (forked.py), so cat echoes
+    through the rack -- two clients, every byte checked, n0 counting them."""
+    rack, env = net
+    expected = linux_checksum(built, 200_000)
+    before = n0_network(rack)
+    with on_rack(env, [built["fork_server"], NIC, "0", "2", "cat"], name="native",
+                 mode=mode) as (server, (port,)):
+        argv = [built["echo_client"], NIC, str(port), "200000", "3000"]
+        clients = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True) for _ in range(2)]
+        for proc in clients:
+            out, err = proc.communicate(timeout=60)
+            assert (proc.returncode, out) == (0, expected), err
+        assert server.wait(timeout=30) == 0, server.stderr.read()
+    after = n0_network(rack)
+    assert after["accepted"] - before["accepted"] >= 2
+
+
 def test_a_static_binary_is_refused_with_the_reason(net, built, tmp_path):
     _, env = net
     cc = shutil.which("cc") or shutil.which("gcc")

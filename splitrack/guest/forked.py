@@ -21,6 +21,14 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
 - the sockets a child makes are its own, not its parent's: its own runtime's
   (runtime.py), at full speed, and a grandchild shares them through the child as
   above;
+- exec(): the child's end of the channel outlives it, named by CHANNEL_ENV
+  ("fd:pid": only this process, whatever image it runs, may use it). The
+  native interposer of the image the child exec()s (native/preload.c) marks
+  the socket descriptors it inherited, and on the first call on one asks its
+  parent which are rack sockets (`inherit`: by inode, the twins' own): those
+  become Forked handles again (an inetd-style server's dup2(conn, 0), then
+  exec). Those close-on-exec (every rack descriptor, unless dup2()ed) are
+  closed by the kernel; their twins, at the image's end;
 - what a child cannot do yet with the sockets it inherited: have two threads in
   calls on them at once (they take turns), pass them on to a grandchild
   (EOPNOTSUPP there; the parent's twins of other children's handles are not
@@ -50,6 +58,8 @@ _TOKENS: dict[int, int] = {}    # a child's descriptor -> its handle at the pare
 _TWINS: dict[int, Any] = {}     # the parent's: every child's handles here, by their own fd
 _INHERITED: dict[int, int] = {}  # the child's: an inherited socket's state (id) -> a token
 _owner = 0                      # the child's pid: a grandchild may not use the channel
+CHANNEL_ENV = "SPLITRACK_FORK_CHANNEL"   # "fd:pid": the channel, for what the child exec()s
+INHERIT = -1                    # the token of a call on no handle: an image's `inherit`
 _CALLS = frozenset((            # what a child may ask its parent to make on its handle
     "connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt", "getsockopt",
     "getsockname", "getpeername", "settimeout", "gettimeout", "setblocking", "getblocking",
@@ -133,6 +143,8 @@ def _close_twin(handle: Any) -> None:
 
 def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: list[int]) -> Any:
     """The child's call, on its handle `token`; a new handle's descriptor into fds."""
+    if token == INHERIT and method == "inherit":
+        return _twins_of(theirs, args[0])
     handle = theirs.get(token)
     if handle is None:
         raise err(errno.EBADF)
@@ -150,6 +162,15 @@ def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: lis
     return getattr(handle, method)(*args)
 
 
+def _twins_of(theirs: dict[int, Any], inodes: list[tuple[int, Any]]
+              ) -> dict[int, tuple[int, bool]]:
+    """Which of an exec()ed image's descriptors (fd, inode) are one of the child's
+    sockets here (every handle of a connection shares its inode): {fd: (key, dgram)}."""
+    known = {handles.inode(_std.fileno(t)): (key, t.type == _socket_module.SOCK_DGRAM)
+             for key, t in theirs.items() if _std.fileno(t) >= 0}
+    return {fd: known[tuple(ino)] for fd, ino in inodes if tuple(ino) in known}
+
+
 # ---- the child ----------------------------------------------------------------------------
 def after_fork_in_child() -> None:
     """(the child's, from runtime.py) Its handles become Forked ones, over the channel."""
@@ -164,6 +185,8 @@ def after_fork_in_child() -> None:
         os.close(_std.detach(handle))
     _TWINS.clear()
     _channel, _owner = mine, os.getpid()
+    os.set_inheritable(mine.fileno(), True)   # (for an image it exec()s)
+    os.environ[CHANNEL_ENV] = f"{mine.fileno()}:{_owner}"
     stream, dgram = _forked_class(False), _forked_class(True)
     stub_class, dgram_class = stream.__bases__[1], dgram.__bases__[1]   # (Forked, X)
     for obj in gc.get_objects():   # every handle the program holds (the state is shared)
@@ -173,16 +196,34 @@ def after_fork_in_child() -> None:
             _INHERITED[id(obj.__dict__)] = _std.fileno(obj)
 
 
+def inherit(fds: list[int]) -> dict[int, Any]:
+    """(an image a fork()ed child exec()ed, from the interposer) Which of these socket
+    descriptors it inherited are its parent's rack sockets: a Forked handle of each.
+    None if it has no channel (it is no such image)."""
+    global _channel, _owner
+    channel, _, pid = os.environ.get(CHANNEL_ENV, "").partition(":")
+    if not channel.isdigit() or pid != str(os.getpid()):
+        return {}
+    _channel, _owner = _std(fileno=int(channel)), os.getpid()
+    inodes = [(fd, handles.inode(fd)) for fd in fds if fd != int(channel)]
+    (got, _) = _ask(INHERIT, "inherit", ([(fd, ino) for fd, ino in inodes if ino],))
+    return {fd: _handle_over(fd, key, dgram) for fd, (key, dgram) in got.items()}
+
+
 def _call(handle: Any, method: str, *args: Any) -> tuple[Any, list[int]]:
     """A call made at the parent on this handle's twin: (its result, descriptors)."""
     fd = _std.fileno(handle)
     if fd < 0:
         raise err(errno.EBADF)
+    return _ask(_TOKENS.get(fd, fd), method, args)
+
+
+def _ask(token: int, method: str, args: tuple) -> tuple[Any, list[int]]:
     if os.getpid() != _owner:   # a grandchild: the channel is its parent's
         raise OSError(errno.EOPNOTSUPP, "a rack socket passes one fork() only")
     with _turn:
         try:
-            _send(_channel, (_TOKENS.get(fd, fd), method, args), [])
+            _send(_channel, (token, method, args), [])
             (ok, result), fds = _receive(_channel)
         except (EOFError, OSError):
             raise OSError(errno.ECONNRESET, "the parent that held this socket has ended"
@@ -254,9 +295,10 @@ class Forked:
         return _handle_over(fds[0], key, dgram)
 
     def dup_onto(self, fd: int) -> Any:
-        """One more handle, over descriptor fd (a dup the kernel made: the interposer's)."""
+        """One more handle, over descriptor fd (a dup the kernel made: the interposer's,
+        close-on-exec or not as it made it)."""
         (key, dgram), fds = _call(self, "dup")
-        os.dup2(fds[0], fd, inheritable=False)
+        os.dup2(fds[0], fd, inheritable=os.get_inheritable(fd))
         os.close(fds[0])
         return _handle_over(fd, key, dgram)
 

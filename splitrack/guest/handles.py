@@ -28,9 +28,10 @@ way:
   until the process ends (the kernel's descriptor table is not ours to watch).
 
 A fork()ed child's descriptors are handles made for it at the fork, served by
-its parent (forked.py). Not covered: a rack socket across exec() (each
-process's stub state is its own), and dup2() onto a rack socket's descriptor
-from Python (the native interposer covers it).
+its parent (forked.py), which an image it exec()s takes back. Not covered: a
+rack socket across an exec() with no fork() before (each image's stub state is
+its own), and dup2() onto a rack socket's descriptor from Python (the native
+interposer covers it).
 """
 
 import os

@@ -25,8 +25,9 @@ In a Python program (which has the drop-in) the same functions run in its own
 interpreter, for the TCP and UDP sockets libc makes there (uvloop's libuv,
 python -I), and for a stub descriptor `detach()` hands out (`hand_over`: C code
 may take it), which the interposer then treats as it treats its own.
-Descriptors are close-on-exec: an exec()ed image has no stubs, and must not
-take a rack socket's bell for a socket.
+Descriptors are close-on-exec, so an image a program exec()s has none of its
+stubs; but in an image a fork()ed child exec()s, the rack sockets it kept open
+(dup2()ed onto its stdin, say) are its parent's again (`inherit`: forked.py).
 """
 
 import _socket
@@ -40,6 +41,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from splitrack.guest import forked
 from splitrack.guest.runtime import runtime
 from splitrack.guest.stub import BsdSocketStub
 
@@ -152,8 +154,16 @@ def bind(ffi: Any) -> None:
     def _ready() -> int:
         return 1
 
+    def _inherit(fds: Any, n: int, rack: Any) -> int:
+        got = forked.inherit([fds[i] for i in range(n)])
+        _HANDLES.update(got)
+        for i in range(n):
+            rack[i] = int(fds[i] in got)
+        return 0
+
     for fn in (_ready, _watch, _socket, _bind, _connect, _listen, _accept, _send, _recv,
-               _shutdown, _close, _name, _setsockopt, _getsockopt, _blocking, _dup, _exit):
+               _shutdown, _close, _name, _setsockopt, _getsockopt, _blocking, _dup, _exit,
+               _inherit):
         extern(fn)
 
 

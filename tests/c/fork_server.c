@@ -1,11 +1,12 @@
 /* A forking TCP echo server, as a C program: each connection is served by a child.
  *
- *   fork_server IP PORT CONNS
+ *   fork_server IP PORT CONNS [PROGRAM ARGS...]
  *
  * Prints "listening PORT"; for each of CONNS connections: accept, fork; the child
- * closes the listener, echoes until EOF and exits 0; the parent closes its copy of
- * the connection at once (the child's keeps it open). Exits 0 once every child
- * exited 0.
+ * closes the listener, echoes until EOF and exits 0 -- or, given a PROGRAM, as inetd
+ * does: dup2()s the connection onto its stdin and stdout and exec()s PROGRAM, which
+ * knows nothing of sockets; the parent closes its copy of the connection at once
+ * (the child's keeps it open). Exits 0 once every child exited 0.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,8 +25,8 @@ static void fail(const char *what)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: fork_server IP PORT CONNS\n");
+    if (argc < 4) {
+        fprintf(stderr, "usage: fork_server IP PORT CONNS [PROGRAM ARGS...]\n");
         return 2;
     }
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
@@ -46,6 +47,13 @@ int main(int argc, char **argv)
             fail("fork");
         if (pid == 0) {
             close(lfd);
+            if (argc > 4) {   /* inetd's way */
+                if (dup2(fd, 0) < 0 || dup2(fd, 1) < 0)
+                    fail("dup2");
+                close(fd);
+                execvp(argv[4], argv + 4);
+                fail("exec");
+            }
             char buf[16384];
             ssize_t n;
             while ((n = read(fd, buf, sizeof buf)) > 0)
