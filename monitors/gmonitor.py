@@ -51,7 +51,8 @@ class GlobalMonitor(Monitor):
 
     def setup(self) -> None:
         spec = self._spec()["components"]
-        self.registry = Registry({c["id"]: c["cores"] for c in spec if "cores" in c})
+        self.registry = Registry({c["id"]: c["cores"] for c in spec if "cores" in c},
+                                 self.rack["gmm_policy"])
         self.nics = NicRegistry()
         self.allocator = NicAllocator(self.rack["nic_policy"], self.nics, self._configured_nics())
         self.spec_ids = {c["id"] for c in spec}
@@ -100,7 +101,8 @@ class GlobalMonitor(Monitor):
 
     def extra_stats(self) -> dict[str, Any]:
         return {"registered": sorted(self.registry.components), "nics": self.nics.by_component(),
-                "nic_policy": self.allocator.policy, "nic_loads": self.allocator.loads()}
+                "nic_policy": self.allocator.policy, "nic_loads": self.allocator.loads(),
+                "gmm_policy": self.registry.gmm_policy}
 
     def vouch(self, peer: str, pid: int | None) -> bool | None:
         """A component id is believed if registered with this pid; an id not yet

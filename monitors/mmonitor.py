@@ -78,6 +78,7 @@ class MMonitor(Monitor):
         self.free_frames: list[int] = []
         self.spaces: dict[int, AddressSpace] = {}
         self.zero = bytes(self.line)
+        self._reported_misses = 0   # the misses GMM last heard of
         self.counts = {"misses": 0, "zero_misses": 0, "writebacks": 0, "victims": 0,
                        "victims_dropped": 0, "frames_used": 0, "dma_read_bytes": 0,
                        "dma_write_bytes": 0, "dma_leases_expired": 0}
@@ -98,6 +99,8 @@ class MMonitor(Monitor):
                            "reserved": self._reserved(), "arena": self.memory}}
 
     def tick(self) -> None:
+        if self.counts["misses"] != self._reported_misses:   # (GMM's fewest-misses policy)
+            self._report_load()
         now = time.monotonic()
         for lease, (_, expiry, _) in list(self.leases.items()):
             if expiry is not None and now > expiry:   # its nComponent never said it was done
@@ -332,7 +335,10 @@ class MMonitor(Monitor):
         return sum(space.reserved for space in self.spaces.values())
 
     def _report_load(self) -> None:
-        self.report_load({"used": self._reserved()})
+        """Its reserved bytes and the misses it has served, to GMM (registry.py)."""
+        misses = self.counts["misses"]
+        if self.report_load({"used": self._reserved(), "misses": misses}):
+            self._reported_misses = misses
 
 
 def _pcomponent(src: str) -> str:

@@ -14,8 +14,12 @@ use (`among`: its slice's, monitors/slices.py; None: all):
       spread        one on each, least-loaded first; round-robin past them all;
       auto          pack for a network-heavy job (hints.network and neither
                     hints.cpu nor hints.memory), else spread.
-- GMM.place(size)  the least-loaded mComponent (used/total) that still has
-                   `size` bytes free; the bytes are reserved. ENOMEM if none.
+- GMM.place(size)  an mComponent that still has `size` bytes free; the bytes
+                   are reserved. ENOMEM if none. By `gmm_policy` (rack.gmm_policy):
+      least-used    the least-used one (used/total);
+      fewest-misses LegoOS's default: the one that has served the fewest misses
+                    (its load reports count them), kept for GMM_RECHOOSE requests,
+                    then chosen again (or sooner, once it has no room).
 - GSM.lookup(path) the sComponent that holds `path`: a stable hash of the
                    path's first component over the sComponents, so a directory
                    tree stays on one sComponent and every caller agrees.
@@ -30,7 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from splitrack.params import CORES_DEFAULT
+from splitrack.params import CORES_DEFAULT, GMM_POLICIES, GMM_RECHOOSE
 
 _ID = re.compile(r"([a-z]+)(\d*)")
 
@@ -61,9 +65,15 @@ PLACE_MAX = 4096       # processes one GPM_PLACE may place
 
 
 class Registry:
-    def __init__(self, cores: dict[str, int] | None = None) -> None:
+    def __init__(self, cores: dict[str, int] | None = None,
+                 gmm_policy: str = "least-used") -> None:
+        if gmm_policy not in GMM_POLICIES:
+            raise ValueError(f"gmm_policy {gmm_policy!r} is not one of {GMM_POLICIES}")
         self.components: dict[str, Component] = {}
         self.cores = cores or {}   # pComponent -> processes "pack" puts there (spec: cores)
+        self.gmm_policy = gmm_policy
+        self._gmm_choice: dict[frozenset[str], tuple[str, int]] = {}   # fewest-misses: the
+        #                     candidates -> (the mComponent chosen, requests it serves yet)
 
     def add(self, component: Component) -> None:
         component.load = dict(_INITIAL_LOAD.get(component.kind, {}))
@@ -124,13 +134,26 @@ class Registry:
                      where: str = "registered") -> str:
         if size <= 0:
             raise OSError(errno.EINVAL, f"size must be positive, not {size}")
-        fits = [c for c in self.of_kind("m", among, where)
-                if c.resources["memory"] - c.load["used"] >= size]
+        candidates = self.of_kind("m", among, where)
+        fits = [c for c in candidates if c.resources["memory"] - c.load["used"] >= size]
         if not fits:
             raise OSError(errno.ENOMEM, f"no mComponent has {size} bytes free")
-        chosen = min(fits, key=lambda c: c.load["used"] / c.resources["memory"])
+        if self.gmm_policy == "fewest-misses":
+            chosen = self._fewest_misses(frozenset(c.id for c in candidates), fits)
+        else:
+            chosen = min(fits, key=lambda c: c.load["used"] / c.resources["memory"])
         chosen.load["used"] += size
         return chosen.id
+
+    def _fewest_misses(self, key: frozenset[str], fits: list[Component]) -> Component:
+        """LegoOS's GMM: its last choice among these candidates while it serves requests
+        yet and has room; else the one that served the fewest misses (ties: lowest id)."""
+        last, left = self._gmm_choice.get(key, ("", 0))
+        chosen = next((c for c in fits if c.id == last), None) if left > 0 else None
+        if chosen is None:
+            chosen, left = min(fits, key=lambda c: c.load.get("misses", 0)), GMM_RECHOOSE
+        self._gmm_choice[key] = (chosen.id, left - 1)
+        return chosen
 
     # GSM
     def storage_for(self, path: str) -> str:

@@ -92,5 +92,8 @@ BENCH_WARMUP_ROUNDS = 500
 # meanwhile wait for the nMonitor's own work, ~4 x slower (1 launch in 3-5 without it)
 BENCH_CONNECT_WARMUP_S = 0.05
 BENCH_SIZE_MAX_BYTES = 1 << 16             # bench tcp --sizes: at most this per message
+GMM_POLICIES = ("least-used", "fewest-misses")   # rack.gmm_policy (monitors/registry.py)
+GMM_RECHOOSE = 4                          # fewest-misses: GMM_PLACE requests one choice
+#                                           serves before GMM chooses again (LegoOS's 4)
 CORES_DEFAULT = 4                         # processes GPM's "pack" puts on a pComponent
                                           # whose spec gives no `cores`

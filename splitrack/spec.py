@@ -27,6 +27,9 @@ between components, or per link class in [fabric.p-m], [fabric.p-n],
 that class (fit_rpc/fabric.py says which links are which). Needs transport "shm".
     parse_time_ns("2us") -> 2000       parse_bandwidth("40Gbps") -> 5000000000 (B/s)
 
+Memory key: rack.gmm_policy (how GMM picks the home mComponent of a new region:
+"least-used", the default, or "fewest-misses", LegoOS's; monitors/registry.py).
+
 Network keys: rack.nic_policy (how GNM picks a NIC for a process's unbound
 sockets, docs/gnm.md), rack.loopback (the alias in 127.0.0.0/8 on which an
 nComponent serves the rack's 127.0.0.1), pcomponent.nic (that pComponent's
@@ -55,13 +58,14 @@ from gnm import POLICIES as NIC_POLICIES
 from splitrack.params import (
     CORES_DEFAULT,
     FIT_POLL_US,
+    GMM_POLICIES,
     NCOMPONENT_DRAM_DEFAULT,
     NCOMPONENT_DRAM_MIN_BYTES,
 )
 
 _RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "endpoints": "ipc",
               "mode": "ddio", "shortcuts": True, "line": 4096, "nic_policy": "round-robin",
-              "loopback": "127.0.0.10"}
+              "loopback": "127.0.0.10", "gmm_policy": "least-used"}
 _POLL_US_MAX = 100_000
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
@@ -100,6 +104,7 @@ class RackSpec:
     line: int
     nic_policy: str
     loopback: str
+    gmm_policy: str
     components: list[dict[str, Any]] = field(default_factory=list)
     fabric: dict[str, Any] | None = None   # the interconnect model (fit_rpc/fabric.py's form)
     source: str = "<embedded default>"
@@ -207,6 +212,7 @@ def _rack_section(section: Any) -> dict[str, Any]:
     if not isinstance(rack["name"], str):
         raise _Bad("rack.name", "must be a string")
     _choice(rack, "nic_policy", NIC_POLICIES)
+    _choice(rack, "gmm_policy", GMM_POLICIES)
     rack["loopback"] = _loopback(rack["loopback"])
     rack["line"] = _size(rack["line"], "rack.line")
     if rack["line"] & (rack["line"] - 1) or not 512 <= rack["line"] <= 65536:

@@ -8,6 +8,7 @@ from fit_rpc import Op, UnknownDestination
 from helpers import small_spec
 from monitors.registry import Component, Registry
 from splitrack import Rack
+from splitrack.params import GMM_RECHOOSE
 
 
 def test_every_component_registered_with_its_resources(rack, client):
@@ -103,6 +104,26 @@ def test_gpm_places_by_reported_load():
         registry.add(Component(cid, "p", f"shm:///{cid}#1", 1))
     registry.components["p0"].load["processes"] = 9
     assert [registry.place_process() for _ in range(3)] == ["p1"] * 3
+
+
+def test_gmm_fewest_misses_policy():
+    """LegoOS's GMM (pure data): the mComponent that served the fewest misses, kept for
+    GMM_RECHOOSE requests, chosen again after them, and at once when it has no room."""
+    registry = Registry(gmm_policy="fewest-misses")
+    for cid in ("m0", "m1", "m2"):
+        registry.add(Component(cid, "m", f"shm:///{cid}#1", 1, {"memory": 1000}))
+    load = {cid: registry.components[cid].load for cid in ("m0", "m1", "m2")}
+    load["m0"]["misses"], load["m1"]["misses"] = 7, 2   # m2 has reported none: 0
+    placed = [registry.place_memory(10) for _ in range(GMM_RECHOOSE)]
+    assert placed == ["m2"] * GMM_RECHOOSE
+    load["m2"]["misses"] = 50
+    assert registry.place_memory(10) == "m1"   # chosen again: m1 now serves fewest
+    assert registry.place_memory(995) == "m0"  # m1 has no room for it: chosen again
+    with pytest.raises(OSError) as info:
+        registry.place_memory(2000)
+    assert info.value.errno == errno.ENOMEM
+    with pytest.raises(ValueError):
+        Registry(gmm_policy="most-misses")
 
 
 def _args(d):

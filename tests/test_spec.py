@@ -17,8 +17,8 @@ def test_default_spec_is_the_documented_rack():
     assert spec.components[2]["memory"] == 2 << 30
     assert (spec.transport, spec.poll_us, spec.mode, spec.shortcuts, spec.endpoints) == (
         "shm", 200, "ddio", True, "ipc")
-    assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"]) == (
-        "round-robin", "127.0.0.10", 512 << 20, None)
+    assert (spec.nic_policy, spec.loopback, n0["dram"], p0["nic"], spec.gmm_policy) == (
+        "round-robin", "127.0.0.10", 512 << 20, None, "least-used")
 
 
 def test_to_json_puts_global_first():
@@ -86,6 +86,8 @@ def _err(mutate, tmp_path) -> str:
     (lambda s: s["scomponent"][0].update(root=""), "scomponent[0].root: must be a non-empty"),
     (lambda s: s["rack"].update(nic_policy="random"),
      "rack.nic_policy: 'random' is not one of round-robin, least-loaded, explicit"),
+    (lambda s: s["rack"].update(gmm_policy="random"),
+     "rack.gmm_policy: 'random' is not one of least-used, fewest-misses"),
     (lambda s: s["rack"].update(loopback="10.0.0.1"), "rack.loopback: 10.0.0.1 is not an address"),
     (lambda s: s["rack"].update(loopback="127.0.0.1"), "rack.loopback: 127.0.0.1 is not an addr"),
     (lambda s: s["rack"].update(loopback="localhost"), "rack.loopback: 'localhost' is not an IPv4"),

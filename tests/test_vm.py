@@ -19,9 +19,10 @@ from hypothesis.stateful import (
 )
 
 from fit_rpc import Op
-from helpers import running_rack, small_spec
+from helpers import running_rack, small_spec, wait_until
 from splitrack import Rack
 from splitrack.guest.vm import VirtualMemory
+from splitrack.params import GMM_RECHOOSE
 
 LINE = 4096
 
@@ -350,3 +351,34 @@ def test_random_operations_against_a_bytearray_model(tiny_rack):
                             derandomize=True, database=None,
                             suppress_health_check=list(HealthCheck))
     run().runTest()
+
+
+def test_gmm_fewest_misses_keeps_its_choice_four_requests_then_picks_again(tmp_path):
+    """rack.gmm_policy = "fewest-misses" (LegoOS's GMM): a region's home is the
+    mComponent that has served the fewest misses, by what the mMonitors report, and a
+    choice serves GMM_RECHOOSE requests before GMM chooses again."""
+    with Rack(tiny_spec(str(tmp_path / "s0"), name="gmm", gmm_policy="fewest-misses")) as rack:
+        memory = VirtualMemory.attach(rack, "p0")
+        try:
+            first = memory.alloc(16 * LINE)   # both served none: the lowest id, m0
+            for page in range(16):            # misses that m0 serves
+                memory.write(first + page * LINE, b"x")
+            memory.flush(first, 16 * LINE)
+            memory.invalidate(first, 16 * LINE)
+            for page in range(16):
+                assert memory.read(first + page * LINE, 1) == b"x"
+
+            def reported() -> bool:
+                with rack.endpoint() as ep:
+                    listing = ep.call_args("global", Op.LIST)[0]["components"]
+                return any(c["id"] == "m0" and c["load"].get("misses", 0) >= 16
+                           for c in listing)
+            wait_until(reported, 10.0)
+            regions = [memory.alloc(LINE) for _ in range(8)]
+            homes = {start: home for start, _, home in memory.regions()}
+            assert homes[first] == "m0"
+            assert [homes[r] for r in regions] == ["m0"] * (GMM_RECHOOSE - 1) + ["m1"] * 5
+            with rack.endpoint() as ep:
+                assert ep.call_args("global", Op.STATS)[0]["gmm_policy"] == "fewest-misses"
+        finally:
+            memory.close()
