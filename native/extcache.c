@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define XC_MAGIC 0x31435845u /* "EXC1" */
-#define XC_VERSION 1u
+#define XC_VERSION 2u
 #define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
 
 typedef struct {
@@ -29,7 +29,6 @@ typedef struct {
     uint32_t magic, version;
     uint32_t line_size, ways, nsets, policy;
     uint64_t size, sets_off, tags_off, lines_off;
-    uint64_t clock;                 /* LRU/FIFO stamps; atomic */
     pthread_mutex_t slots_lock;
     xc_counters_t departed;         /* folded-in counters of ended processes */
     xc_slot_t slots[XC_MAX_SLOTS];
@@ -37,7 +36,9 @@ typedef struct {
 
 typedef struct {
     pthread_mutex_t lock;
-    char pad[64 - sizeof(pthread_mutex_t) % 64];
+    uint64_t clock;   /* its LRU/FIFO stamps (only a set's own ways are compared): under
+                         the lock, so no atomic shared by every process is bumped */
+    char pad[64 - (sizeof(pthread_mutex_t) + sizeof(uint64_t)) % 64];
 } xc_set_t;
 
 typedef struct {
@@ -108,8 +109,10 @@ int xc_format(void *base, uint64_t size, uint64_t capacity, uint32_t line_size, 
     h->tags_off = h->sets_off + (uint64_t)h->nsets * sizeof(xc_set_t);
     h->lines_off = ALIGN_UP(h->tags_off + (uint64_t)h->nsets * ways * sizeof(xc_tag_t), 4096);
     int rc = init_robust_mutex(&h->slots_lock);
-    for (uint32_t s = 0; rc == 0 && s < h->nsets; s++)
+    for (uint32_t s = 0; rc == 0 && s < h->nsets; s++) {
         rc = init_robust_mutex(&set_at(base, s)->lock);
+        set_at(base, s)->clock = 0;
+    }
     if (rc)
         return rc;
     memset(tag_at(base, 0, 0), 0, (uint64_t)h->nsets * ways * sizeof(xc_tag_t));
@@ -215,8 +218,8 @@ static inline int find(void *base, uint32_t s, uint32_t pid, uint64_t vpage) {
     return -1;
 }
 
-static inline uint64_t tick(void *base) {
-    return __atomic_add_fetch(&H(base)->clock, 1, __ATOMIC_RELAXED);
+static inline uint64_t tick(void *base, uint32_t s) {   /* (s locked) */
+    return ++set_at(base, s)->clock;
 }
 
 /* Copy one line's part; returns 1 on hit, 0 on miss. */
@@ -236,7 +239,7 @@ static int access_line(void *base, int slot, uint32_t pid, uint64_t vaddr, char 
             memcpy(buf, line_at(base, s, (uint32_t)w) + off, len);
         }
         if (h->policy == XC_LRU)
-            t->stamp = tick(base);
+            t->stamp = tick(base, s);
     }
     unlock(&set_at(base, s)->lock);
     xc_counters_t *c = ctr(base, slot);
@@ -325,7 +328,7 @@ int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t hom
     t->vpage = vpage;
     t->home = (uint16_t)home;
     t->dirty = 0;
-    t->stamp = tick(base);
+    t->stamp = tick(base, s);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     t->valid = 1;
     unlock(&set_at(base, s)->lock);
