@@ -423,6 +423,32 @@ def test_a_forked_child_uses_its_inherited_sockets_through_its_parent(net, flags
                                         "parent b'new' b''"]
 
 
+# A child that started a process which outlives it (holding what the child could
+# pass on, the channel to its parent among it): the connection the child held last
+# still ends with the child.
+FORK_OUTLIVED = textwrap.dedent("""
+    import os, socket, time
+    l = socket.socket(); l.bind(("127.0.0.11", 0)); l.listen()
+    c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+    pid = os.fork()
+    if pid == 0:
+        c.send(b"x")
+        os.system("sleep 5 &")   # (os.system closes no descriptor: the sleep keeps them)
+        os._exit(0)
+    c.close()                    # the child's copy is the last
+    os.waitpid(pid, 0)
+    a.settimeout(10)
+    t = time.monotonic()
+    print(a.recv(10), a.recv(10), time.monotonic() - t < 2, flush=True)
+""")
+
+
+def test_a_connection_a_forked_child_held_last_ends_with_the_child(net):
+    _, env = net
+    proc = run_on_rack(env, FORK_OUTLIVED, name="api", timeout=60, flags=("--no-shortcuts",))
+    assert (proc.returncode, proc.stdout) == (0, "b'x' b'' True\n"), proc.stderr
+
+
 # A program's own socket subclass: its attributes are its own (the stub keeps what the
 # rack needs of it off the socket: guest/face.py), and accept() makes the stack's class,
 # not the program's (the stdlib's does not run the subclass's __init__ either).

@@ -10,7 +10,8 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
   stays open while the child holds it, and a channel to the child (a Unix
   socketpair). After it (`after_fork_in_parent`) a thread of the parent serves
   the child's calls on those handles, one at a time, until the child ends (the
-  channel's EOF), then closes what the child still held; the parent's runtime
+  channel's EOF, or its pidfd: a process it started may hold the channel too),
+  then closes what the child still held; the parent's runtime
   is threaded from then on, so the bells (the very descriptors the child
   inherited) tell the child's select and poll the truth;
 - in the child (`after_fork_in_child`, from runtime.py), every handle becomes a
@@ -41,6 +42,7 @@ import errno
 import gc
 import os
 import pickle
+import select
 import socket as _socket_module
 import struct
 import threading
@@ -110,8 +112,16 @@ def _serve(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
     runtime goes threaded here, not in the fork's hook: that takes every stub's lock,
     and a thread may hold one until the fork has returned.)"""
     rt.go_threaded()
+    pidfd = -1
     try:
+        (pid, _), _ = _receive(channel)   # the child says who it is first
+        pidfd = os.pidfd_open(pid)
+        ready = select.poll()   # the channel, and the child's end: a process it started
+        ready.register(channel.fileno(), select.POLLIN)   # may hold the channel too (an
+        ready.register(pidfd, select.POLLIN)              # exec()ed image's inherits it)
         while True:
+            if any(fd == pidfd for fd, _ in ready.poll()):
+                return
             try:
                 request, _ = _receive(channel)
             except (EOFError, OSError):
@@ -127,10 +137,14 @@ def _serve(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
                 _send(channel, reply, fds)
             except OSError:
                 return
+    except (EOFError, OSError):
+        return   # the child ended before it said who it is
     finally:
         for handle in theirs.values():
             _close_twin(handle)
         channel.close()
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def _close_twin(handle: Any) -> None:
@@ -185,6 +199,7 @@ def after_fork_in_child() -> None:
         os.close(_std.detach(handle))
     _TWINS.clear()
     _channel, _owner = mine, os.getpid()
+    _send(mine, (_owner, "pid"), [])
     os.set_inheritable(mine.fileno(), True)   # (for an image it exec()s)
     os.environ[CHANNEL_ENV] = f"{mine.fileno()}:{_owner}"
     stream, dgram = _forked_class(False), _forked_class(True)
