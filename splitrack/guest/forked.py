@@ -213,8 +213,8 @@ def after_fork_in_child() -> None:
 
 def inherit(fds: list[int]) -> dict[int, Any]:
     """(an image a fork()ed child exec()ed, from the interposer) Which of these socket
-    descriptors it inherited are its parent's rack sockets: a Forked handle of each.
-    None if it has no channel (it is no such image)."""
+    descriptors it inherited are its parent's rack sockets: a Forked handle of each
+    ({} if it has no channel: it is no such image)."""
     global _channel, _owner
     channel, _, pid = os.environ.get(CHANNEL_ENV, "").partition(":")
     if not channel.isdigit() or pid != str(os.getpid()):
