@@ -124,9 +124,9 @@ int xc_format(void *base, uint64_t size, uint64_t capacity, uint32_t line_size, 
 int xc_check(void *base, uint64_t size) {
     xc_header_t *h = H(base);
     if (size < sizeof *h || __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != XC_MAGIC ||
-        h->version != XC_VERSION || h->size != size)
+        h->size != size)
         return -EINVAL;
-    return 0;
+    return h->version == XC_VERSION ? 0 : -EPROTONOSUPPORT;   /* another build's layout */
 }
 
 uint32_t xc_line_size(void *base) { return H(base)->line_size; }

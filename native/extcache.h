@@ -58,7 +58,8 @@ uint64_t xc_segment_size(uint64_t capacity, uint32_t line_size, uint32_t ways);
 int xc_format(void *base, uint64_t size, uint64_t capacity, uint32_t line_size,
               uint32_t ways, uint32_t policy);
 
-/* Check that `base` holds a formatted segment of `size` bytes. */
+/* Check that `base` holds a formatted segment of `size` bytes (-EPROTONOSUPPORT:
+ * one another version of this file formatted). */
 int xc_check(void *base, uint64_t size);
 
 /* Geometry of a formatted segment. */

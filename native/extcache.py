@@ -17,6 +17,7 @@ C return codes become exceptions here and nowhere else: a negative errno is a
 broken invariant in the caller and raises OSError.
 """
 
+import errno
 import os
 from typing import Any
 
@@ -68,7 +69,12 @@ class ExtCache:
 
     @classmethod
     def open(cls, mm: Any) -> "ExtCache":
-        _check(lib.xc_check(ffi.from_buffer(mm), len(mm)), "segment")
+        rc = lib.xc_check(ffi.from_buffer(mm), len(mm))
+        if rc == -errno.EPROTONOSUPPORT:
+            raise OSError(errno.EPROTONOSUPPORT, "the pComponent's extCache was laid out by "
+                          "another version of splitrack: restart the rack (splitrack down, "
+                          "then up) so that its monitors and its programs run the same one")
+        _check(rc, "segment")
         return cls(mm)
 
     # ---- hits ------------------------------------------------------------------

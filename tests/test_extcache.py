@@ -1,8 +1,10 @@
 """The C extCache through its binding, on a private segment (no rack needed):
 geometry, hits, the miss transaction, LRU vs FIFO, dirty victims, counters."""
 
+import errno
 import mmap
 import os
+import struct
 
 import pytest
 
@@ -60,6 +62,23 @@ def test_geometry(make):
 def test_bad_geometry_is_refused():
     with pytest.raises(ValueError):
         ExtCache.segment_size(LINE, 3000, 2)
+
+
+def test_a_segment_of_another_layout_version_is_refused_saying_so(make):
+    xc = make()
+    mm = mmap.mmap(xc.fd, os.fstat(xc.fd).st_size)
+    version = struct.unpack_from("<I", mm, 4)[0]   # (the header's magic, then version)
+    struct.pack_into("<I", mm, 4, version + 1)
+    try:
+        with pytest.raises(OSError, match="another version of splitrack") as info:
+            ExtCache.open(mm)
+        assert info.value.errno == errno.EPROTONOSUPPORT
+    finally:
+        struct.pack_into("<I", mm, 4, version)
+    struct.pack_into("<I", mm, 0, 0)   # no magic: not a segment at all
+    with pytest.raises(OSError) as info:
+        ExtCache.open(mm)
+    assert info.value.errno == errno.EINVAL
 
 
 def test_other_processes_open_the_same_segment(make):
