@@ -73,6 +73,7 @@
 
 static _Atomic unsigned char rack[RACK_FDS];   /* 1: the program's descriptor of a rack socket */
 static int python_host;                        /* the program has an interpreter of its own */
+static int (*py_is_up)(void);                  /* its Py_IsInitialized */
 static int fit_over_tcp;                       /* the rack's FIT is ZeroMQ over TCP */
 static int guest_up;                           /* the interpreter and native._guest are loaded */
 static pthread_once_t guest_once = PTHREAD_ONCE_INIT;
@@ -322,8 +323,8 @@ static inline int is_rack(int fd)
     if (fd < 0 || fd >= RACK_FDS)
         return 0;
     int v = atomic_load_explicit(&rack[fd], memory_order_relaxed);
-    if (v == MAYBE) {
-        if (atomic_load(&inheriting))
+    if (v == MAYBE) {   /* (not while python itself starts: the guest needs it up) */
+        if (atomic_load(&inheriting) || (python_host && !py_is_up()))
             return 0;
         pthread_once(&inherit_once, adopt_inherited);
         v = atomic_load(&rack[fd]);
@@ -857,7 +858,8 @@ int epoll_ctl(int ep, int op, int fd, struct epoll_event *event)
 __attribute__((constructor)) static void notice_python(void)
 {
     /* python itself (or a program that embeds one): its own interpreter runs the drop-in */
-    python_host = dlsym(RTLD_DEFAULT, "Py_IsInitialized") != NULL;
+    py_is_up = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+    python_host = py_is_up != NULL;
     note_inherited();
     const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
     fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */

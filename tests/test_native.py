@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -140,16 +141,23 @@ def test_a_forking_c_server_serves_each_connection_in_a_child(net, built, mode):
         assert server.wait(timeout=30) == 0, server.stderr.read()
 
 
-@pytest.mark.parametrize("mode", ["ddio", "dma"])
-def test_an_inetd_style_server_hands_each_connection_to_an_exec_ed_program(net, built, mode):
+STDIN_TO_STDOUT = "import os\nwhile data := os.read(0, 65536):\n    os.write(1, data)\n"
+
+
+@pytest.mark.parametrize("mode,program", [("ddio", "cat"), ("dma", "cat"),
+                                          ("ddio", "python")])
+def test_an_inetd_style_server_hands_each_connection_to_an_exec_ed_program(net, built, mode,
+                                                                          program):
     """fork_server.c with a PROGRAM: accept, fork, dup2 the connection onto the child's
-    stdin and stdout, exec `cat` (which knows nothing of sockets): the image cat runs in
-    takes the rack sockets it inherited back from its parent (forked.py), so cat echoes
-    through the rack -- two clients, every byte checked, n0 counting them."""
+    stdin and stdout, exec `cat` or a Python filter (which know nothing of sockets):
+    the image they run in takes the rack sockets it inherited back from its parent
+    (forked.py), so they echo through the rack -- two clients, every byte checked, n0
+    counting them."""
     rack, env = net
     expected = linux_checksum(built, 200_000)
     before = n0_network(rack)
-    with on_rack(env, [built["fork_server"], NIC, "0", "2", "cat"], name="native",
+    argv = ["cat"] if program == "cat" else [sys.executable, "-c", STDIN_TO_STDOUT]
+    with on_rack(env, [built["fork_server"], NIC, "0", "2", *argv], name="native",
                  mode=mode) as (server, (port,)):
         argv = [built["echo_client"], NIC, str(port), "200000", "3000"]
         clients = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
