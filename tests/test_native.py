@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -168,6 +169,52 @@ def test_an_inetd_style_server_hands_each_connection_to_an_exec_ed_program(net, 
         assert server.wait(timeout=30) == 0, server.stderr.read()
     after = n0_network(rack)
     assert after["accepted"] - before["accepted"] >= 2
+
+
+def _read_to_eof(port: int, send: bytes = b"", timeout: float = 20) -> bytes:
+    with socket.create_connection((NIC, port), timeout=timeout) as sock:
+        sock.sendall(send)
+        sock.shutdown(socket.SHUT_WR)
+        got = b""
+        while data := sock.recv(65536):
+            got += data
+    return got
+
+
+def test_an_exec_ed_shell_that_closes_its_socket_descriptors_ends_the_connection(net, built):
+    """The image a fork()ed child exec()s gets a handle of its own for each descriptor
+    of the connection (stdin's close leaves stdout working), and the handles of the
+    descriptors that did not survive exec() are closed: the client sees EOF once the
+    shell closed both, while its sleep goes on (were it not, the socket timeout)."""
+    _, env = net
+    script = "exec 0<&-; echo still-here; exec 1>&-; sleep 5"
+    with on_rack(env, [built["fork_server"], NIC, "0", "1", "sh", "-c", script],
+                 name="native") as (server, (port,)):
+        assert _read_to_eof(port, timeout=4) == b"still-here\n"
+        assert server.wait(timeout=30) == 0, server.stderr.read()
+
+
+INETD_PY = textwrap.dedent("""
+    import os, socket, sys
+    l = socket.socket(); l.bind((sys.argv[1], 0)); l.listen()
+    print(l.getsockname()[1], flush=True)
+    c, _ = l.accept()
+    pid = os.fork()
+    if pid == 0:   # Python's os.dup2 is not interposed: the copies keep the connection
+        os.dup2(c.fileno(), 0); os.dup2(c.fileno(), 1); c.close()
+        os.execvp("cat", ["cat"])
+    c.close()
+    _, status = os.waitpid(pid, 0)
+    sys.exit(status >> 8)
+""")
+
+
+def test_a_python_inetd_that_closes_its_copy_after_dup2_still_hands_over(net, built):
+    _, env = net
+    data = os.urandom(100_000)
+    with on_rack(env, INETD_PY, NIC, name="native") as (server, (port,)):
+        assert _read_to_eof(port, data) == data
+        assert server.wait(timeout=30) == 0, server.stderr.read()
 
 
 def test_a_static_binary_is_refused_with_the_reason(net, built, tmp_path):

@@ -451,6 +451,65 @@ def test_a_connection_a_forked_child_held_last_ends_with_the_child(net):
     assert (proc.returncode, proc.stdout) == (0, "b''\n"), proc.stderr
 
 
+# Two children forked back to back, the second making a socket of its own at once: the
+# parent's thread that serves the first may hold the runtime's lock at the second
+# fork, which must not leave the child's copy of it held.
+FORK_RACE = textwrap.dedent("""
+    import os, socket, time
+    a = socket.socket(); a.bind(("127.0.0.11", 0)); a.listen()
+    stuck = 0
+    for _ in range(3):
+        first = os.fork()
+        if first == 0:
+            time.sleep(0.3); os._exit(0)
+        second = os.fork()
+        if second == 0:
+            socket.socket().close(); os._exit(0)
+        for _ in range(200):   # 10 s at most
+            if os.waitpid(second, os.WNOHANG)[0]:
+                break
+            time.sleep(0.05)
+        else:
+            stuck += 1; os.kill(second, 9); os.waitpid(second, 0)
+        os.waitpid(first, 0)
+    print("stuck", stuck, flush=True)
+""")
+
+# More handles of an inherited connection, made in the child; the child closes the one
+# it inherited (its parent closed its own): each goes on, as on Linux.
+FORK_HANDLES = textwrap.dedent("""
+    import os, socket, sys
+    l = socket.socket(); l.bind(("127.0.0.11", 0)); l.listen()
+    for how in ("dup", "fileno", "fromfd"):
+        c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+        pid = os.fork()
+        if pid == 0:
+            s = (c.dup() if how == "dup" else
+                 socket.socket(fileno=os.dup(c.fileno())) if how == "fileno" else
+                 socket.fromfd(c.fileno(), socket.AF_INET, socket.SOCK_STREAM))
+            c.close()
+            s.sendall(how.encode()); print(how, s.recv(10), flush=True); s.close()
+            os._exit(0)
+        c.close()
+        print("parent", a.recv(10), flush=True); a.sendall(b"back")
+        os.waitpid(pid, 0)
+        print("parent", a.recv(10), flush=True)   # EOF: the child's handle was the last
+""")
+
+
+@pytest.mark.parametrize("script, expected", [
+    (FORK_RACE, ["stuck 0"]),
+    (FORK_HANDLES, ["parent b'dup'", "dup b'back'", "parent b''",
+                    "parent b'fileno'", "fileno b'back'", "parent b''",
+                    "parent b'fromfd'", "fromfd b'back'", "parent b''"]),
+], ids=["two-forks", "handles"])
+def test_forked_children_as_linux_has_them(net, script, expected):
+    _, env = net
+    proc = run_on_rack(env, script, name="api", timeout=90, flags=("--no-shortcuts",))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == sorted(expected)
+
+
 # A program's own socket subclass: its attributes are its own (the stub keeps what the
 # rack needs of it off the socket: guest/face.py), and accept() makes the stack's class,
 # not the program's (the stdlib's does not run the subclass's __init__ either).

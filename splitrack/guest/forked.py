@@ -29,7 +29,8 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
   parent which are rack sockets (`inherit`: by inode, the twins' own): those
   become Forked handles again (an inetd-style server's dup2(conn, 0), then
   exec). Those close-on-exec (every rack descriptor, unless dup2()ed) are
-  closed by the kernel; their twins, at the image's end;
+  closed by the kernel; their twins then (or at the image's end, if it never
+  touches a socket);
 - what a child cannot do yet with the sockets it inherited: have two threads in
   calls on them at once (they take turns), pass them on to a grandchild
   (EOPNOTSUPP there; the parent's twins of other children's handles are not
@@ -40,6 +41,7 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
 import _socket
 import errno
 import gc
+import itertools
 import os
 import pickle
 import select
@@ -57,6 +59,9 @@ _pending: tuple[tuple[Any, Any], dict[int, Any]] | None = None   # between the f
 _channel: Any = None            # the child's end, once forked
 _turn = threading.Lock()        # the child's calls take turns on it
 _TOKENS: dict[int, int] = {}    # a child's descriptor -> its handle at the parent, if not its own
+_OWNED: dict[int, int] = {}     # a child's Forked descriptor -> the pid whose channel serves it
+_KEYS = itertools.count(1 << 20)   # the parent's keys of handles it makes later (accept, dup):
+#                                    past every descriptor number (the inherited ones' keys)
 _TWINS: dict[int, Any] = {}     # the parent's: every child's handles here, by their own fd
 _INHERITED: dict[int, int] = {}  # the child's: an inherited socket's state (id) -> a token
 _owner = 0                      # the child's pid: a grandchild may not use the channel
@@ -169,20 +174,41 @@ def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: lis
         return None
     if method in ("accept", "dup"):   # a new handle: its descriptor goes to the child
         new, *rest = handle.accept() if method == "accept" else (handle.dup(),)
-        key = _std.fileno(new)
-        theirs[key] = _TWINS[key] = new
-        fds.append(key)
-        return (key, new.type == _socket_module.SOCK_DGRAM, *rest)
+        return (_new_twin(theirs, new, fds), new.type == _socket_module.SOCK_DGRAM, *rest)
     return getattr(handle, method)(*args)
+
+
+def _new_twin(theirs: dict[int, Any], new: Any, fds: list[int] | None = None) -> int:
+    """A handle made here for the child: its key (its descriptor into fds, if given)."""
+    key = next(_KEYS)
+    theirs[key] = _TWINS[_std.fileno(new)] = new
+    if fds is not None:
+        fds.append(_std.fileno(new))
+    return key
 
 
 def _twins_of(theirs: dict[int, Any], inodes: list[tuple[int, Any]]
               ) -> dict[int, tuple[int, bool]]:
-    """Which of an exec()ed image's descriptors (fd, inode) are one of the child's
-    sockets here (every handle of a connection shares its inode): {fd: (key, dgram)}."""
-    known = {handles.inode(_std.fileno(t)): (key, t.type == _socket_module.SOCK_DGRAM)
-             for key, t in theirs.items() if _std.fileno(t) >= 0}
-    return {fd: known[tuple(ino)] for fd, ino in inodes if tuple(ino) in known}
+    """Which of an exec()ed image's socket descriptors (fd, inode) are the child's rack
+    sockets here (every handle of a connection shares its inode): {fd: (key, dgram)},
+    a handle here for each (one it had, else a dup). The handles no descriptor took
+    were its old image's, closed by exec(): they close here too."""
+    pool: dict[Any, list[tuple[int, Any]]] = {}
+    for key, twin in list(theirs.items()):
+        if _std.fileno(twin) >= 0:
+            pool.setdefault(handles.inode(_std.fileno(twin)), []).append((key, twin))
+    sample = {ino: held[0][1] for ino, held in pool.items()}
+    got: dict[int, tuple[int, bool]] = {}
+    for fd, ino in inodes:
+        ino = tuple(ino)
+        if ino not in sample:
+            continue   # not a rack socket: the kernel's
+        key = pool[ino].pop()[0] if pool[ino] else _new_twin(theirs, sample[ino].dup())
+        got[fd] = (key, sample[ino].type == _socket_module.SOCK_DGRAM)
+    for held in pool.values():
+        for key, _ in held:
+            _close_twin(theirs.pop(key))
+    return got
 
 
 # ---- the child ----------------------------------------------------------------------------
@@ -206,9 +232,11 @@ def after_fork_in_child() -> None:
     stub_class, dgram_class = stream.__bases__[1], dgram.__bases__[1]   # (Forked, X)
     for obj in gc.get_objects():   # every handle the program holds (the state is shared)
         kinds = type(obj).__mro__   # (not isinstance: the stub's says yes to any socket)
-        if stub_class in kinds and not obj._gone and _std.fileno(obj) >= 0:
+        if stub_class in kinds and Forked not in kinds and not obj._gone \
+                and _std.fileno(obj) >= 0:   # (a Forked one is its grandparent's: not ours)
             obj.__class__ = dgram if dgram_class in kinds else stream
-            _INHERITED[id(obj.__dict__)] = _std.fileno(obj)
+            fd = _std.fileno(obj)
+            _INHERITED[id(obj.__dict__)], _OWNED[fd] = fd, _owner
 
 
 def inherit(fds: list[int]) -> dict[int, Any]:
@@ -230,6 +258,8 @@ def _call(handle: Any, method: str, *args: Any) -> tuple[Any, list[int]]:
     fd = _std.fileno(handle)
     if fd < 0:
         raise err(errno.EBADF)
+    if _OWNED.get(fd) != os.getpid():   # a grandchild's: the parent's twin is not its
+        raise OSError(errno.EOPNOTSUPP, "a rack socket passes one fork() only")
     return _ask(_TOKENS.get(fd, fd), method, args)
 
 
@@ -321,12 +351,17 @@ class Forked:
         fd = _std.fileno(self)
         if fd < 0 or self._gone:
             return
-        try:
-            _call(self, "close")
-        except OSError:
-            pass   # the parent has ended: its handles are closed already
+        copy = _untracked_copy(fd)
+        if copy is not None:   # os.dup2()ed (Python's is not interposed): the copy keeps
+            _TOKENS[copy], _OWNED[copy] = _TOKENS.get(fd, fd), _OWNED.get(fd, 0)   # it open
+        else:
+            try:
+                _call(self, "close")
+            except OSError:
+                pass   # the parent has ended: its handles are closed already
         self._gone = True
         _TOKENS.pop(fd, None)
+        _OWNED.pop(fd, None)
         _socket.socket.close(self)
 
     def __del__(self) -> None:
@@ -339,12 +374,23 @@ for _name in ("connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt
     setattr(Forked, _name, _forward(_name))   # made at the parent as they are
 
 
+def _untracked_copy(fd: int) -> int | None:
+    """Another descriptor of this process of fd's connection that no handle holds (an
+    os.dup2() copy, onto stdin for an exec(), say), if there is one."""
+    key = handles.inode(fd)
+    for name in os.listdir("/proc/self/fd"):
+        other = int(name)
+        if other != fd and other not in _OWNED and handles.inode(other) == key:
+            return other
+    return None
+
+
 def _handle_over(fd: int, key: int, dgram: bool) -> Any:
     """A Forked handle over descriptor fd, whose twin at the parent is `key`."""
     handle = _std.__new__(_forked_class(dgram))
     _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
     handle._gone, handle._timeout = False, None
-    _TOKENS[fd] = key
+    _TOKENS[fd], _OWNED[fd] = key, os.getpid()
     return handle
 
 
@@ -353,12 +399,14 @@ def handle_over(handle: Any, fd: int, state: dict[str, Any], dgram: bool) -> Non
     `handle`, a stub not yet made, becomes a Forked handle over fd, whose calls are
     made at the parent on the twin of an inherited handle of that socket."""
     token = _INHERITED.get(id(state))
-    if token is None:
-        raise err(errno.EBADF)   # (its handles were closed here)
+    if token is None or _OWNED.get(token) != os.getpid():
+        raise err(errno.EBADF)   # (its handles were closed here, or are a grandparent's)
+    (key, _), twin = _ask(_TOKENS.get(token, token), "dup", ())   # a handle of its own
+    os.close(twin[0])   # (the parent's new handle: fd is already a descriptor of it)
     handle.__class__ = _forked_class(dgram)
     _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
     handle._gone, handle._timeout = False, None
-    _TOKENS[fd] = _TOKENS.get(token, token)
+    _TOKENS[fd], _OWNED[fd] = key, os.getpid()
 
 
 _CLASSES: dict[bool, type] = {}

@@ -518,7 +518,8 @@ def _after_fork_in_child() -> None:
     of its own (its own inbox, links and socket buffers: vm.own), threaded if its
     parent's was (a native program's poll() told the parent's, and tells none again).
     A child that exec()s starts afresh."""
-    global _runtime, _threaded_parent
+    global _runtime, _runtime_lock, _threaded_parent
+    _runtime_lock = threading.Lock()   # (a parent's thread may have held it at the fork)
     if _runtime is None:
         return
     _runtime.forked = True
