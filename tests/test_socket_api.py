@@ -38,6 +38,7 @@ PROBE = textwrap.dedent("""
     t("shutdown('x')", lambda: fresh().shutdown("x"))
     t("send unconnected", lambda: fresh().send(b"x"))
     t("getpeername unconnected", lambda: fresh().getpeername())
+    t("connect a listener", lambda: srv.connect((host, port)))
     s = fresh()
     s.setblocking(False)
     t("non-blocking connect", lambda: s.connect((host, port)))

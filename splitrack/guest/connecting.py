@@ -38,10 +38,8 @@ class Connecting:
         ip, port = self._to_rack(address)
         if self._started:   # a non-blocking connect began: this call says how it went
             return self._connect_again()
-        if self._peer is not None:
+        if self._peer is not None or self._listening:   # (Linux: one not in TCP_CLOSE)
             raise err(errno.EISCONN)
-        if self._listening:
-            raise err(errno.EINVAL)
         if self._timeout != 0.0:
             return self._connect(ip, port, wait=True)
         # Non-blocking: EINPROGRESS, as Linux says even on loopback; how it went is
