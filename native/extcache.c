@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define XC_MAGIC 0x31435845u /* "EXC1" */
-#define XC_VERSION 2u
+#define XC_VERSION 3u
 #define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
 
 typedef struct {
@@ -48,6 +48,7 @@ typedef struct {
     uint16_t home;
     uint8_t valid;
     uint8_t dirty;
+    uint8_t pinned;   /* a page of pid's rack heap maps this line (xc_miss_begin) */
 } xc_tag_t;
 
 static inline xc_header_t *H(void *base) { return (xc_header_t *)base; }
@@ -272,20 +273,27 @@ int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void 
 
 /* ---- the miss transaction ----------------------------------------------- */
 
-static uint32_t choose_victim(void *base, uint32_t s) {
-    uint32_t ways = H(base)->ways, best = 0;
+/* The way a miss in set s fills: an empty one, else the least recently used
+ * (LRU) or first filled (FIFO) of the ways it may take. A pinned line is taken
+ * only by its own process's pager (own: pid's), which unmaps the page first;
+ * XC_NONE if every way is another process's pinned line. */
+#define XC_NONE UINT32_MAX
+static uint32_t choose_victim(void *base, uint32_t s, uint32_t pid, int own) {
+    uint32_t ways = H(base)->ways, best = XC_NONE;
     uint64_t oldest = UINT64_MAX;
     for (uint32_t w = 0; w < ways; w++) {
         xc_tag_t *t = tag_at(base, s, w);
         if (!t->valid)
             return w;
+        if (t->pinned && !(own && t->pid == pid))
+            continue;
         if (t->stamp < oldest) { oldest = t->stamp; best = w; }
     }
     return best;
 }
 
 int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,
-                  void *victim_buf) {
+                  void *victim_buf, xc_unpin_fn unpin, void *ctx) {
     uint32_t s = xc_set_of(base, pid, vpage);
     memset(victim, 0, sizeof *victim);
     lock(&set_at(base, s)->lock);
@@ -293,8 +301,14 @@ int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_
         unlock(&set_at(base, s)->lock);
         return 1;
     }
-    uint32_t w = choose_victim(base, s);
+    uint32_t w = choose_victim(base, s, pid, unpin != NULL);
+    if (w == XC_NONE) {
+        unlock(&set_at(base, s)->lock);
+        return -EBUSY;
+    }
     xc_tag_t *t = tag_at(base, s, w);
+    if (t->valid && t->pinned && unpin(ctx, t->vpage, line_at(base, s, w)))
+        t->dirty = 1;   /* the page had been written: its bytes are in the line now */
     if (t->valid && t->dirty) {
         victim->pid = t->pid;
         victim->home = t->home;
@@ -306,9 +320,14 @@ int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_
 }
 
 int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t home,
-                const void *data) {
+                const void *data, int pin) {
     uint32_t s = xc_set_of(base, pid, vpage);
-    uint32_t w = choose_victim(base, s); /* same choice as in xc_miss_begin: nothing changed */
+    /* same choice as in xc_miss_begin (pin there: an unpin function): nothing changed */
+    uint32_t w = choose_victim(base, s, pid, pin);
+    if (w == XC_NONE) {
+        unlock(&set_at(base, s)->lock);
+        return -EINVAL;
+    }
     xc_tag_t *t = tag_at(base, s, w);
     xc_counters_t *c = ctr(base, slot);
     if (t->valid) {
@@ -328,6 +347,7 @@ int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t hom
     t->vpage = vpage;
     t->home = (uint16_t)home;
     t->dirty = 0;
+    t->pinned = (uint8_t)(pin != 0);
     t->stamp = tick(base, s);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     t->valid = 1;

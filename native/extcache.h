@@ -83,11 +83,21 @@ int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void 
 
 /* The miss transaction (see above). xc_miss_begin returns 1 if the line is
  * present after all (nothing locked), 0 if the set is locked and the caller
- * must finish with xc_miss_end or xc_miss_abort. victim_buf: line_size bytes. */
+ * must finish with xc_miss_end or xc_miss_abort, -EBUSY if every way of the set
+ * is another process's pinned line (nothing locked). victim_buf: line_size bytes.
+ *
+ * Pinned lines are a rack heap's (native/pager.c): a page of the process's own
+ * address space maps the line's bytes (a copy it may have written since). Only
+ * that process's pager evicts them: it passes `unpin` (others pass NULL, and
+ * skip pinned ways), which is called, set locked, on a pinned victim of the
+ * same pid to unmap the page; it returns 1 if it copied the page's newer bytes
+ * into `line` (the victim is then dirty). xc_miss_end's `pin` must be 1 after
+ * an xc_miss_begin with unpin, else 0: it pins the line it installs. */
+typedef int (*xc_unpin_fn)(void *ctx, uint64_t vpage, void *line);
 int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,
-                  void *victim_buf);
+                  void *victim_buf, xc_unpin_fn unpin, void *ctx);
 int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t home,
-                const void *data /* NULL: zero-fill */);
+                const void *data /* NULL: zero-fill */, int pin);
 int xc_miss_abort(void *base, uint32_t pid, uint64_t vpage);
 
 /* Flush one line: if cached and dirty, copy it to out, mark it clean, and

@@ -90,14 +90,14 @@ class ExtCache:
         the dirty victim (pid, home, vpage) whose bytes are in victim_buf, or
         (0, 0, 0) if there is none."""
         if _check(lib.xc_miss_begin(self.base, slot, pid, vpage, self.victim,
-                                    self._victim_cbuf), "miss"):
+                                    self._victim_cbuf, ffi.NULL, ffi.NULL), "miss"):
             return None
         v = self.victim
         return v.pid, v.home, v.vpage
 
     def miss_end(self, slot: int, pid: int, vpage: int, home: int, data: Any = None) -> None:
         cdata = ffi.NULL if data is None else ffi.from_buffer(data)
-        _check(lib.xc_miss_end(self.base, slot, pid, vpage, home, cdata), "install")
+        _check(lib.xc_miss_end(self.base, slot, pid, vpage, home, cdata, 0), "install")
 
     def miss_abort(self, pid: int, vpage: int) -> None:
         lib.xc_miss_abort(self.base, pid, vpage)
