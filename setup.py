@@ -7,5 +7,6 @@ preload = Extension("native._preload", sources=["native/preload.c"], include_dir
 
 setup(cffi_modules=["native/build.py:extcache_ffi", "native/build.py:nring_ffi",
                     "native/build.py:fitring_ffi",
-                    "native/build.py:stubpath_ffi", "native/build.py:guest_ffi"],
+                    "native/build.py:stubpath_ffi", "native/build.py:rackmem_ffi",
+                    "native/build.py:guest_ffi"],
       ext_modules=[preload])

@@ -12,6 +12,9 @@
     stubpath.py                 its Python binding
     skelpath.h / skelpath.c     the nComponent's data plane: its DDIO skeletons' hot path
     skelpath.py                 its Python binding
+    rackmem.h                   a program's heap in rack memory (splitrack run --memory rack):
+    pager.c                     ... its userfaultfd fault handler, through the extCache
+    rackalloc.c                 ... its allocator, and CPython's hooks into it
     preload.c                   the native interposer (LD_PRELOAD): a C program's sockets
     guest.h                     ... the stub's calls it makes (module _guest: cffi embedding)
     build.py                    the cffi build script (setup.py: cffi_modules)

@@ -15,6 +15,10 @@
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: extcache.c built in too)
+    rackmem_ffi    native/rackmem.h      -> native._rackmem   (a program's heap in rack memory:
+                   native/pager.c                              the userfaultfd pager and the
+                   native/rackalloc.c                          allocator CPython uses; extcache.c,
+                                                               fitring.c and fitcall.c built in)
     guest_ffi      native/guest.h        -> native._guest     (the stub's calls for a native
                                                                program: cffi's embedding API,
                                                                served by splitrack/guest/
@@ -40,9 +44,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
-         sources: tuple[str, ...] = ()) -> FFI:
+         sources: tuple[str, ...] = (), own_source: bool = True) -> FFI:
     """Module native._<name> from <name>.h/.c; `also`: more headers and their
-    sources (declared after it), `sources`: C files they call."""
+    sources (declared after it), `sources`: C files they call; own_source=False:
+    no <name>.c (the header's functions are all in `sources`)."""
     headers = (name, *also)
     lines: list[str] = []
     for header in headers:
@@ -54,7 +59,8 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
     ffi.set_source(
         f"native._{name}",
         "".join(f'#include "{header}.h"\n' for header in headers),
-        sources=[os.path.relpath(os.path.join(HERE, f"{c}.c")) for c in (*headers, *sources)],
+        sources=[os.path.relpath(os.path.join(HERE, f"{c}.c"))
+                 for c in (*headers[0 if own_source else 1:], *sources)],
         include_dirs=[os.path.relpath(HERE)],
         extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
         libraries=libraries,
@@ -67,6 +73,8 @@ nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "
                  sources=("extcache",))
 fitring_ffi = _ffi("fitring", [], also=("fitcall", "fitserve"))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
+rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
+                   sources=("pager", "rackalloc", "extcache", "fitring", "fitcall"))
 
 
 def _guest() -> FFI:
@@ -93,4 +101,5 @@ if __name__ == "__main__":
     nring_ffi.compile(verbose=True)
     fitring_ffi.compile(verbose=True)
     stubpath_ffi.compile(verbose=True)
+    rackmem_ffi.compile(verbose=True)
     guest_ffi.compile(verbose=True)

@@ -860,6 +860,12 @@ __attribute__((constructor)) static void notice_python(void)
     /* python itself (or a program that embeds one): its own interpreter runs the drop-in */
     py_is_up = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     python_host = py_is_up != NULL;
+    const char *memory = getenv("SPLITRACK_MEMORY");   /* (a Python's: rackmem.py) */
+    if (!python_host && memory && strcmp(memory, "rack") == 0 && !getenv("SPLITRACK_MEMORY_SAID")) {
+        dprintf(2, "splitrack: --memory rack covers Python programs only: this native "
+                   "program's memory stays host memory\n");
+        setenv("SPLITRACK_MEMORY_SAID", "1", 1);   /* once, not again in what it runs */
+    }
     note_inherited();
     const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
     fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */

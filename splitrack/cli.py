@@ -48,7 +48,7 @@ from splitrack import argtypes, logs, top, trace, transfer
 from splitrack.launch import LaunchError, run_program
 from splitrack.logs import LOG_LEVEL_ENV
 from splitrack.manager import verbs as manager_verbs
-from splitrack.params import UP_POLL_INTERVAL_S
+from splitrack.params import MEMORY_MODES, UP_POLL_INTERVAL_S
 from splitrack.rack import Rack, RackAlreadyUp, RackError
 from splitrack.rundir import RunDir, RunRootError
 from splitrack.spec import SpecError, load_spec
@@ -196,6 +196,8 @@ def cmd_run(args: argparse.Namespace, env: dict[str, str] | None = None,
     if not command:
         raise RackError(f"no program given: splitrack {args.command} [--on pN] -- PROGRAM "
                         "[ARGS...]")
+    if args.memory == "rack":
+        env = {**(env or {}), "SPLITRACK_MEMORY": "rack"}
     name, rack = _running_rack(args)
     owned = rack is None
     if rack is None:
@@ -372,6 +374,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                    help="its connections to listeners on the rack take the nComponent too "
                         "(default: the spec's rack.shortcuts: a pipe on the same pComponent, "
                         "FIT between pComponents)")
+    p.add_argument("--memory", choices=MEMORY_MODES, default=MEMORY_MODES[0],
+                   help="where a Python program's memory lives: 'rack' puts its heap in rack "
+                        "pages, homed at an mComponent and faulted in through its "
+                        "pComponent's extCache (needs userfaultfd: root here); 'host' leaves it "
+                        "in host memory, only splitrack.guest.vm and socket buffers in the "
+                        "rack (default: %(default)s; docs/memory.md)")
     p.add_argument("--no-packing", action="store_true",
                    help="send every small send() on its own (default: consecutive small "
                         "sends of a socket without TCP_NODELAY are packed into one message "

@@ -60,6 +60,11 @@ NCOMPONENT_DRAM_DEFAULT = "512MiB"        # nComponent DRAM for socket buffers (
 NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
 GNM_STICKY_MAX = 4096                     # processes whose NIC GNM remembers
 
+# --- rack memory (`splitrack run --memory rack`, splitrack/guest/rackmem.py) -----------
+RACK_HEAP_RESERVE_BYTES = 16 << 30        # a program's rack heap: its address range
+RACK_HEAP_CHUNK_BYTES = 32 << 20          # the heap grows by this, reserved at its home first
+MEMORY_MODES = ("host", "rack")           # splitrack run --memory (the first: the default)
+
 # --- the rack manager (`splitrack serve`, splitrack/manager/) ------------------------
 MANAGER_HOST = "127.0.0.1"                # serve binds loopback unless told otherwise
 MANAGER_PORT = 8765

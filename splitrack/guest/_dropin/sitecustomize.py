@@ -17,4 +17,12 @@ if os.environ.get("SPLITRACK_RUN_DIR"):
         sys.stderr.write(f"splitrack: cannot load the rack's socket module in {sys.executable}: "
                          f"{exc}\n")
         raise SystemExit(127) from None
+    if os.environ.get("SPLITRACK_MEMORY") == "rack":   # before the program's first object
+        from splitrack.guest import rackmem
+        try:
+            rackmem.install()
+        except OSError as exc:
+            sys.stderr.write(f"splitrack: --memory rack: {exc.strerror or exc}\n")
+            sys.stderr.flush()
+            os._exit(127)   # (SystemExit here is a fatal error of site, status 1)
     rsocket.install()

@@ -1,0 +1,417 @@
+/*
+ * pager.c -- the rack heap's fault handler. Contract: rackmem.h.
+ *
+ * Invariants:
+ * - A heap page is mapped (RESIDENT) exactly while its line is pinned in the
+ *   extCache under (pid, page): installed by serve_miss, unpinned by unpin()
+ *   (the extCache evicts it) or rm_release (freed).
+ * - Page states change under pg_lock only; FIT calls go under link_lock only.
+ *   Neither is held by code that may touch an unmapped heap page, so no fault
+ *   ever waits for a lock its own faulter holds.
+ * - TOUCHED: the page was installed once, so its home may hold its bytes
+ *   (a miss asks it); otherwise a miss is a zero-fill with no message.
+ */
+#define _GNU_SOURCE
+#include "rackmem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "extcache.h"
+#include "fitcall.h"
+#include "fitheader.h"
+#include "fitring.h"
+
+#define PAGE 4096u
+#define RESIDENT 1u
+#define DIRTY 2u
+#define TOUCHED 4u
+#define FAULT_AROUND 16   /* pages a first write to a fresh page brings in at once */
+
+/* fit_rpc/header.py and ops.py; fit_rpc/pages.py's MISS and WRITEBACK layouts */
+#define FIT_MAGIC 0x5446
+#define FIT_VERSION 2
+#define FIT_REQUEST 1
+#define FIT_REPLY 2
+#define OP_M_ALLOC 0x0401
+#define OP_M_MISS 0x0403
+#define OP_M_WRITEBACK 0x0404
+
+typedef struct __attribute__((packed)) { uint32_t pid; uint64_t vpage; uint32_t vpid;
+                                         uint64_t vvpage; } miss_req;
+typedef struct __attribute__((packed)) { uint32_t pid, n; } writeback_req;
+
+static struct {
+    rm_config c;
+    int uffd;
+    uint8_t *state;                 /* per heap page */
+    pthread_mutex_t pg_lock, link_lock;
+    uint64_t reserved;              /* bytes from base reserved at the home */
+    uint32_t seq;
+    char *out, *req, *zero, *victim;
+    rm_stats st;
+    int started;
+} R = {.pg_lock = PTHREAD_MUTEX_INITIALIZER, .link_lock = PTHREAD_MUTEX_INITIALIZER};
+
+uint64_t rm_base(void) { return R.c.base; }
+uint64_t rm_reserve(void) { return R.c.reserve; }
+
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    dprintf(2, "splitrack: rack memory: %s\n", line);
+    _exit(RM_EXIT_STATUS);
+}
+
+/* ---- FIT calls to the mComponents (under link_lock) ------------------------ */
+
+/* One request to homes[h], its reply's payload in R.out + HEADER_BYTES (*len bytes).
+ * Returns 0, the reply's error (negative errno), or fails the program if the
+ * mComponent is gone or silent. */
+static int call(uint32_t h, uint16_t op, const char *payload, uint32_t n, uint32_t *len) {
+    fr_ring *tx = R.c.tx[h], *rx = R.c.rx[h];
+    fit_header head = {FIT_MAGIC, FIT_VERSION, FIT_REQUEST, op, 0, ++R.seq, n, 0, 0};
+    uint32_t got = 0, cap = HEADER_BYTES + PAGE * 2;
+    int64_t left = R.c.timeout_ns;
+    int rc = fr_call(tx, (const char *)&head, HEADER_BYTES, payload, n, (fr_ring *const *)&rx, 1,
+                     0, R.c.bell, R.c.efd, &R.c.hup[h], 1, R.c.spin_ns, left, R.out, cap, &got);
+    if (rc == FC_UNSENT) {
+        if (fr_wait_space(tx, HEADER_BYTES + n, R.c.efd, R.c.spin_ns, left) < 0)
+            fatal("mComponent %u takes no requests (its ring stayed full)", h);
+        rc = fr_call(tx, (const char *)&head, HEADER_BYTES, payload, n,
+                     (fr_ring *const *)&rx, 1, 0, R.c.bell, R.c.efd, &R.c.hup[h], 1,
+                     R.c.spin_ns, left, R.out, cap, &got);
+    }
+    for (int woken = 0; rc == FC_SENT; woken++) {   /* a wake-up with nothing: wait on */
+        struct pollfd p = {R.c.hup[h], POLLIN, 0};
+        if (poll(&p, 1, 0) > 0 || woken > 1000)
+            fatal("mComponent %u is gone or silent (op %#x, page fault of pid %u)", h, op,
+                  R.c.pid);
+        rc = fr_call(NULL, NULL, 0, NULL, 0, (fr_ring *const *)&rx, 1, 0, R.c.bell, R.c.efd,
+                     &R.c.hup[h], 1, R.c.spin_ns, left, R.out, cap, &got);
+    }
+    if (rc < 0)
+        fatal("the link to mComponent %u broke (%s)", h, strerror(-rc));
+    fit_header *back = (fit_header *)R.out;
+    if (got < HEADER_BYTES || back->magic != FIT_MAGIC || back->kind != FIT_REPLY ||
+        back->seq != head.seq || back->length != got - HEADER_BYTES)
+        fatal("mComponent %u answered op %#x with a malformed reply", h, op);
+    *len = back->length;
+    return back->err ? -(int)back->err : 0;
+}
+
+static void writeback(uint32_t home, uint32_t pid, uint64_t vpage, const char *line) {
+    writeback_req w = {pid, 1};
+    memcpy(R.req, &w, sizeof w);
+    memcpy(R.req + sizeof w, line, PAGE);
+    memcpy(R.req + sizeof w + PAGE, &vpage, sizeof vpage);
+    uint32_t len;
+    pthread_mutex_lock(&R.link_lock);
+    int rc = call(home, OP_M_WRITEBACK, R.req, sizeof w + PAGE + sizeof vpage, &len);
+    pthread_mutex_unlock(&R.link_lock);
+    if (rc < 0)
+        fatal("write-back of page %#lx to mComponent %u: %s", (unsigned long)vpage, home,
+              strerror(-rc));
+}
+
+int rm_grow(uint64_t upto) {
+    int rc = 0;
+    pthread_mutex_lock(&R.link_lock);
+    while (rc == 0 && R.reserved < upto) {
+        if (R.reserved + R.c.chunk > R.c.reserve) { rc = -ENOMEM; break; }
+        char json[160];
+        int n = snprintf(json + 4, sizeof json - 4,
+                         "{\"pid\":%u,\"start\":%llu,\"length\":%llu}", R.c.pid,
+                         (unsigned long long)(R.c.base + R.reserved),
+                         (unsigned long long)R.c.chunk);
+        uint32_t u = (uint32_t)n, len;
+        memcpy(json, &u, 4);
+        rc = call(R.c.home, OP_M_ALLOC, json, 4 + u, &len);
+        if (rc == 0)
+            R.reserved += R.c.chunk;
+    }
+    R.st.reserved = R.reserved;
+    pthread_mutex_unlock(&R.link_lock);
+    return rc;
+}
+
+/* ---- the pages ---------------------------------------------------------------- */
+
+static int wp(uint64_t addr, int on) {
+    struct uffdio_writeprotect w = {{addr, PAGE}, on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
+    return ioctl(R.uffd, UFFDIO_WRITEPROTECT, &w);
+}
+
+static void wake(uint64_t addr) {
+    struct uffdio_range r = {addr, PAGE};
+    ioctl(R.uffd, UFFDIO_WAKE, &r);
+}
+
+/* xc_miss_begin's unpin: the extCache evicts a pinned line of this process
+ * (set locked, pg_lock held). */
+static int unpin(void *ctx, uint64_t vpage, void *line) {
+    (void)ctx;
+    uint64_t addr = vpage * PAGE;
+    if (addr < R.c.base || addr - R.c.base >= R.c.reserve)
+        return 0;   /* not this heap's (a heap of an image before exec): just a line */
+    uint8_t *s = &R.state[(addr - R.c.base) / PAGE];
+    if (!(*s & RESIDENT))
+        return 0;
+    int dirty = (*s & DIRTY) != 0;
+    if (dirty) {
+        if (wp(addr, 1) < 0)   /* writers now fault, and wait for this thread */
+            fatal("write-protecting %#lx: %s", (unsigned long)addr, strerror(errno));
+        memcpy(line, (void *)addr, PAGE);
+    }
+    madvise((void *)addr, PAGE, MADV_DONTNEED);
+    *s &= (uint8_t)~(RESIDENT | DIRTY);
+    R.st.evictions++;
+    R.st.resident--;
+    R.st.writebacks += (uint64_t)dirty;
+    return dirty;
+}
+
+static void install(uint64_t addr, const char *data, int write) {
+    struct uffdio_copy cp = {addr, (uint64_t)(data ? data : R.zero), PAGE,
+                             write ? 0 : UFFDIO_COPY_MODE_WP, 0};
+    if (ioctl(R.uffd, UFFDIO_COPY, &cp) < 0 && errno != EEXIST)
+        fatal("installing page %#lx: %s", (unsigned long)addr, strerror(errno));
+    uint8_t *s = &R.state[(addr - R.c.base) / PAGE];
+    *s = (uint8_t)(RESIDENT | TOUCHED | (write ? DIRTY : 0));
+    R.st.resident++;
+}
+
+/* A first write to a page never there is most often a heap growing through
+ * fresh pages: the next ones that were never there either come in with it,
+ * zero-filled and writable (so dirty: a page is written back when it leaves
+ * even if the program never wrote it), one fault for FAULT_AROUND pages. */
+static void zero_fill_ahead(uint64_t addr) {
+    uint64_t n = 0;
+    for (; n < FAULT_AROUND - 1 && addr + n * PAGE - R.c.base < R.reserved; n++) {
+        uint64_t a = addr + n * PAGE;
+        uint8_t *s = &R.state[(a - R.c.base) / PAGE];
+        xc_victim_t v;
+        if (*s & (RESIDENT | TOUCHED) ||
+            xc_miss_begin(R.c.xc, R.c.slot, R.c.pid, a / PAGE, &v, R.victim, unpin, NULL) != 0)
+            break;
+        if (v.pid && v.home >= (uint32_t)R.c.nhomes) {
+            xc_miss_abort(R.c.xc, R.c.pid, a / PAGE);
+            break;
+        }
+        if (v.pid)
+            writeback(v.home, v.pid, v.vpage, R.victim);
+        xc_miss_end(R.c.xc, R.c.slot, R.c.pid, a / PAGE, R.c.home, NULL, 1);
+        *s = RESIDENT | TOUCHED | DIRTY;
+        R.st.zero_fills++;
+        R.st.resident++;
+    }
+    if (n == 0)
+        return;
+    struct uffdio_copy cp = {addr, (uint64_t)R.zero, n * PAGE, 0, 0};
+    if (ioctl(R.uffd, UFFDIO_COPY, &cp) < 0)
+        fatal("installing pages at %#lx: %s", (unsigned long)addr, strerror(errno));
+}
+
+static void serve_miss(uint64_t addr, int write) {
+    uint64_t vpage = addr / PAGE;
+    uint8_t *s = &R.state[(addr - R.c.base) / PAGE];
+    xc_victim_t v;
+    for (int tries = 0;; tries++) {
+        int rc = xc_miss_begin(R.c.xc, R.c.slot, R.c.pid, vpage, &v, R.victim, unpin, NULL);
+        if (rc == 0)
+            break;
+        if (rc == -EBUSY)
+            fatal("every way of the extCache set of page %#lx holds another rack-memory "
+                  "program's pages: give the pComponent a larger extCache", (unsigned long)addr);
+        if (rc < 0 || tries > 2)
+            fatal("extCache miss at %#lx: %s", (unsigned long)addr, strerror(rc < 0 ? -rc : EEXIST));
+        xc_invalidate(R.c.xc, R.c.pid, vpage, 1);   /* a line of an image before exec */
+    }
+    const char *data = NULL;
+    if (v.pid && v.home >= (uint32_t)R.c.nhomes)
+        fatal("a dirty victim homed at mComponent %u, which the pager has no link to", v.home);
+    int piggyback = v.pid && v.home == R.c.home && (*s & TOUCHED);
+    if (v.pid && !piggyback)
+        writeback(v.home, v.pid, v.vpage, R.victim);
+    if (*s & TOUCHED) {
+        miss_req m = {R.c.pid, vpage, piggyback ? v.pid : 0, piggyback ? v.vpage : 0};
+        memcpy(R.req, &m, sizeof m);
+        if (piggyback)
+            memcpy(R.req + sizeof m, R.victim, PAGE);
+        uint32_t len;
+        pthread_mutex_lock(&R.link_lock);
+        int rc = call(R.c.home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
+        pthread_mutex_unlock(&R.link_lock);
+        if (rc < 0 || len != PAGE) {
+            xc_miss_abort(R.c.xc, R.c.pid, vpage);
+            fatal("M_MISS of page %#lx: %s", (unsigned long)addr,
+                  rc < 0 ? strerror(-rc) : "a reply that is no page");
+        }
+        data = R.out + HEADER_BYTES;
+        R.st.misses++;
+    } else {
+        R.st.zero_fills++;
+    }
+    xc_miss_end(R.c.xc, R.c.slot, R.c.pid, vpage, R.c.home, data, 1);
+    install(addr, data, write);
+    if (write && !data)
+        zero_fill_ahead(addr + PAGE);
+}
+
+static void serve(const struct uffd_msg *m) {
+    uint64_t addr = m->arg.pagefault.address & ~(uint64_t)(PAGE - 1);
+    if (addr < R.c.base || addr - R.c.base >= R.reserved) {
+        dprintf(2, "splitrack: rack memory: access to %#lx, which the rack heap never "
+                   "handed out\n", (unsigned long)m->arg.pagefault.address);
+        signal(SIGSEGV, SIG_DFL);
+        kill(getpid(), SIGSEGV);
+        pause();
+    }
+    pthread_mutex_lock(&R.pg_lock);
+    uint8_t *s = &R.state[(addr - R.c.base) / PAGE];
+    R.st.faults++;
+    if (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
+        if (*s & RESIDENT) {     /* the first write since the page came in: now dirty */
+            *s |= DIRTY;
+            R.st.write_faults++;
+            if (wp(addr, 0) < 0)
+                fatal("un-write-protecting %#lx: %s", (unsigned long)addr, strerror(errno));
+        } else {
+            wake(addr);          /* evicted meanwhile: the retry faults it in */
+        }
+    } else if (*s & RESIDENT) {
+        wake(addr);              /* two threads faulted on it: served already */
+    } else {
+        serve_miss(addr, (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0);
+    }
+    pthread_mutex_unlock(&R.pg_lock);
+}
+
+static void *pager(void *arg) {
+    (void)arg;
+    struct uffd_msg msgs[16];
+    for (;;) {
+        ssize_t n = read(R.uffd, msgs, sizeof msgs);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            fatal("reading the page faults: %s", strerror(errno));
+        }
+        for (ssize_t i = 0; i < n / (ssize_t)sizeof msgs[0]; i++)
+            if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
+                serve(&msgs[i]);
+    }
+    return NULL;
+}
+
+/* ---- freeing ------------------------------------------------------------------ */
+
+void rm_release(uint64_t addr, uint64_t len) {
+    pthread_mutex_lock(&R.pg_lock);
+    madvise((void *)addr, len, MADV_DONTNEED);
+    uint64_t first = (addr - R.c.base) / PAGE, n = len / PAGE;
+    for (uint64_t i = first; i < first + n; i++) {
+        if (R.state[i] & RESIDENT)
+            R.st.resident--;
+        R.state[i] = 0;   /* its bytes are garbage now: the next use is a zero-fill */
+    }
+    xc_invalidate(R.c.xc, R.c.pid, addr / PAGE, n);
+    R.st.released += n;
+    pthread_mutex_unlock(&R.pg_lock);
+}
+
+void rm_get_stats(rm_stats *out) {
+    pthread_mutex_lock(&R.pg_lock);
+    *out = R.st;
+    pthread_mutex_unlock(&R.pg_lock);
+    out->in_use = rm_in_use();
+}
+
+/* ---- start -------------------------------------------------------------------- */
+
+int rm_start(const rm_config *cfg, char *why, int cap) {
+#define FAIL(e, ...) do { snprintf(why, (size_t)cap, __VA_ARGS__); return -(e); } while (0)
+    if (R.started)
+        FAIL(EEXIST, "the rack heap is started already");
+    if (xc_line_size(cfg->xc) != PAGE)
+        FAIL(EINVAL, "rack memory needs the rack's line to be the page size (4KiB), not %u B",
+             xc_line_size(cfg->xc));
+    if (cfg->nhomes < 1 || cfg->nhomes > RM_MAX_HOMES || cfg->home >= (uint32_t)cfg->nhomes ||
+        cfg->chunk % PAGE || cfg->reserve % cfg->chunk || cfg->base % PAGE)
+        FAIL(EINVAL, "bad rack heap geometry");
+    R.c = *cfg;
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+    if (fd < 0 && (errno == EPERM || errno == ENOSYS)) {   /* (the device: a policy's choice) */
+        int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+        fd = dev < 0 ? -1 : ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC);
+        if (dev >= 0) close(dev);
+    }
+    if (fd < 0)
+        FAIL(errno, "userfaultfd is not available here (%s): it takes root or "
+             "vm.unprivileged_userfaultfd=1 to serve faults the kernel takes too; "
+             "use --memory host", strerror(errno));
+    struct uffdio_api api = {UFFD_API, UFFD_FEATURE_PAGEFAULT_FLAG_WP, 0, };
+    if (ioctl(fd, UFFDIO_API, &api) < 0) {
+        close(fd);
+        FAIL(EOPNOTSUPP, "this kernel's userfaultfd cannot write-protect anonymous memory: "
+             "use --memory host");
+    }
+    void *at = mmap((void *)cfg->base, cfg->reserve, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (at == MAP_FAILED) {
+        close(fd);
+        FAIL(errno, "cannot reserve %llu bytes at %#llx for the rack heap: %s",
+             (unsigned long long)cfg->reserve, (unsigned long long)cfg->base, strerror(errno));
+    }
+    madvise(at, cfg->reserve, MADV_DONTFORK);   /* a child gets none of it (rackmem.py) */
+    struct uffdio_register reg = {{cfg->base, cfg->reserve},
+                                  UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP, 0};
+    if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0) {
+        int e = errno;
+        munmap(at, cfg->reserve);
+        close(fd);
+        FAIL(e, "userfaultfd refuses the rack heap: %s", strerror(e));
+    }
+    R.uffd = fd;
+    size_t npages = cfg->reserve / PAGE;
+    R.state = mmap(NULL, npages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+                   MAP_NORESERVE, -1, 0);
+    R.out = malloc(HEADER_BYTES + PAGE * 2);
+    R.req = malloc(PAGE * 2 + 64);
+    R.zero = calloc(FAULT_AROUND, PAGE);
+    R.victim = malloc(PAGE);
+    if (R.state == MAP_FAILED || !R.out || !R.req || !R.zero || !R.victim)
+        FAIL(ENOMEM, "no memory for the pager's state");
+    R.seq = 1u << 30;   /* (the endpoint's own calls, before, counted from 1) */
+    int rc = rm_grow(cfg->chunk);
+    if (rc < 0)
+        FAIL(-rc, "the home mComponent reserves no rack heap: %s", strerror(-rc));
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the program's signals are not its */
+    pthread_t t;
+    rc = pthread_create(&t, NULL, pager, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc)
+        FAIL(rc, "cannot start the pager thread: %s", strerror(rc));
+    pthread_detach(t);
+    R.started = 1;
+    return 0;
+#undef FAIL
+}

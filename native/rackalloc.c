@@ -1,0 +1,275 @@
+/*
+ * rackalloc.c -- an allocator over the rack heap, and CPython's hooks into it.
+ * Contract: rackmem.h.
+ *
+ * - Small blocks (<= SMALL_MAX): a 16-byte header (class, magic), then the
+ *   block; size classes of 16 B up to 1 KiB, then quarter powers of two; carved from
+ *   slabs, kept on a free list per class when freed (their pages stay).
+ * - Large blocks: whole pages, page-aligned, their length in run_len[first page]
+ *   (outside the heap); carved from the top of the heap or taken first-fit
+ *   from the free runs. A freed run goes back to the pager (rm_release: its
+ *   pages dropped here and in the extCache) and to the free runs, merged with
+ *   its neighbours. So a large block is always zeros when handed out.
+ * - One mutex: CPython's raw domain is called without the GIL.
+ * Nothing here touches a heap page while holding a lock the pager takes.
+ */
+#define _GNU_SOURCE
+#undef Py_LIMITED_API   /* PyMem_SetAllocator is not in the limited API */
+#include <Python.h>
+
+#include "rackmem.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define PAGE 4096u
+#define SMALL_MAX 32768u
+#define SLAB (256u * 1024u)
+#define NCLASSES 85
+#define MAGIC 0x52414b4du   /* "MKAR" */
+
+typedef struct { uint32_t cls, magic; uint64_t pad; } small_head;
+typedef struct run { uint64_t page, npages; struct run *next; } run;
+
+static struct {
+    pthread_mutex_t lock;
+    uint32_t *run_len;          /* per heap page: a large block's pages, at its first */
+    uint64_t top;               /* pages from the base handed out by the bump */
+    char *slab, *slab_end;      /* where small blocks are carved */
+    void *free_small[NCLASSES];
+    run *free_runs;             /* address-sorted, merged */
+    uint64_t in_use;
+} A = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Classes 1..64: 16 B steps up to 1 KiB; 65..84: four to each power of two
+ * after that, (2^k, 2^(k+1)] in quarters, up to 32 KiB (at most 25% lost). */
+static inline uint32_t class_of(size_t n) {
+    if (n <= 1024)
+        return (uint32_t)((n + 15) / 16);
+    uint32_t k = 63 - (uint32_t)__builtin_clzll(n - 1);   /* 2^k < n <= 2^(k+1) */
+    size_t quarter = (size_t)1 << (k - 2);
+    uint32_t j = (uint32_t)((n - ((size_t)1 << k) + quarter - 1) / quarter);   /* 1..4 */
+    return 65 + (k - 10) * 4 + (j - 1);
+}
+
+static inline size_t class_size(uint32_t c) {
+    if (c <= 64)
+        return c * 16u;
+    uint32_t k = 10 + (c - 65) / 4, j = (c - 65) % 4 + 1;
+    return ((size_t)1 << k) + j * ((size_t)1 << (k - 2));
+}
+
+int rm_owns(const void *p) {
+    uint64_t a = (uint64_t)p;
+    return rm_base() && a >= rm_base() && a - rm_base() < rm_reserve();
+}
+
+static inline uint64_t page_of(const void *p) { return ((uint64_t)p - rm_base()) / PAGE; }
+
+/* ---- page runs (lock held) -------------------------------------------------- */
+
+static void *take_run(uint64_t npages) {
+    for (run **at = &A.free_runs; *at; at = &(*at)->next) {
+        run *r = *at;
+        if (r->npages < npages)
+            continue;
+        uint64_t page = r->page;
+        r->page += npages;
+        r->npages -= npages;
+        if (r->npages == 0) { *at = r->next; free(r); }
+        A.run_len[page] = (uint32_t)npages;
+        return (void *)(rm_base() + page * PAGE);
+    }
+    if (!A.run_len) {
+        A.run_len = mmap(NULL, rm_reserve() / PAGE * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (A.run_len == MAP_FAILED) { A.run_len = NULL; return NULL; }
+    }
+    if ((A.top + npages) * PAGE > rm_reserve() || rm_grow((A.top + npages) * PAGE) < 0)
+        return NULL;   /* the home has no more room: MemoryError */
+    uint64_t page = A.top;
+    A.top += npages;
+    A.run_len[page] = (uint32_t)npages;
+    return (void *)(rm_base() + page * PAGE);
+}
+
+static void give_run(uint64_t page, uint64_t npages) {
+    A.run_len[page] = 0;
+    rm_release(rm_base() + page * PAGE, npages * PAGE);
+    run **at = &A.free_runs;
+    while (*at && (*at)->page < page)
+        at = &(*at)->next;
+    run *prev = at == &A.free_runs ? NULL : (run *)((char *)at - offsetof(run, next));
+    run *next = *at;
+    if (prev && prev->page + prev->npages == page) {
+        prev->npages += npages;
+        if (next && prev->page + prev->npages == next->page) {
+            prev->npages += next->npages;
+            prev->next = next->next;
+            free(next);
+        }
+        return;
+    }
+    if (next && page + npages == next->page) {
+        next->page = page;
+        next->npages += npages;
+        return;
+    }
+    run *r = malloc(sizeof *r);   /* (libc's: not the heap) */
+    if (!r)
+        return;   /* the pages stay unused: lost to this heap, not to the program */
+    *r = (run){page, npages, next};
+    *at = r;
+}
+
+/* ---- the allocator ------------------------------------------------------------ */
+
+static void *alloc_locked(size_t n) {
+    if (n > SMALL_MAX) {
+        uint64_t npages = (n + PAGE - 1) / PAGE;
+        if (npages > UINT32_MAX)
+            return NULL;
+        void *p = take_run(npages);
+        if (p) A.in_use += npages * PAGE;
+        return p;
+    }
+    uint32_t c = class_of(n ? n : 1);
+    size_t size = class_size(c);
+    void *p = A.free_small[c];
+    if (p) {
+        A.free_small[c] = *(void **)p;
+    } else {
+        if (A.slab_end - A.slab < (ptrdiff_t)(sizeof(small_head) + size)) {
+            char *s = take_run(SLAB / PAGE);
+            if (!s)
+                return NULL;
+            A.slab = s + sizeof(small_head);   /* no small block starts a run (rm_free) */
+            A.slab_end = s + SLAB;
+        }
+        small_head *h = (small_head *)A.slab;
+        h->cls = c;
+        h->magic = MAGIC;
+        p = A.slab + sizeof(small_head);
+        A.slab += sizeof(small_head) + size;
+    }
+    A.in_use += size;
+    return p;
+}
+
+static size_t size_locked(void *p) {
+    uint64_t page = page_of(p);
+    if ((uint64_t)p % PAGE == 0 && A.run_len && A.run_len[page])
+        return (size_t)A.run_len[page] * PAGE;
+    small_head *h = (small_head *)p - 1;
+    return h->magic == MAGIC ? class_size(h->cls) : 0;
+}
+
+static void free_locked(void *p) {
+    uint64_t page = page_of(p);
+    if ((uint64_t)p % PAGE == 0 && A.run_len && A.run_len[page]) {
+        A.in_use -= (uint64_t)A.run_len[page] * PAGE;
+        give_run(page, A.run_len[page]);
+        return;
+    }
+    small_head *h = (small_head *)p - 1;
+    if (h->magic != MAGIC || h->cls == 0 || h->cls >= NCLASSES)
+        abort();   /* not a block of this heap: a double free or a stray pointer */
+    A.in_use -= class_size(h->cls);
+    *(void **)p = A.free_small[h->cls];
+    A.free_small[h->cls] = p;
+}
+
+void *rm_malloc(size_t n) {
+    pthread_mutex_lock(&A.lock);
+    void *p = alloc_locked(n);
+    pthread_mutex_unlock(&A.lock);
+    return p;
+}
+
+void *rm_calloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    void *p = rm_malloc(n * size);
+    if (p && n * size <= SMALL_MAX)
+        memset(p, 0, n * size);   /* (a large block is zeros already) */
+    return p;
+}
+
+void *rm_realloc(void *p, size_t n) {
+    if (!p)
+        return rm_malloc(n);
+    pthread_mutex_lock(&A.lock);
+    size_t old = size_locked(p);
+    if (n <= old && (old <= SMALL_MAX || n > old / 2)) {
+        pthread_mutex_unlock(&A.lock);
+        return p;
+    }
+    void *q = alloc_locked(n);
+    pthread_mutex_unlock(&A.lock);
+    if (q) {
+        memcpy(q, p, old < n ? old : n);   /* (no lock: the copy may fault) */
+        rm_free(p);
+    }
+    return q;
+}
+
+uint64_t rm_in_use(void) {
+    pthread_mutex_lock(&A.lock);
+    uint64_t n = A.in_use;
+    pthread_mutex_unlock(&A.lock);
+    return n;
+}
+
+void rm_free(void *p) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&A.lock);
+    free_locked(p);
+    pthread_mutex_unlock(&A.lock);
+}
+
+/* ---- CPython ------------------------------------------------------------------ */
+
+static PyMemAllocatorEx prev_raw;
+static PyObjectArenaAllocator prev_arena;
+
+static void *raw_malloc(void *ctx, size_t n) { (void)ctx; return rm_malloc(n ? n : 1); }
+
+static void *raw_calloc(void *ctx, size_t n, size_t size) {
+    (void)ctx;
+    return rm_calloc(n ? n : 1, size ? size : 1);
+}
+
+static void *raw_realloc(void *ctx, void *p, size_t n) {
+    (void)ctx;
+    if (p && !rm_owns(p))   /* a block from before: it stays where it is */
+        return prev_raw.realloc(prev_raw.ctx, p, n);
+    return rm_realloc(p, n ? n : 1);
+}
+
+static void raw_free(void *ctx, void *p) {
+    (void)ctx;
+    if (rm_owns(p)) rm_free(p); else if (p) prev_raw.free(prev_raw.ctx, p);
+}
+
+static void *arena_alloc(void *ctx, size_t n) { (void)ctx; return rm_malloc(n); }
+
+static void arena_free(void *ctx, void *p, size_t n) {
+    (void)ctx;
+    if (rm_owns(p)) rm_free(p); else prev_arena.free(prev_arena.ctx, p, n);
+}
+
+int rm_install_python(void) {
+    if (!rm_base())
+        return -EINVAL;
+    PyMemAllocatorEx raw = {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free};
+    PyObjectArenaAllocator arena = {NULL, arena_alloc, arena_free};
+    PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &prev_raw);
+    PyObject_GetArenaAllocator(&prev_arena);
+    PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &raw);
+    PyObject_SetArenaAllocator(&arena);
+    return 0;
+}

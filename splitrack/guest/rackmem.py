@@ -1,0 +1,116 @@
+"""A Python program's whole memory in the rack (`splitrack run --memory rack`).
+
+install() runs first thing in the program (the drop-in sitecustomize, before
+its own first line): from then on every block CPython's raw domain hands out and
+every arena of its object allocator (so every object the program makes, and
+every buffer) lies in the rack heap, whose pages are rack pages -- homed at the
+mComponent GMM picks, cached in the pComponent's extCache, faulted in by the
+pager thread (native/rackmem.h says how). Blocks made before install() stay
+where they are; so does what C extensions get from malloc (numpy's arrays).
+
+What the program sees of it:
+- `splitrack stats` / `top`: its extCache misses, zero-fills, evictions and
+  write-backs (the process's counters, as for splitrack.guest.vm);
+- stats(): the pager's own counts (faults, write faults, resident pages...);
+- MemoryError when its home has no room left for the heap to grow;
+- os.fork() is refused (EOPNOTSUPP): a child would not see the pages that are
+  not resident (the heap is not inherited: MADV_DONTFORK); subprocess's
+  vfork+exec works;
+- a fault the pager cannot serve ends the program with exit status 71 and one
+  line saying why.
+It needs userfaultfd with kernel faults (root, or vm.unprivileged_userfaultfd=1)
+and the shm transport; otherwise install() says why and the program is refused
+(exit status 127), so `--memory host` is the way to run it.
+"""
+
+import errno
+import os
+import random
+from typing import Any
+
+from fit_rpc import GLOBAL_ID, Endpoint, Op
+from fit_rpc.shm_transport import ShmTransport
+from native import load
+from native.fitring import ffi as ring_ffi
+from splitrack.guest import vm as guest_vm
+from splitrack.params import (
+    FIT_CALL_TIMEOUT_S,
+    FIT_POLL_US,
+    RACK_HEAP_CHUNK_BYTES,
+    RACK_HEAP_RESERVE_BYTES,
+)
+
+_lib = load("_rackmem", "rack memory (native/rackmem.h)")
+ffi, lib = _lib.ffi, _lib.lib
+
+_HEAP_BASES = 0x5000_0000_0000   # where heaps go: a random 1 TiB slot above this
+_pager: Endpoint | None = None     # the pager's FIT endpoint: lives as long as the process
+
+
+class RackMemoryUnavailable(OSError):
+    pass
+
+
+def _address(ptr: Any) -> Any:
+    return ffi.cast("void *", int(ring_ffi.cast("uintptr_t", ptr)))
+
+
+def install() -> None:
+    """Move the program's memory into the rack; RackMemoryUnavailable says why not."""
+    global _pager
+    if _pager is not None:
+        return
+    mem = guest_vm.own()
+    pid, pcomponent = mem.pid, mem.pcomponent
+    pager = Endpoint(f"{pcomponent}.{pid}", None, directory=os.environ["SPLITRACK_GLOBAL"],
+                     poll_us=int(os.environ.get("SPLITRACK_POLL_US", FIT_POLL_US)))
+    if not isinstance(pager.transport, ShmTransport):
+        pager.close()
+        raise RackMemoryUnavailable(errno.EOPNOTSUPP, "rack memory needs the shm transport "
+                                    "(rack.transport = \"shm\")")
+    if len(mem.m_ids) > lib.RM_MAX_HOMES:
+        pager.close()
+        raise RackMemoryUnavailable(errno.EOPNOTSUPP, f"rack memory serves at most "
+                                    f"{lib.RM_MAX_HOMES} mComponents")
+    home, _ = pager.call_args(GLOBAL_ID, Op.GMM_PLACE, {"size": RACK_HEAP_CHUNK_BYTES})
+    cfg = ffi.new("rm_config *")
+    cfg.xc = _address(mem.xc.base)
+    cfg.slot, cfg.pid = mem.slot, pid
+    cfg.home, cfg.nhomes = mem.m_ids.index(home["id"]), len(mem.m_ids)
+    for i, mid in enumerate(mem.m_ids):   # a link to each: dirty victims go to their homes
+        pager.call(mid, Op.ECHO, b"")
+        link = pager.transport.out[mid]
+        cfg.tx[i], cfg.rx[i] = _address(link.tx.r), _address(link.rx.r)
+        cfg.hup[i] = link.sock.fileno()
+    cfg.bell = ffi.cast("uint32_t *", _address(pager.transport.bell.word))
+    cfg.efd = pager.transport.bell.efd
+    cfg.spin_ns = int(pager.transport.spin_s * 1e9)
+    cfg.timeout_ns = int(FIT_CALL_TIMEOUT_S * 1e9)
+    cfg.base = _HEAP_BASES + (random.randrange(1, 16) << 40)   # an exec()'s next image: another
+    cfg.reserve, cfg.chunk = RACK_HEAP_RESERVE_BYTES, RACK_HEAP_CHUNK_BYTES
+    why = ffi.new("char[]", 512)
+    rc = lib.rm_start(cfg, why, len(why))
+    if rc < 0:
+        pager.close()
+        raise RackMemoryUnavailable(-rc, ffi.string(why).decode())
+    _pager = pager
+    lib.rm_install_python()
+    os.fork = _no_fork
+
+
+def _no_fork() -> int:
+    raise OSError(errno.EOPNOTSUPP, "splitrack: fork() of a program with --memory rack: its "
+                                    "child would not have its pages; use subprocess, or run "
+                                    "it with --memory host")
+
+
+def stats() -> dict[str, int]:
+    """The pager's counts: faults, zero_fills, misses, write_faults, evictions,
+    writebacks, resident (pages), reserved (bytes at the home), in_use, released."""
+    s = ffi.new("rm_stats *")
+    lib.rm_get_stats(s)
+    return {name: getattr(s, name) for name in dir(s)}
+
+
+def installed() -> bool:
+    return _pager is not None

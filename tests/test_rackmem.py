@@ -1,0 +1,187 @@
+"""`splitrack run --memory rack`: a Python program's heap in rack pages, faulted in
+by its pager thread through the pComponent's extCache, on real racks.
+
+p0's extCache here is 2 MiB (512 lines): the programs below use several times
+that, so their pages are evicted, written back and missed back all the time.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fit_rpc import Op
+from helpers import SPLITRACK, running_rack, small_spec, wait_until
+
+SCRATCH = "/tmp"   # (not the checkout: its packages lack the built extensions)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 and open(
+    "/proc/sys/vm/unprivileged_userfaultfd").read().strip() != "1",
+    reason="userfaultfd for kernel faults needs root or vm.unprivileged_userfaultfd=1")
+
+
+def _spec(storage, name="rmem", **rack):
+    spec = small_spec(storage, name=name, **rack)
+    spec["pcomponent"][0].update(extcache="2MiB", ways=8)
+    spec["mcomponent"] = [{"id": "m0", "memory": "256MiB"}]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def rack_env():
+    with running_rack(_spec) as rack:
+        yield rack, dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+
+
+def run(env, name, code, *args, timeout=120):
+    return subprocess.run([SPLITRACK, "run", "--name", name, "--on", "p0", "--memory", "rack",
+                           *args, "--", sys.executable, "-c", textwrap.dedent(code)],
+                          env=env, cwd=SCRATCH, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def m0(rack):
+    with rack.endpoint() as ep:
+        return ep.call_args("m0", Op.STATS)[0]["memory"]
+
+
+def p0_processes(rack):
+    with rack.endpoint() as ep:
+        return ep.call_args("p0", Op.P_PROCESSES)[0]["processes"]
+
+
+STATS = "print(json.dumps({'pager': rackmem.stats(), 'xc': vm.counters()}))"
+
+
+def test_heap_lives_in_rack_pages_and_survives_eviction(rack_env):
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        import hashlib, json
+        from splitrack.guest import rackmem, vm
+        assert rackmem.installed()
+        blobs = [hashlib.sha256(str(i).encode()).digest() * 128 for i in range(3000)]  # 12 MB
+        table = {i: str(i) * 10 for i in range(50_000)}
+        for _ in range(2):
+            assert all(b == hashlib.sha256(str(i).encode()).digest() * 128
+                       for i, b in enumerate(blobs))
+            assert all(table[i] == str(i) * 10 for i in range(50_000))
+        """ + STATS)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    pager, xc = got["pager"], got["xc"]
+    assert pager["evictions"] > 1000 and pager["writebacks"] > 1000 and pager["misses"] > 1000
+    assert pager["resident"] <= 512   # never more pages mapped than the extCache has lines
+    assert pager["write_faults"] > 0 and pager["reserved"] >= pager["in_use"] > 12_000_000
+    # the process's extCache counters are the pager's misses and evictions too
+    assert xc["evictions"] >= pager["evictions"] and xc["zerofills"] >= pager["zero_fills"]
+    assert xc["fetches"] >= pager["misses"]
+
+
+def test_faults_the_kernel_takes_for_the_program_are_served(rack_env, tmp_path):
+    rack, env = rack_env
+    data = os.urandom(6 << 20)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_bytes(data)
+    proc = run(env, "rmem", f"""
+        import json
+        from splitrack.guest import rackmem, vm
+        buf = bytearray({len(data)})            # fresh pages, none mapped yet
+        with open({str(src)!r}, "rb") as f:     # the kernel writes them (copy_to_user)
+            assert f.readinto(buf) == len(buf)
+        churn = [bytes([i % 256]) * 4096 for i in range(2000)]   # evicts buf's pages
+        with open({str(dst)!r}, "wb") as f:     # the kernel reads them (copy_from_user)
+            f.write(buf)
+        """ + STATS)
+    assert proc.returncode == 0, proc.stderr
+    assert dst.read_bytes() == data
+    assert json.loads(proc.stdout)["pager"]["misses"] > 500
+
+
+def test_a_heap_its_home_cannot_hold_is_a_memory_error(rack_env):
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        try:
+            big = bytearray(1 << 30)   # m0 has 256 MiB
+        except MemoryError:
+            print("MemoryError")
+        print(sum(len(str(i)) for i in range(100_000)))   # and the program goes on
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["MemoryError", "488890"]
+
+
+def test_fork_is_refused_and_subprocess_works(rack_env):
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        import errno, os, subprocess
+        try:
+            os.fork()
+        except OSError as exc:
+            print("refused", exc.errno == errno.EOPNOTSUPP)
+        print(subprocess.run(["echo", "child"], capture_output=True, text=True).stdout.strip())
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["refused", "True", "child"]
+
+
+def test_nothing_is_left_behind_after_exit_or_kill(rack_env):
+    rack, env = rack_env
+    wait_until(lambda: not p0_processes(rack) and m0(rack)["processes"] == 0)
+    frames = m0(rack)["frames_used"]
+    done = run(env, "rmem", "blobs = [bytes([i % 256]) * 4096 for i in range(3000)]")
+    killed = run(env, "rmem", """
+        import os
+        blobs = [bytes([i % 256]) * 4096 for i in range(3000)]
+        os.kill(os.getpid(), 9)   # with dirty pages, write-backs at m0, pinned lines
+        """)
+    assert done.returncode == 0 and killed.returncode == 128 + 9, done.stderr + killed.stderr
+    wait_until(lambda: not p0_processes(rack) and m0(rack)["processes"] == 0)
+    assert m0(rack)["frames_used"] == frames
+    with rack.endpoint() as ep:
+        assert ep.call_args("p0", Op.STATS)[0]["extcache"]["processes"] == {}
+
+
+def test_a_native_program_is_told_its_memory_stays_host_memory(rack_env):
+    rack, env = rack_env
+    proc = subprocess.run([SPLITRACK, "run", "--name", "rmem", "--memory", "rack", "--",
+                           "sh", "-c", "echo hi"], env=env, cwd=SCRATCH,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "hi\n"
+    assert proc.stderr.count("--memory rack covers Python programs only") == 1
+
+
+def test_pager_that_loses_its_home_ends_the_program_saying_why():
+    with running_rack(lambda s: _spec(s, name="rmdead")) as rack:
+        env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+        child = subprocess.Popen(
+            [SPLITRACK, "run", "--name", "rmdead", "--on", "p0", "--memory", "rack", "--",
+             sys.executable, "-c", textwrap.dedent("""
+                import sys, time
+                blobs = [bytes([i % 256]) * 4096 for i in range(3000)]
+                print("ready", flush=True)
+                while True:   # pages in and out of the 2 MiB extCache, through m0
+                    assert all(b[0] == i % 256 for i, b in enumerate(blobs))
+             """)], env=env, cwd=SCRATCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        try:
+            assert child.stdout.readline() == "ready\n"
+            os.kill(rack.components["m0"]["pid"], signal.SIGKILL)
+            out, err = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert child.returncode == 71, err
+        assert "splitrack: rack memory: mComponent 0" in err
+
+
+def test_rack_memory_refuses_the_zmq_transport():
+    with running_rack(lambda s: _spec(s, name="rmzmq", transport="zmq")) as rack:
+        env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
+        proc = run(env, "rmzmq", "print('ran')")
+        assert proc.returncode == 127 and proc.stdout == ""
+        assert "--memory rack: rack memory needs the shm transport" in proc.stderr
