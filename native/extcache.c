@@ -276,20 +276,25 @@ int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void 
 /* The way a miss in set s fills: an empty one, else the least recently used
  * (LRU) or first filled (FIFO) of the ways it may take. A pinned line is taken
  * only by its own process's pager (own: pid's), which unmaps the page first;
- * XC_NONE if every way is another process's pinned line. */
+ * and a pager takes no unpinned way once XC_PINNED_MAX(ways) are pinned, so
+ * the lines of splitrack.guest.vm and of socket buffers always have ways left.
+ * XC_NONE if there is no way to take. */
 #define XC_NONE UINT32_MAX
+#define XC_PINNED_MAX(ways) ((ways) - ((ways) / 4 > 1 ? (ways) / 4 : 1))
 static uint32_t choose_victim(void *base, uint32_t s, uint32_t pid, int own) {
-    uint32_t ways = H(base)->ways, best = XC_NONE;
-    uint64_t oldest = UINT64_MAX;
+    uint32_t ways = H(base)->ways, best = XC_NONE, mine = XC_NONE, pinned = 0;
+    uint64_t oldest = UINT64_MAX, my_oldest = UINT64_MAX;
     for (uint32_t w = 0; w < ways; w++) {
         xc_tag_t *t = tag_at(base, s, w);
         if (!t->valid)
             return w;
+        pinned += t->pinned;
         if (t->pinned && !(own && t->pid == pid))
             continue;
         if (t->stamp < oldest) { oldest = t->stamp; best = w; }
+        if (t->pinned && t->stamp < my_oldest) { my_oldest = t->stamp; mine = w; }
     }
-    return best;
+    return own && pinned >= XC_PINNED_MAX(ways) ? mine : best;
 }
 
 int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,

@@ -92,7 +92,10 @@ int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void 
  * skip pinned ways), which is called, set locked, on a pinned victim of the
  * same pid to unmap the page; it returns 1 if it copied the page's newer bytes
  * into `line` (the victim is then dirty). xc_miss_end's `pin` must be 1 after
- * an xc_miss_begin with unpin, else 0: it pins the line it installs. */
+ * an xc_miss_begin with unpin, else 0: it pins the line it installs. A pager
+ * takes no unpinned way of a set that has all but a quarter of its ways (at
+ * least one) pinned: it evicts one of its own, or gets -EBUSY; the rest stay
+ * for unpinned lines (splitrack.guest.vm's, socket buffers). */
 typedef int (*xc_unpin_fn)(void *ctx, uint64_t vpage, void *line);
 int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,
                   void *victim_buf, xc_unpin_fn unpin, void *ctx);

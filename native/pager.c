@@ -237,8 +237,8 @@ static void serve_miss(uint64_t addr, int write) {
         if (rc == 0)
             break;
         if (rc == -EBUSY)
-            fatal("every way of the extCache set of page %#lx holds another rack-memory "
-                  "program's pages: give the pComponent a larger extCache", (unsigned long)addr);
+            fatal("the extCache set of page %#lx is full of other rack-memory programs' "
+                  "pages: give the pComponent a larger extCache", (unsigned long)addr);
         if (rc < 0 || tries > 2)
             fatal("extCache miss at %#lx: %s", (unsigned long)addr, strerror(rc < 0 ? -rc : EEXIST));
         xc_invalidate(R.c.xc, R.c.pid, vpage, 1);   /* a line of an image before exec */
@@ -349,6 +349,9 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
 #define FAIL(e, ...) do { snprintf(why, (size_t)cap, __VA_ARGS__); return -(e); } while (0)
     if (R.started)
         FAIL(EEXIST, "the rack heap is started already");
+    if (xc_ways(cfg->xc) < 2)
+        FAIL(EINVAL, "rack memory needs an extCache of 2 ways or more (a way of each set "
+             "stays for lines no page maps)");
     if (xc_line_size(cfg->xc) != PAGE)
         FAIL(EINVAL, "rack memory needs the rack's line to be the page size (4KiB), not %u B",
              xc_line_size(cfg->xc));

@@ -194,3 +194,44 @@ def test_a_process_killed_holding_a_set_lock_does_not_wedge_the_others(make):
     slot = xc.slot_acquire(PID)
     install(xc, slot, 0, 5, pid=77)  # the same set: would hang without robust locks
     assert xc.read_into(slot, 77, 0, bytearray(1)) == 1
+
+
+def test_pinned_lines_are_evicted_only_by_their_own_pager(make):
+    """A rack heap's lines (native/pager.c): pinned while a page maps them; another
+    process's miss never takes one; their pager unmaps the page through its unpin
+    callback (a dirty page's bytes go into the line); it takes no unpinned way once
+    all but a quarter of the set is pinned, and without a line of its own to evict
+    there it gets EBUSY."""
+    from native._extcache import ffi, lib
+
+    xc = make(lines=8, ways=8)   # one set of 8 ways: pagers pin at most 6
+    base = ffi.from_buffer(xc.mapping)
+    unpinned = []
+
+    @ffi.callback("int(void *, uint64_t, void *)")
+    def unpin(ctx, vpage, line):
+        unpinned.append(vpage)
+        ffi.memmove(line, b"P" * LINE, LINE)   # the page was written since it came in
+        return 1
+
+    victim, buf = ffi.new("xc_victim_t *"), ffi.new("char[]", LINE)
+
+    def pager_miss(pid, vpage):
+        rc = lib.xc_miss_begin(base, -1, pid, vpage, victim, buf, unpin, ffi.NULL)
+        if rc == 0:
+            lib.xc_miss_end(base, -1, pid, vpage, 0, ffi.NULL, 1)
+        return rc
+
+    for page in range(6):
+        assert pager_miss(PID, page) == 0
+    for page in range(2):                      # the quarter left for unpinned lines
+        install(xc, -1, 100 + page, 1, pid=77)
+    for page in range(100):                    # others' misses only ever take those two
+        install(xc, -1, 200 + page, 2, pid=77)
+    assert unpinned == []
+    assert pager_miss(PID, 6) == 0              # its own oldest page goes, dirty
+    assert unpinned == [0] and (victim.pid, victim.vpage) == (PID, 0)
+    assert bytes(ffi.buffer(buf, LINE)) == b"P" * LINE
+    assert pager_miss(99, 0) == -errno.EBUSY    # a pager with no page in the full set
+    assert xc.invalidate(PID, 0, 100) == 6      # a freed heap's lines just go
+    assert pager_miss(99, 0) == 0
