@@ -347,6 +347,37 @@ def wordcount_figure(report: dict[str, Any]) -> Figure:
     return fig
 
 
+def wordcount_extcache(report: dict[str, Any], path: str) -> None:
+    """F-extcache.png beside F.png: word count's time against the extCache's size."""
+    rows, memory = report["sweep"], report["settings"]["memory"]
+    png = os.path.splitext(path)[0] + "-extcache.png"
+    lines = ["# splitrack bench wordcount --extcache", "",
+             f"the mapper's memory: {memory}; input {report['input_bytes']} bytes", "",
+             "| extCache | mode | seconds | misses at the home | evictions |",
+             "|---:|---|---:|---:|---:|"]
+    lines += [f"| {r['extcache'] >> 20} MiB | {r['mode']} | {r['seconds']:.2f} | "
+              f"{r['pager'].get('misses', '-')} | {r['pager'].get('evictions', '-')} |"
+              for r in rows]
+    lines += ["", "The paper: \"sending larger blocks which don't fit in the extCache would "
+                  "be more favorable for DMA\" (docs/evaluation.md reads this plot)."]
+    fig = Figure(figsize=(8, 4.8), layout="constrained")
+    ax = fig.subplots()
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        mine = [r for r in rows if r["mode"] == mode]
+        ax.plot([r["extcache"] >> 20 for r in mine], [r["seconds"] for r in mine], "o-",
+                color=COLORS.get(mode, "tab:gray"), label=mode)
+    linux = next((r["seconds"] for r in report["results"] if r["mode"] == "linux"), None)
+    if linux is not None:
+        ax.axhline(linux, linestyle=":", color=COLORS["linux"], label="Linux")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("extCache of each pComponent (MiB)")
+    ax.set_ylabel("execution time (s), p50")
+    ax.set_title(f"word count against the extCache's size (mapper's memory: {memory})",
+                 fontsize=10)
+    _legend(ax)
+    _save(fig, png, lines)
+
+
 def _targets(report: dict[str, Any]) -> list[str]:
     lines = ["| target | measured [range] | limit | verdict |", "|---|---:|---:|---|"]
     for t in report.get("targets", []):

@@ -20,6 +20,7 @@ import signal
 from typing import Any
 
 from splitrack import argtypes
+from splitrack.params import MEMORY_MODES
 from splitrack.spec import SpecError, parse_bandwidth, parse_time_ns
 
 TCP_MODES = ("linux", "ddio", "dma", "pipe", "fit")
@@ -123,6 +124,13 @@ def add_parser(sub: Any) -> None:
                    help="input size, e.g. 64MB or 1.5GB (default: 64MB; --quick: 8MB)")
     p.add_argument("--seed", type=argtypes.seed, default=None,
                    help="the input generator's seed (default: 1)")
+    p.add_argument("--memory", choices=MEMORY_MODES, default=MEMORY_MODES[0],
+                   help="where the rack mapper's memory lives (splitrack run --memory; "
+                        "default: %(default)s)")
+    p.add_argument("--extcache", type=argtypes.sizes_list, default=None, metavar="LIST",
+                   help="then a sweep: the rack modes again with each of these extCache "
+                        "sizes on every pComponent, e.g. 4MiB,8MiB,16MiB,64MiB; --plot adds "
+                        "F-extcache.png (time against extCache size)")
 
     measuring("hot", "the hot paths that need no rack (FIT header, args codec, extCache "
                      "hits), timed in this process", "samples per repetition, each the mean "

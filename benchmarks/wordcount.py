@@ -12,6 +12,12 @@ a plain process outside the rack, which adds them up. Per mode:
                reads the input from the sComponent over FIT, and its socket's
                bytes cross the nComponent by dDDIO or dDMA
 
+With --memory rack, the rack modes' mapper runs with `splitrack run --memory
+rack`: its whole heap is rack pages (splitrack/guest/rackmem.py), and its
+pager's counts come back with its result. --extcache SIZES then runs the rack
+modes again on a rack whose pComponents have each of these extCache sizes: the
+time against the extCache's size, in DDIO and in DMA (--plot: F-extcache.png).
+
 Execution time runs from the mapper's start to the reducer's EOF (one clock,
 time.monotonic, for both processes); ops/s is <word, count> pairs per second
 (each one a send() by the mapper and an update by the reducer). Each
@@ -22,7 +28,10 @@ Target: DDIO time <= 1.2 x Linux time (at 64 MB).
 
 JSON (--json FILE): {"bench": "wordcount", "results": [{"mode", "seconds",
 "ops_per_s", "correct", "words_per_s", "runs"}], "input_bytes", "words",
-"distinct", "pairs", "seed", "targets", "stats", "machine", "settings"}
+"distinct", "pairs", "seed", "targets", "stats", "machine", "settings"}; each result
+and, with --extcache, each row of "sweep": [{"extcache", "mode", "memory", "seconds",
+"correct", "runs", "pager"}] carries "pager": the mapper's pager counts (medians;
+{} under --memory host)
 (report.py; the target's range: repetition by repetition, DDIO's time over
 Linux's). --plot F.png: plots.wordcount.
 The input file is removed from the sComponent at the end.
@@ -60,14 +69,48 @@ MAPPER_TIMEOUT_S = 3600
 
 
 def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed: int = SEED,
-        reps: int = REPS, duration: float | None = None
-        ) -> tuple[dict[str, Any], dict[str, Series]]:
+        reps: int = REPS, duration: float | None = None, memory: str = "host",
+        extcache: list[int] | None = None) -> tuple[dict[str, Any], dict[str, Series]]:
+    """The modes on one rack; with `extcache`, then the rack modes again on a rack
+    whose pComponents have each of these extCache sizes (the sweep)."""
+    runs = _on_rack(spec, modes, size, seed, reps, duration, memory, None)
+    report, series = _report(runs, size, seed)
+    sweep = []
+    for cache in extcache or []:
+        rack_modes = tuple(m for m in modes if m != "linux")
+        for mode, rs in _on_rack(spec, rack_modes, size, seed, reps, duration, memory,
+                                 cache).items():
+            seconds = sorted(r["seconds"] for r in rs)
+            sweep.append({"extcache": cache, "mode": mode, "memory": memory,
+                          "seconds": round(seconds[len(seconds) // 2], 3),
+                          "correct": all(r["correct"] for r in rs),
+                          "runs": [round(r["seconds"], 3) for r in rs],
+                          "pager": _median_counts([r["pager"] for r in rs])})
+            for r in rs:
+                series["seconds/"].add(f"{mode}@{cache}", report["input_bytes"], r["seconds"])
+    if extcache:
+        report["sweep"] = sweep
+    report["settings"] = {"modes": list(modes), "size": size, "seed": seed, "memory": memory,
+                          "extcache": extcache,
+                          "reps": len(report["results"][0]["runs"]), "duration": duration}
+    return report, series
+
+
+def _on_rack(spec: Any, modes: tuple[str, ...], size: int, seed: int, reps: int,
+             duration: float | None, memory: str, extcache: int | None
+             ) -> dict[str, list[dict[str, Any]]]:
+    """Each mode's runs on one rack (its pComponents' extCache `extcache` bytes, if given)."""
     rack_spec = load_spec(spec, name=f"bench-wc-{os.getpid()}")
+    if extcache is not None:
+        for comp in rack_spec.components:
+            if comp["kind"] == "p":
+                comp["extcache"] = extcache
     p0 = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
     path = f"{INPUT_DIR}/input-{os.getpid()}-{seed}-{size}.txt"   # this run's alone
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     steps = None if duration else 1 + reps * len(modes)
-    with progress("bench wordcount", steps) as advance, \
+    what = "bench wordcount" + (f", extCache {extcache >> 20} MiB" if extcache else "")
+    with progress(what, steps) as advance, \
             Rack(rack_spec) as rack, tempfile.TemporaryDirectory() as tmp, \
             rack.endpoint() as ep:
         home = ep.call_args(GLOBAL_ID, Op.GSM_LOOKUP, {"path": path})[0]["id"]
@@ -81,14 +124,17 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed
             for rep in repetitions(reps, duration):
                 for mode in modes:
                     runs[mode].append(_one(mode, env, rack_spec.name, p0, path,
-                                           os.path.join(root, path), tmp, reference))
+                                           os.path.join(root, path), tmp, reference, memory))
+                    runs[mode][-1].update(input_bytes=input_bytes, reference=reference)
                     advance(f"repetition {rep + 1}, {mode}")
         finally:
             _remove(ep, home, path)
-    report, series = _report(runs, input_bytes, reference, seed)
-    report["settings"] = {"modes": list(modes), "size": size, "seed": seed,
-                          "reps": len(next(iter(runs.values()))), "duration": duration}
-    return report, series
+    return runs
+
+
+def _median_counts(counts: list[dict[str, int]]) -> dict[str, int]:
+    return {k: sorted(c[k] for c in counts)[len(counts) // 2] for k in counts[0]} \
+        if counts and counts[0] else {}
 
 
 def _store(ep: Any, home: str, path: str, blocks: Any) -> int:
@@ -117,7 +163,7 @@ def _remove(ep: Any, home: str, path: str) -> None:
 
 
 def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_path: str,
-         tmp: str, reference: dict[str, int]) -> dict[str, Any]:
+         tmp: str, reference: dict[str, int], memory: str) -> dict[str, Any]:
     out = os.path.join(tmp, f"reduced-{mode}.json")
     mapper = [sys.executable, "-m", "benchmarks.wordcount_mapper"]
     reducer = subprocess.Popen([sys.executable, "-m", "benchmarks.wordcount_reducer",
@@ -132,7 +178,7 @@ def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_pat
             cmd = [*mapper, "file", host_path, ip, port]
         else:
             cmd = [sys.executable, "-m", "splitrack.cli", "run", "--name", rack, "--on", p0,
-                   "--mode", mode, "--", *mapper, "rack", path, ip, port]
+                   "--mode", mode, "--memory", memory, "--", *mapper, "rack", path, ip, port]
         proc = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True,
                               timeout=MAPPER_TIMEOUT_S)
         if proc.returncode != 0:
@@ -149,11 +195,14 @@ def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_pat
         reduced = json.load(f)
     os.unlink(out)
     return {"seconds": reduced["end"] - mapped["start"], "pairs": reduced["pairs"],
-            "words": mapped["words"], "correct": reduced["counts"] == reference}
+            "words": mapped["words"], "correct": reduced["counts"] == reference,
+            "pager": mapped.get("pager", {})}
 
 
-def _report(runs: dict[str, list[dict[str, Any]]], input_bytes: int,
-            reference: dict[str, int], seed: int) -> tuple[dict[str, Any], dict[str, Series]]:
+def _report(runs: dict[str, list[dict[str, Any]]], size: int, seed: int
+            ) -> tuple[dict[str, Any], dict[str, Series]]:
+    first = next(iter(runs.values()))[0]
+    input_bytes, reference = first["input_bytes"], first["reference"]
     seconds = Series("s")
     for mode, rs in runs.items():
         for r in rs:
@@ -165,8 +214,8 @@ def _report(runs: dict[str, list[dict[str, Any]]], input_bytes: int,
                         "ops_per_s": round(rs[0]["pairs"] / median),
                         "words_per_s": round(rs[0]["words"] / median),
                         "correct": all(r["correct"] for r in rs),
-                        "runs": [round(r["seconds"], 3) for r in rs]})
-    first = next(iter(runs.values()))[0]
+                        "runs": [round(r["seconds"], 3) for r in rs],
+                        "pager": _median_counts([r["pager"] for r in rs])})
     report: dict[str, Any] = {"bench": "wordcount", "results": results,
                               "input_bytes": input_bytes, "words": sum(reference.values()),
                               "distinct": len(reference), "pairs": first["pairs"],
@@ -189,6 +238,21 @@ def print_table(report: dict[str, Any]) -> None:
     for r in report["results"]:
         print(f"{r['mode']:<7}{r['seconds']:>9.2f}{r['ops_per_s']:>11.0f}"
               f"{r['words_per_s']:>12.0f}  {str(r['correct']):<7}  {r['runs']}")
+    pager = [r for r in report["results"] if r.get("pager")]
+    if pager:
+        print("--memory rack: the mapper's pager (medians): faults, misses at m0, evictions, "
+              "write-backs")
+        for r in pager:
+            c = r["pager"]
+            print(f"  {r['mode']:<7}{c['faults']:>10}{c['misses']:>10}{c['evictions']:>10}"
+                  f"{c['writebacks']:>10}")
+    if report.get("sweep"):
+        print(f"extCache sweep (--memory {report['settings']['memory']}): seconds, p50; "
+              "the pager's misses and evictions")
+        for r in report["sweep"]:
+            c = r["pager"] or {"misses": "-", "evictions": "-"}
+            print(f"  {r['extcache'] >> 20:>6} MiB  {r['mode']:<6}{r['seconds']:>8.2f}"
+                  f"{c['misses']:>10}{c['evictions']:>10}  {r['runs']}")
     print("execution time, s (the size column: bytes of input):")
     print_stats(report["stats"], "series", 16)
 
@@ -198,11 +262,14 @@ def main(args: argparse.Namespace) -> int:
     size = args.size or (QUICK_SIZE if args.quick else SIZE)
     reps = args.reps or (QUICK_REPS if args.quick else REPS)
     report, series = run(args.spec, modes, size, SEED if args.seed is None else args.seed,
-                         reps, args.duration)
+                         reps, args.duration, args.memory, args.extcache)
     status = finish(report, args, print_table, series)
     if args.plot:   # after finish: the plots draw report["stats"]
         plots.wordcount(report, args.plot)
-    wrong = [r["mode"] for r in report["results"] if not r["correct"]]
+        if report.get("sweep"):
+            plots.wordcount_extcache(report, args.plot)
+    wrong = [r["mode"] for r in [*report["results"], *report.get("sweep", [])]
+             if not r["correct"]]
     if wrong:
         print(f"splitrack: error: the reducer's count is wrong for {', '.join(wrong)}",
               file=sys.stderr)

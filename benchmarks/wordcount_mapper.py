@@ -10,7 +10,8 @@ It reads the input in 1 MiB chunks (a word cut by a chunk's end goes on with
 the next), counts each chunk's words, and sends every <word, count> pair of
 the chunk as one line "word count\\n", one send() each, as soon as it is
 produced, to the reducer at IP:PORT; then it closes. Prints one JSON line:
-{"start": time.monotonic() at its start, "words": n, "pairs": n}.
+{"start": time.monotonic() at its start, "words": n, "pairs": n}, and "pager": its
+pager's counts if its memory is the rack's (splitrack run --memory rack).
 """
 
 import itertools
@@ -52,7 +53,12 @@ def map_words(source: str, path: str, ip: str, port: int) -> dict[str, float]:
             pairs += len(counts)
             for word, n in counts.items():
                 send(b"%s %d\n" % (word, n))
-    return {"start": start, "words": words, "pairs": pairs}
+    result = {"start": start, "words": words, "pairs": pairs}
+    if source == "rack":
+        from splitrack.guest import rackmem
+        if rackmem.installed():   # splitrack run --memory rack
+            result["pager"] = rackmem.stats()
+    return result
 
 
 if __name__ == "__main__":

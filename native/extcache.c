@@ -282,19 +282,23 @@ int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void 
 #define XC_NONE UINT32_MAX
 #define XC_PINNED_MAX(ways) ((ways) - ((ways) / 4 > 1 ? (ways) / 4 : 1))
 static uint32_t choose_victim(void *base, uint32_t s, uint32_t pid, int own) {
-    uint32_t ways = H(base)->ways, best = XC_NONE, mine = XC_NONE, pinned = 0;
+    uint32_t ways = H(base)->ways, empty = XC_NONE, best = XC_NONE, mine = XC_NONE, pinned = 0;
     uint64_t oldest = UINT64_MAX, my_oldest = UINT64_MAX;
     for (uint32_t w = 0; w < ways; w++) {
         xc_tag_t *t = tag_at(base, s, w);
-        if (!t->valid)
-            return w;
+        if (!t->valid) {
+            if (empty == XC_NONE) empty = w;
+            continue;
+        }
         pinned += t->pinned;
         if (t->pinned && !(own && t->pid == pid))
             continue;
         if (t->stamp < oldest) { oldest = t->stamp; best = w; }
         if (t->pinned && t->stamp < my_oldest) { my_oldest = t->stamp; mine = w; }
     }
-    return own && pinned >= XC_PINNED_MAX(ways) ? mine : best;
+    if (own && pinned >= XC_PINNED_MAX(ways))
+        return mine;
+    return empty != XC_NONE ? empty : best;
 }
 
 int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,

@@ -96,6 +96,15 @@ def size(text: str) -> int:
             f"{text!r} is not a size (bytes, or e.g. '64MB', '1.5GB')") from None
 
 
+def sizes_list(text: str) -> list[int]:
+    """Comma-separated sizes with units (extCache sizes: whole MiB, at least 1 MiB)."""
+    out = [size(z.strip()) for z in text.split(",")]
+    for z, n in zip(text.split(","), out, strict=True):
+        if n < 1 << 20 or n % (1 << 20):
+            raise argparse.ArgumentTypeError(f"{z.strip()!r} is not a whole number of MiB")
+    return list(_once(tuple(out), text))
+
+
 def out_file(text: str) -> str:
     where = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(where):

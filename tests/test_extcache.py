@@ -235,3 +235,16 @@ def test_pinned_lines_are_evicted_only_by_their_own_pager(make):
     assert pager_miss(99, 0) == -errno.EBUSY    # a pager with no page in the full set
     assert xc.invalidate(PID, 0, 100) == 6      # a freed heap's lines just go
     assert pager_miss(99, 0) == 0
+
+
+def test_a_pager_leaves_empty_ways_to_unpinned_lines_too(make):
+    from native._extcache import ffi, lib
+
+    xc = make(lines=4, ways=4)   # one set of 4 ways: pagers pin at most 3
+    base = ffi.from_buffer(xc.mapping)
+    unpin = ffi.callback("int(void *, uint64_t, void *)", lambda ctx, vpage, line: 0)
+    victim, buf = ffi.new("xc_victim_t *"), ffi.new("char[]", LINE)
+    for page in range(10):
+        assert lib.xc_miss_begin(base, -1, PID, page, victim, buf, unpin, ffi.NULL) == 0
+        lib.xc_miss_end(base, -1, PID, page, 0, ffi.NULL, 1)
+    install(xc, -1, 0, 1, pid=77)   # the fourth way is still there for it

@@ -185,3 +185,34 @@ def test_rack_memory_refuses_the_zmq_transport():
         proc = run(env, "rmzmq", "print('ran')")
         assert proc.returncode == 127 and proc.stdout == ""
         assert "--memory rack: rack memory needs the shm transport" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_sockets_and_a_paging_heap_share_the_extcache_to_the_end(rack_env, mode):
+    """The socket buffers' lines (unpinned) always find a way in sets full of the
+    heap's pinned lines; a thread that still runs while the interpreter ends still
+    has its faults served (the pager's endpoint and the extCache outlive it)."""
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        import socket, threading
+        srv = socket.socket()
+        srv.bind(("127.0.0.11", 0))
+        srv.listen()
+        got = []
+        def serve():
+            conn, _ = srv.accept()
+            while data := conn.recv(65536):
+                got.append(len(data))
+        threading.Thread(target=serve, daemon=True).start()
+        sock = socket.create_connection(srv.getsockname())
+        blobs = []
+        for i in range(3000):
+            blobs.append(bytes([i % 256]) * 4096)
+            sock.sendall(b"x" * 100)
+        for _ in range(2):
+            assert all(b[0] == i % 256 for i, b in enumerate(blobs))
+            sock.sendall(b"y" * 100_000)
+        print("ok")
+        """, "--mode", mode)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n" and "rack memory" not in proc.stderr

@@ -23,6 +23,7 @@ and the shm transport; otherwise install() says why and the program is refused
 (exit status 127), so `--memory host` is the way to run it.
 """
 
+import ctypes
 import errno
 import os
 import random
@@ -94,6 +95,8 @@ def install() -> None:
         pager.close()
         raise RackMemoryUnavailable(-rc, ffi.string(why).decode())
     _pager = pager
+    for keep in (pager, mem):   # never freed, not even as the interpreter ends: the pager
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep))   # serves faults until exit
     lib.rm_install_python()
     os.fork = _no_fork
 
