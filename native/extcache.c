@@ -223,26 +223,39 @@ static inline uint64_t tick(void *base, uint32_t s) {   /* (s locked) */
     return ++set_at(base, s)->clock;
 }
 
-/* Copy one line's part; returns 1 on hit, 0 on miss. */
+static inline int in_heap(const void *p) {
+    return (uint64_t)p - XC_HEAP_LO < XC_HEAP_HI - XC_HEAP_LO;
+}
+
+#define BOUNCE 4096u   /* (rack heaps need 4 KiB lines: a bounced piece is at most one) */
+
+/* Copy one line's part (at most BOUNCE bytes if buf is in a rack heap: access_range
+ * cuts it so); returns 1 on hit, 0 on miss. */
 static int access_line(void *base, int slot, uint32_t pid, uint64_t vaddr, char *buf,
                        uint64_t len, int write) {
     xc_header_t *h = H(base);
     uint64_t vpage = vaddr / h->line_size, off = vaddr % h->line_size;
     uint32_t s = xc_set_of(base, pid, vpage);
+    char bounce[BOUNCE];
+    char *mem = in_heap(buf) ? bounce : buf;
+    if (write && mem == bounce)
+        memcpy(bounce, buf, len);
     lock(&set_at(base, s)->lock);
     int w = find(base, s, pid, vpage);
     if (w >= 0) {
         xc_tag_t *t = tag_at(base, s, (uint32_t)w);
         if (write) {
-            memcpy(line_at(base, s, (uint32_t)w) + off, buf, len);
+            memcpy(line_at(base, s, (uint32_t)w) + off, mem, len);
             t->dirty = 1;
         } else {
-            memcpy(buf, line_at(base, s, (uint32_t)w) + off, len);
+            memcpy(mem, line_at(base, s, (uint32_t)w) + off, len);
         }
         if (h->policy == XC_LRU)
             t->stamp = tick(base, s);
     }
     unlock(&set_at(base, s)->lock);
+    if (w >= 0 && !write && mem == bounce)
+        memcpy(buf, bounce, len);
     xc_counters_t *c = ctr(base, slot);
     if (w >= 0) c->hits++; else c->misses++;
     return w >= 0;
@@ -255,6 +268,7 @@ static int64_t access_range(void *base, int slot, uint32_t pid, uint64_t vaddr, 
         uint64_t a = vaddr + done;
         uint64_t n = line - a % line;
         if (n > len - done) n = len - done;
+        if (n > BOUNCE && in_heap(buf + done)) n = BOUNCE;
         if (!access_line(base, slot, pid, a, buf + done, n, write))
             break;
         done += n;
@@ -374,15 +388,22 @@ int xc_miss_abort(void *base, uint32_t pid, uint64_t vpage) {
 int xc_clean(void *base, uint32_t pid, uint64_t vpage, void *out, uint32_t *home) {
     uint32_t s = xc_set_of(base, pid, vpage);
     int rc = 0;
+    uint32_t line = H(base)->line_size, at_home = 0;
+    char bounce[BOUNCE];
+    char *mem = in_heap(out) && line <= BOUNCE ? bounce : out;
     lock(&set_at(base, s)->lock);
     int w = find(base, s, pid, vpage);
     if (w >= 0 && tag_at(base, s, (uint32_t)w)->dirty) {
-        memcpy(out, line_at(base, s, (uint32_t)w), H(base)->line_size);
+        memcpy(mem, line_at(base, s, (uint32_t)w), line);
         tag_at(base, s, (uint32_t)w)->dirty = 0;
-        *home = tag_at(base, s, (uint32_t)w)->home;
+        at_home = tag_at(base, s, (uint32_t)w)->home;
         rc = 1;
     }
     unlock(&set_at(base, s)->lock);
+    if (rc) {
+        if (mem == bounce) memcpy(out, bounce, line);
+        *home = at_home;
+    }
     return rc;
 }
 
@@ -390,24 +411,32 @@ int64_t xc_clean_run(void *base, uint32_t pid, uint64_t vpage, uint64_t npages, 
                      void *out, uint64_t max, uint64_t *vpages, uint64_t *next,
                      uint32_t *other_home) {
     uint64_t k = 0, p = vpage, line = H(base)->line_size;
-    *other_home = home;
+    char bounce[BOUNCE];
+    int bounced = in_heap(out) && line <= BOUNCE;   /* (and vpages: written unlocked) */
+    uint32_t other = home;
     for (; p < vpage + npages && k < max; p++) {
         uint32_t s = xc_set_of(base, pid, p);
+        char *to = bounced ? bounce : (char *)out + k * line;
         lock(&set_at(base, s)->lock);
         int w = find(base, s, pid, p);
         xc_tag_t *t = w >= 0 ? tag_at(base, s, (uint32_t)w) : NULL;
         if (t && t->dirty && t->home != home) {   /* another home's: the caller's turn */
-            *other_home = t->home;
+            other = t->home;
             unlock(&set_at(base, s)->lock);
             break;
         }
-        if (t && t->dirty) {
-            memcpy((char *)out + k * line, line_at(base, s, (uint32_t)w), line);
+        int copied = t && t->dirty;
+        if (copied) {
+            memcpy(to, line_at(base, s, (uint32_t)w), line);
             t->dirty = 0;
-            vpages[k++] = p;
         }
         unlock(&set_at(base, s)->lock);
+        if (copied) {
+            if (bounced) memcpy((char *)out + k * line, bounce, line);
+            vpages[k++] = p;
+        }
     }
+    *other_home = other;
     *next = p;
     return (int64_t)k;
 }

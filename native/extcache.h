@@ -35,6 +35,15 @@
 
 #include <stdint.h>
 
+/* Where rack heaps live (native/rackmem.h): a page there may be unmapped, and
+ * touching it waits for its process's pager, which may need any set's lock. So
+ * no copy to or from memory in this window is made with a set locked: such
+ * bytes go through a buffer on the stack (xc_read, xc_write, xc_clean,
+ * xc_clean_run). xc_miss_begin's victim_buf and xc_miss_end's data must not be
+ * in it (a rack heap's process fills lines with rm_xc_fill, which copies). */
+#define XC_HEAP_LO 0x500000000000
+#define XC_HEAP_HI 0x600000000000
+
 #define XC_LRU 0
 #define XC_FIFO 1
 #define XC_MAX_SLOTS 256   /* processes with counters at once, per pComponent */

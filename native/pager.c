@@ -320,6 +320,52 @@ static void *pager(void *arg) {
     return NULL;
 }
 
+/* ---- lines for the process's other rack memory ------------------------------ */
+
+int rm_xc_fill(uint64_t vpage, uint32_t home, const void *data, int fetch) {
+    char line[PAGE];
+    if (data)
+        memcpy(line, data, PAGE);   /* (data may be a heap page: copied before any lock) */
+    if (home >= (uint32_t)R.c.nhomes || !R.started)
+        return -EINVAL;
+    pthread_mutex_lock(&R.pg_lock);   /* the pager's buffers and links are ours meanwhile */
+    xc_victim_t v;
+    int rc = xc_miss_begin(R.c.xc, R.c.slot, R.c.pid, vpage, &v, R.victim, NULL, NULL);
+    if (rc == 0 && v.pid && v.home >= (uint32_t)R.c.nhomes) {
+        xc_miss_abort(R.c.xc, R.c.pid, vpage);
+        rc = -EINVAL;
+    }
+    if (rc != 0) {
+        pthread_mutex_unlock(&R.pg_lock);
+        return rc;
+    }
+    int piggyback = fetch && v.pid && v.home == home;
+    if (v.pid && !piggyback)
+        writeback(v.home, v.pid, v.vpage, R.victim);
+    const char *bytes = data ? line : NULL;
+    if (fetch) {
+        miss_req m = {R.c.pid, vpage, piggyback ? v.pid : 0, piggyback ? v.vpage : 0};
+        memcpy(R.req, &m, sizeof m);
+        if (piggyback)
+            memcpy(R.req + sizeof m, R.victim, PAGE);
+        uint32_t len;
+        pthread_mutex_lock(&R.link_lock);
+        rc = call(home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
+        pthread_mutex_unlock(&R.link_lock);
+        if (rc == 0 && len != PAGE)
+            rc = -EPROTO;
+        if (rc < 0) {
+            xc_miss_abort(R.c.xc, R.c.pid, vpage);
+            pthread_mutex_unlock(&R.pg_lock);
+            return rc;
+        }
+        bytes = R.out + HEADER_BYTES;
+    }
+    xc_miss_end(R.c.xc, R.c.slot, R.c.pid, vpage, home, bytes, 0);
+    pthread_mutex_unlock(&R.pg_lock);
+    return 0;
+}
+
 /* ---- freeing ------------------------------------------------------------------ */
 
 void rm_release(uint64_t addr, uint64_t len) {
@@ -356,7 +402,8 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
         FAIL(EINVAL, "rack memory needs the rack's line to be the page size (4KiB), not %u B",
              xc_line_size(cfg->xc));
     if (cfg->nhomes < 1 || cfg->nhomes > RM_MAX_HOMES || cfg->home >= (uint32_t)cfg->nhomes ||
-        cfg->chunk % PAGE || cfg->reserve % cfg->chunk || cfg->base % PAGE)
+        cfg->chunk % PAGE || cfg->reserve % cfg->chunk || cfg->base % PAGE ||
+        cfg->base < XC_HEAP_LO || cfg->base + cfg->reserve > XC_HEAP_HI)
         FAIL(EINVAL, "bad rack heap geometry");
     R.c = *cfg;
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);

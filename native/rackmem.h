@@ -80,6 +80,15 @@ uint64_t rm_in_use(void);                  /* bytes of blocks handed out and not
 
 void rm_get_stats(rm_stats *out);
 
+/* A line of the process's other rack memory (splitrack.guest.vm: its regions,
+ * socket buffers) into the extCache, unpinned, as vm.py's miss would put it:
+ * fetch: an M_MISS to homes[home] (a dirty victim piggybacked or written back),
+ * else data's line (NULL: zeros). In a process with a rack heap, vm.py's misses
+ * go here: no Python runs while a set is locked, since Python touches heap
+ * pages whose faults may need that set (the pager). Returns 0, 1 if the line
+ * was there already, or a negative errno (-EBUSY: extcache.h). */
+int rm_xc_fill(uint64_t vpage, uint32_t home, const void *data, int fetch);
+
 /* Between the two parts (pager.c serves rackalloc.c). */
 int rm_grow(uint64_t upto);                   /* reserve chunks at the home up to base+upto */
 void rm_release(uint64_t addr, uint64_t len); /* freed pages: dropped, next use zero-fills */

@@ -216,3 +216,34 @@ def test_sockets_and_a_paging_heap_share_the_extcache_to_the_end(rack_env, mode)
         """, "--mode", mode)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok\n" and "rack memory" not in proc.stderr
+
+
+def test_vm_regions_and_a_paging_heap_together(rack_env):
+    """splitrack.guest.vm's misses in a process whose heap is paging: its lines are
+    filled in C (rm_xc_fill), never with a set locked across Python that faults;
+    its copies to and from heap buffers go through a bounce buffer."""
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        import random
+        from splitrack.guest import vm
+        rng = random.Random(5)
+        size = 4 << 20   # twice p0's extCache
+        addr = vm.alloc(size)
+        model = bytearray(size)
+        blobs = [bytes([i % 256]) * 4096 for i in range(2000)]
+        for i in range(400):
+            off = rng.randrange(size - 20_000)
+            data = rng.randbytes(rng.randrange(1, 20_000))
+            vm.write(addr + off, data)
+            model[off:off + len(data)] = data
+            if i % 40 == 0:
+                assert all(b[0] == j % 256 for j, b in enumerate(blobs))
+                vm.flush(addr, size)
+            if i % 10 == 0:
+                off = rng.randrange(size - 20_000)
+                assert vm.read(addr + off, 20_000) == model[off:off + 20_000]
+        assert vm.read(addr, size) == model
+        print("ok", vm.counters()["evictions"] > 1000)
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok True\n"

@@ -32,6 +32,7 @@ from typing import Any
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.shm_transport import ShmTransport
 from native import load
+from native.extcache import lib as xc_lib
 from native.fitring import ffi as ring_ffi
 from splitrack.guest import vm as guest_vm
 from splitrack.params import (
@@ -44,7 +45,6 @@ from splitrack.params import (
 _lib = load("_rackmem", "rack memory (native/rackmem.h)")
 ffi, lib = _lib.ffi, _lib.lib
 
-_HEAP_BASES = 0x5000_0000_0000   # where heaps go: a random 1 TiB slot above this
 _pager: Endpoint | None = None     # the pager's FIT endpoint: lives as long as the process
 
 
@@ -87,7 +87,8 @@ def install() -> None:
     cfg.efd = pager.transport.bell.efd
     cfg.spin_ns = int(pager.transport.spin_s * 1e9)
     cfg.timeout_ns = int(FIT_CALL_TIMEOUT_S * 1e9)
-    cfg.base = _HEAP_BASES + (random.randrange(1, 16) << 40)   # an exec()'s next image: another
+    slots = (xc_lib.XC_HEAP_HI - xc_lib.XC_HEAP_LO) >> 40   # 1 TiB each; an exec()'s next
+    cfg.base = xc_lib.XC_HEAP_LO + (random.randrange(slots) << 40)   # image: likely another
     cfg.reserve, cfg.chunk = RACK_HEAP_RESERVE_BYTES, RACK_HEAP_CHUNK_BYTES
     why = ffi.new("char[]", 512)
     rc = lib.rm_start(cfg, why, len(why))
@@ -97,8 +98,19 @@ def install() -> None:
     _pager = pager
     for keep in (pager, mem):   # never freed, not even as the interpreter ends: the pager
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep))   # serves faults until exit
+    mem.fill = _fill
     lib.rm_install_python()
     os.fork = _no_fork
+
+
+def _fill(vpage: int, home: int, line: Any, fetch: bool) -> None:
+    """VirtualMemory's line misses, once the heap is the rack's: in C, with no Python
+    between locking a set and unlocking it -- Python touches heap pages, whose faults
+    may need that very set (native/rackmem.h: rm_xc_fill)."""
+    rc = lib.rm_xc_fill(vpage, home, ffi.NULL if line is None else ffi.from_buffer(line),
+                        fetch)
+    if rc < 0:
+        raise OSError(-rc, f"extCache miss of page {vpage:#x}: {os.strerror(-rc)}")
 
 
 def _no_fork() -> int:

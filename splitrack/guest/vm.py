@@ -76,6 +76,9 @@ class VirtualMemory:
         self._touched: set[int] = set()               # pages ever installed
         self._probe = bytearray(1)                    # _fault: is a line cached?
         self._ahead = max(1, min(FETCH_MAX_LINES, self.xc.nsets * self.xc.ways // 4))
+        # fill(vpage, home, line or None, fetch): in a process whose heap is rack memory,
+        # the whole miss transaction in C (splitrack/guest/rackmem.py says why)
+        self.fill: Any = None
         # virtual addresses are never reused, even by a second attach in one process
         self._next = next(_ADDRESS_SPACES) << 40
 
@@ -260,6 +263,9 @@ class VirtualMemory:
             self._install(home, vpage, None)
             self._touched.add(vpage)
             return
+        if self.fill is not None:
+            self.fill(vpage, home, None, True)
+            return
         victim = self.xc.miss_begin(self.slot, self.pid, vpage)
         if victim is None:
             return  # cached after all
@@ -291,6 +297,9 @@ class VirtualMemory:
     def _install(self, home: int, vpage: int, line: Any) -> None:
         """Put `line` (None: zeros) into the extCache as vpage's, its set's victim
         written back first; nothing if vpage is cached after all."""
+        if self.fill is not None:
+            self.fill(vpage, home, line, False)
+            return
         victim = self.xc.miss_begin(self.slot, self.pid, vpage)
         if victim is None:
             return
