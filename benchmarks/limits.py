@@ -21,3 +21,7 @@ TX_AT = 4096               # throughput / Linux at this size, at least:
 TX_OVER_LINUX = {"ddio": 0.8, "dma": 0.35}
 NCOMPONENT_CORE_S_PER_GB = 4.0   # nComponent CPU each way
 WORDCOUNT_OVER_LINUX = 1.2       # bench wordcount: DDIO time / Linux time
+RESIDENT_OVER_HOST = 1.05        # bench rackmem: a resident loop, --memory rack / host
+RACK_MISS_OVER_VM_MISS = 1.5     # bench rackmem: a heap page's miss / vm's read miss, p50
+RACK_MEMORY_OVER_HOST = 1.3      # bench wordcount --memory rack: DDIO time / DDIO's with
+#                                  --memory host (an extCache larger than the working set)

@@ -132,6 +132,12 @@ def add_parser(sub: Any) -> None:
                         "sizes on every pComponent, e.g. 4MiB,8MiB,16MiB,64MiB; --plot adds "
                         "F-extcache.png (time against extCache size)")
 
+    p = measuring("rackmem", "splitrack run --memory rack: a resident loop against --memory "
+                             "host, and a heap page's miss against a vm line's",
+                  "passes of the resident loop per run (default: 100)", "default: 5")
+    p.add_argument("--extcache", type=argtypes.size, default=None, metavar="SIZE",
+                   help="each pComponent's extCache (default: 16MiB)")
+
     measuring("hot", "the hot paths that need no rack (FIT header, args codec, extCache "
                      "hits), timed in this process", "samples per repetition, each the mean "
                      "of 1000 calls (default: 200)", "default: 5", rack=False)

@@ -14,7 +14,10 @@ a plain process outside the rack, which adds them up. Per mode:
 
 With --memory rack, the rack modes' mapper runs with `splitrack run --memory
 rack`: its whole heap is rack pages (splitrack/guest/rackmem.py), and its
-pager's counts come back with its result. --extcache SIZES then runs the rack
+pager's counts come back with its result; the DDIO mapper with --memory host
+runs too, interleaved ("ddio-host"), for the target: rack memory's DDIO time
+<= 1.3 x host memory's, with an extCache larger than the working set (the
+default rack's). --extcache SIZES then runs the rack
 modes again on a rack whose pComponents have each of these extCache sizes: the
 time against the extCache's size, in DDIO and in DMA (--plot: F-extcache.png).
 
@@ -48,7 +51,7 @@ from typing import Any
 
 from benchmarks import plots
 from benchmarks.corpus import Corpus
-from benchmarks.limits import WORDCOUNT_OVER_LINUX
+from benchmarks.limits import RACK_MEMORY_OVER_HOST, WORDCOUNT_OVER_LINUX
 from benchmarks.progress import progress
 from benchmarks.report import finish, print_stats
 from benchmarks.servers import START_TIMEOUT_S
@@ -73,7 +76,8 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed
         extcache: list[int] | None = None) -> tuple[dict[str, Any], dict[str, Series]]:
     """The modes on one rack; with `extcache`, then the rack modes again on a rack
     whose pComponents have each of these extCache sizes (the sweep)."""
-    runs = _on_rack(spec, modes, size, seed, reps, duration, memory, None)
+    baseline = (HOST_DDIO,) if memory == "rack" and "ddio" in modes else ()
+    runs = _on_rack(spec, modes + baseline, size, seed, reps, duration, memory, None)
     report, series = _report(runs, size, seed)
     sweep = []
     for cache in extcache or []:
@@ -87,7 +91,8 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed
                           "runs": [round(r["seconds"], 3) for r in rs],
                           "pager": _median_counts([r["pager"] for r in rs])})
             for r in rs:
-                series["seconds/"].add(f"{mode}@{cache}", report["input_bytes"], r["seconds"])
+                series["seconds/"].add(f"{mode}@{cache >> 20}MiB", report["input_bytes"],
+                                       r["seconds"])
     if extcache:
         report["sweep"] = sweep
     report["settings"] = {"modes": list(modes), "size": size, "seed": seed, "memory": memory,
@@ -130,6 +135,9 @@ def _on_rack(spec: Any, modes: tuple[str, ...], size: int, seed: int, reps: int,
         finally:
             _remove(ep, home, path)
     return runs
+
+
+HOST_DDIO = "ddio-host"   # --memory rack's baseline: the DDIO mapper with its memory the host's
 
 
 def _median_counts(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -177,6 +185,8 @@ def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_pat
         if mode == "linux":
             cmd = [*mapper, "file", host_path, ip, port]
         else:
+            if mode == HOST_DDIO:
+                mode, memory = "ddio", "host"
             cmd = [sys.executable, "-m", "splitrack.cli", "run", "--name", rack, "--on", p0,
                    "--mode", mode, "--memory", memory, "--", *mapper, "rack", path, ip, port]
         proc = subprocess.run(cmd, env=env, cwd="/", capture_output=True, text=True,
@@ -224,6 +234,11 @@ def _report(runs: dict[str, list[dict[str, Any]]], size: int, seed: int
         report["targets"].append(target(
             "word count DDIO time / Linux time",
             seconds.ratio(("ddio", input_bytes), ("linux", input_bytes)), WORDCOUNT_OVER_LINUX))
+    if HOST_DDIO in runs:
+        report["targets"].append(target(
+            "word count DDIO time, --memory rack / --memory host",
+            seconds.ratio(("ddio", input_bytes), (HOST_DDIO, input_bytes)),
+            RACK_MEMORY_OVER_HOST))
     return report, {"seconds/": seconds}
 
 

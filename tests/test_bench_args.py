@@ -8,7 +8,7 @@ import pytest
 
 from splitrack.cli import main
 
-MEASURING = ("fit", "extcache", "tcp", "wordcount", "hot")
+MEASURING = ("fit", "extcache", "tcp", "wordcount", "hot", "rackmem")
 NO_DIR = "/no/such/dir/out"
 
 CASES = [(verb, [flag, NO_DIR + ext], "no such directory")
@@ -40,6 +40,10 @@ CASES += [
     ("wordcount", ["--seed", "x"], "argument --seed: 'x' is not a whole number >= 0"),
     ("wordcount", ["--plot", NO_DIR + ".png"], "no such directory"),
     ("wordcount", ["--rounds", "5"], "unrecognized arguments: --rounds 5"),
+    ("wordcount", ["--memory", "disk"], "argument --memory: invalid choice: 'disk'"),
+    ("wordcount", ["--extcache", "4MiB,5KiB"], "'5KiB' is not a whole number of MiB"),
+    ("wordcount", ["--extcache", "4MiB,4MiB"], "given twice"),
+    ("rackmem", ["--extcache", "much"], "argument --extcache: 'much' is not a size"),
     ("fit", ["--plot", "f.png"], "unrecognized arguments: --plot f.png"),
     ("hot", ["--busy"], "unrecognized arguments: --busy"),
     ("compare", ["/no/such/old.json", "/no/such/new.json"], "/no/such/old.json: no such file"),
@@ -63,7 +67,7 @@ def test_a_bad_value_is_one_line_and_exit_2(run_root, capsys, verb, args, says):
 @pytest.mark.parametrize("verb, rounds, reps", [
     ("fit", "BENCH_FIT_ROUNDS", "BENCH_FIT_REPS"), ("extcache", "MISS_ROUNDS", "REPS"),
     ("tcp", None, None), ("wordcount", None, "REPS"), ("hot", "ROUNDS", "REPS"),
-    ("native", "ROUNDS", "REPS")])
+    ("native", "ROUNDS", "REPS"), ("rackmem", "ROUNDS", "REPS")])
 def test_help_says_the_defaults_the_benchmarks_use(capsys, verb, rounds, reps):
     module = importlib.import_module(f"benchmarks.{verb}")
     if verb == "tcp":
