@@ -44,8 +44,9 @@ makes sockets here (N_BIND, N_CONNECT) and asks who listens (N_LOOKUP) only
 if it is of this nComponent's slice (both may be free), and its rings' home
 must be an mComponent of its slice too: EPERM otherwise, EADDRNOTAVAIL for a
 bind, counted as `slice`. A stub that cannot take a push within
-STUB_PUSH_TIMEOUT_S is taken for dead and its skeletons close, as they do on
-N_RELEASE. A request about another process's skeleton is EPERM; about none, EBADF.
+STUB_PUSH_TIMEOUT_S (STUB_PUSH_PATIENT_S if its process is alive) is taken for
+dead and its skeletons close, as they do on N_RELEASE. A request about another
+process's skeleton is EPERM; about none, EBADF.
 
 Traced (`splitrack trace`, fit_rpc/tracing.py): a skeleton keeps the context of
 the last traced message about it (`skel.trace`), and what its kernel events
@@ -65,7 +66,7 @@ from fit_rpc import Message, Op, codec, tracing
 from fit_rpc.codec import need
 from fit_rpc.counters import Counters
 from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
-from fit_rpc.identity import address_pid, kind_of
+from fit_rpc.identity import address_pid, kind_of, process_of
 from fit_rpc.netpath import SK, SK_ERR, SK_N
 from monitors.connector import Connector
 from monitors.core import Monitor
@@ -91,6 +92,7 @@ from splitrack.params import (
     MONITOR_IDLE_CHECK_S,
     SKELETON_RECV_CHUNK_BYTES,
     SOCKET_SENT_BYTES,
+    STUB_PUSH_PATIENT_S,
     STUB_PUSH_TIMEOUT_S,
 )
 
@@ -137,7 +139,7 @@ class NMonitor(Monitor):
                                    {pair for pair in ALLOWED if pair[1] != socket.SO_ERROR})
         self._load: dict[str, Any] = {}
         self.counts = {"accepted": 0, "connected": 0, "closed": 0, "stubs_lost": 0,
-                       "datagrams_in": 0, "datagrams_out": 0,
+                       "stub_push_waits": 0, "datagrams_in": 0, "datagrams_out": 0,
                        "shortcuts_pipe": 0, "shortcuts_fit": 0,
                        "ddio_extcache_bytes": 0, "ddio_mcomponent_bytes": 0}
         self._lines_bytes = 0   # what the plane's closed connections copied to or from lines
@@ -361,7 +363,7 @@ class NMonitor(Monitor):
         if skel.owner in self.gone:
             return
         try:
-            self.ep.send(skel.owner, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
+            self._send_to_stub(skel.owner, op, payload)
         except OSError as exc:
             self.log.info("stub %s is gone (%s); closing its sockets", skel.owner, exc)
             self._gone(skel.owner)
@@ -369,6 +371,21 @@ class NMonitor(Monitor):
             return
         if skel.c.fast:   # the link may be new: the plane pushes on it from now on
             skel.c.push = skelpath.ring_ptr(self.rings.out_ring(skel.owner))
+
+    def _send_to_stub(self, owner: str, op: int, payload: bytes) -> None:
+        """A push, given STUB_PUSH_TIMEOUT_S; once more, given STUB_PUSH_PATIENT_S, if
+        the stub's process is alive on this host (shm transport): a live program can
+        be slow to take a new link -- one whose heap is paging (--memory rack) runs
+        its Python a fault at a time -- and taking it for dead would leave it
+        waiting on sockets that no longer exist."""
+        try:
+            self.ep.send(owner, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
+        except OSError:
+            process = process_of(owner)
+            if self.rack["transport"] != "shm" or process is None or not _alive(process[1]):
+                raise
+            self.counts["stub_push_waits"] += 1
+            self.ep.send(owner, op, payload, timeout=STUB_PUSH_PATIENT_S)
 
     def _gone(self, owner: str) -> None:
         """A stub process found dead (or released): nothing more is pushed to it, and
@@ -414,8 +431,7 @@ class NMonitor(Monitor):
         if owner in self.gone:
             return
         try:
-            self.ep.send(owner, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer),
-                         timeout=STUB_PUSH_TIMEOUT_S)
+            self._send_to_stub(owner, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer))
         except OSError:
             self._gone(owner)
 
@@ -705,3 +721,12 @@ class NMonitor(Monitor):
         if nics != self._load and not self.stopping and self.report_load({"nics": nics}, 0.5):
             self._load = nics
 
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True

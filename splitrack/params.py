@@ -53,6 +53,7 @@ SHORTCUT_FIT_WINDOW_BYTES = 2 * 1024 * 1024   # FIT shortcut: bytes in flight ea
 PEER_CHECK_S = 0.1                        # a waiting stub checks its FIT shortcut's peer
 #                                           and its nComponent live
 STUB_PUSH_TIMEOUT_S = 0.1                 # a stub whose inbox takes no connection in this is gone
+STUB_PUSH_PATIENT_S = 2.0                 # ... or in this more, if its process is alive
 STUB_SEND_PUMP_S = 0.001                  # a program that only sends reads its pushes (a
                                           # reset, credit) at least this often, when it sends
 CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
