@@ -16,7 +16,7 @@
 #include <string.h>
 
 #define XC_MAGIC 0x31435845u /* "EXC1" */
-#define XC_VERSION 3u
+#define XC_VERSION 4u
 #define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
 
 typedef struct {
@@ -134,9 +134,13 @@ uint32_t xc_line_size(void *base) { return H(base)->line_size; }
 uint32_t xc_ways(void *base) { return H(base)->ways; }
 uint32_t xc_nsets(void *base) { return H(base)->nsets; }
 
+/* The page number's low bits, as a CPU cache (and LegoOS's pcache) indexes its
+ * sets: consecutive pages fill consecutive sets, so a region no larger than the
+ * cache never conflicts with itself; the pid's hash offsets each process's
+ * pages, so two processes' same addresses are not all in one set. */
 uint32_t xc_set_of(void *base, uint32_t pid, uint64_t vpage) {
-    uint64_t x = vpage * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
-    return (uint32_t)((x ^ (x >> 29)) % H(base)->nsets);
+    uint64_t offset = (uint64_t)pid * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)((vpage + (offset >> 32)) % H(base)->nsets);
 }
 
 /* ---- counters ----------------------------------------------------------- */

@@ -394,7 +394,7 @@ void rm_get_stats(rm_stats *out) {
 int rm_start(const rm_config *cfg, char *why, int cap) {
 #define FAIL(e, ...) do { snprintf(why, (size_t)cap, __VA_ARGS__); return -(e); } while (0)
     if (R.started)
-        FAIL(EEXIST, "the rack heap is started already");
+        FAIL(EALREADY, "the rack heap is started already");
     if (xc_ways(cfg->xc) < 2)
         FAIL(EINVAL, "rack memory needs an extCache of 2 ways or more (a way of each set "
              "stays for lines no page maps)");
@@ -406,6 +406,20 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
         cfg->base < XC_HEAP_LO || cfg->base + cfg->reserve > XC_HEAP_HI)
         FAIL(EINVAL, "bad rack heap geometry");
     R.c = *cfg;
+    if (!R.out) {
+        R.out = malloc(HEADER_BYTES + PAGE * 2);
+        R.req = malloc(PAGE * 2 + 64);
+        R.zero = calloc(FAULT_AROUND, PAGE);
+        R.victim = malloc(PAGE);
+        R.seq = 1u << 30;   /* (the endpoint's own calls, before, counted from 1) */
+    }
+    if (!R.out || !R.req || !R.zero || !R.victim)
+        FAIL(ENOMEM, "no memory for the pager's state");
+    R.reserved = 0;   /* the first chunk first: -EEXIST, an image before exec() was here */
+    int rc = rm_grow(cfg->chunk);
+    if (rc < 0)
+        FAIL(-rc, "the home mComponent reserves no rack heap at %#llx: %s",
+             (unsigned long long)cfg->base, strerror(-rc));
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
     if (fd < 0 && (errno == EPERM || errno == ENOSYS)) {   /* (the device: a policy's choice) */
         int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
@@ -442,16 +456,8 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
     size_t npages = cfg->reserve / PAGE;
     R.state = mmap(NULL, npages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
                    MAP_NORESERVE, -1, 0);
-    R.out = malloc(HEADER_BYTES + PAGE * 2);
-    R.req = malloc(PAGE * 2 + 64);
-    R.zero = calloc(FAULT_AROUND, PAGE);
-    R.victim = malloc(PAGE);
-    if (R.state == MAP_FAILED || !R.out || !R.req || !R.zero || !R.victim)
+    if (R.state == MAP_FAILED)
         FAIL(ENOMEM, "no memory for the pager's state");
-    R.seq = 1u << 30;   /* (the endpoint's own calls, before, counted from 1) */
-    int rc = rm_grow(cfg->chunk);
-    if (rc < 0)
-        FAIL(-rc, "the home mComponent reserves no rack heap: %s", strerror(-rc));
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);   /* the program's signals are not its */

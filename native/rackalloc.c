@@ -6,10 +6,12 @@
  *   block; size classes of 16 B up to 1 KiB, then quarter powers of two; carved from
  *   slabs, kept on a free list per class when freed (their pages stay).
  * - Large blocks: whole pages, page-aligned, their length in run_len[first page]
- *   (outside the heap); carved from the top of the heap or taken first-fit
- *   from the free runs. A freed run goes back to the pager (rm_release: its
- *   pages dropped here and in the extCache) and to the free runs, merged with
- *   its neighbours. So a large block is always zeros when handed out.
+ *   (outside the heap); taken first-fit from the kept runs, else from the
+ *   free runs, else carved from the top of the heap. A freed run is kept
+ *   mapped while the kept runs hold at most KEEP_BYTES (its next use costs
+ *   no fault); past that it goes back to the pager (rm_release: its pages
+ *   dropped here and in the extCache) and to the free runs, merged with its
+ *   neighbours: a block from those is zeros without a touch (calloc).
  * - One mutex: CPython's raw domain is called without the GIL.
  * Nothing here touches a heap page while holding a lock the pager takes.
  */
@@ -30,6 +32,7 @@
 #define SLAB (256u * 1024u)
 #define NCLASSES 85
 #define MAGIC 0x52414b4du   /* "MKAR" */
+#define KEEP_BYTES (8u << 20)   /* freed page runs kept mapped (as malloc's trim threshold) */
 
 typedef struct { uint32_t cls, magic; uint64_t pad; } small_head;
 typedef struct run { uint64_t page, npages; struct run *next; } run;
@@ -40,7 +43,9 @@ static struct {
     uint64_t top;               /* pages from the base handed out by the bump */
     char *slab, *slab_end;      /* where small blocks are carved */
     void *free_small[NCLASSES];
-    run *free_runs;             /* address-sorted, merged */
+    run *free_runs;             /* released: address-sorted, merged */
+    run *kept;                  /* freed and still mapped, KEEP_BYTES at most */
+    uint64_t kept_bytes;
     uint64_t in_use;
 } A = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -71,7 +76,23 @@ static inline uint64_t page_of(const void *p) { return ((uint64_t)p - rm_base())
 
 /* ---- page runs (lock held) -------------------------------------------------- */
 
-static void *take_run(uint64_t npages) {
+/* A run of npages: a kept one (*zero = 0: its old bytes), else a released one or
+ * the top's (*zero = 1: pages never there, or dropped). */
+static void *take_run(uint64_t npages, int *zero) {
+    *zero = 0;
+    for (run **at = &A.kept; *at; at = &(*at)->next) {
+        run *r = *at;
+        if (r->npages < npages)
+            continue;
+        uint64_t page = r->page;
+        r->page += npages;
+        r->npages -= npages;
+        if (r->npages == 0) { *at = r->next; free(r); }
+        A.kept_bytes -= npages * PAGE;
+        A.run_len[page] = (uint32_t)npages;
+        return (void *)(rm_base() + page * PAGE);
+    }
+    *zero = 1;
     for (run **at = &A.free_runs; *at; at = &(*at)->next) {
         run *r = *at;
         if (r->npages < npages)
@@ -98,6 +119,15 @@ static void *take_run(uint64_t npages) {
 
 static void give_run(uint64_t page, uint64_t npages) {
     A.run_len[page] = 0;
+    if (A.kept_bytes + npages * PAGE <= KEEP_BYTES) {   /* kept mapped, for the next one */
+        run *r = malloc(sizeof *r);
+        if (r) {
+            *r = (run){page, npages, A.kept};
+            A.kept = r;
+            A.kept_bytes += npages * PAGE;
+            return;
+        }
+    }
     rm_release(rm_base() + page * PAGE, npages * PAGE);
     run **at = &A.free_runs;
     while (*at && (*at)->page < page)
@@ -127,15 +157,18 @@ static void give_run(uint64_t page, uint64_t npages) {
 
 /* ---- the allocator ------------------------------------------------------------ */
 
-static void *alloc_locked(size_t n) {
+/* *zero: whether the block is zeros already (a large one from released pages). */
+static void *alloc_locked(size_t n, int *zero) {
+    *zero = 0;
     if (n > SMALL_MAX) {
         uint64_t npages = (n + PAGE - 1) / PAGE;
         if (npages > UINT32_MAX)
             return NULL;
-        void *p = take_run(npages);
+        void *p = take_run(npages, zero);
         if (p) A.in_use += npages * PAGE;
         return p;
     }
+    int fresh;
     uint32_t c = class_of(n ? n : 1);
     size_t size = class_size(c);
     void *p = A.free_small[c];
@@ -143,7 +176,7 @@ static void *alloc_locked(size_t n) {
         A.free_small[c] = *(void **)p;
     } else {
         if (A.slab_end - A.slab < (ptrdiff_t)(sizeof(small_head) + size)) {
-            char *s = take_run(SLAB / PAGE);
+            char *s = take_run(SLAB / PAGE, &fresh);
             if (!s)
                 return NULL;
             A.slab = s + sizeof(small_head);   /* no small block starts a run (rm_free) */
@@ -183,8 +216,9 @@ static void free_locked(void *p) {
 }
 
 void *rm_malloc(size_t n) {
+    int zero;
     pthread_mutex_lock(&A.lock);
-    void *p = alloc_locked(n);
+    void *p = alloc_locked(n, &zero);
     pthread_mutex_unlock(&A.lock);
     return p;
 }
@@ -192,9 +226,12 @@ void *rm_malloc(size_t n) {
 void *rm_calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size)
         return NULL;
-    void *p = rm_malloc(n * size);
-    if (p && n * size <= SMALL_MAX)
-        memset(p, 0, n * size);   /* (a large block is zeros already) */
+    int zero;
+    pthread_mutex_lock(&A.lock);
+    void *p = alloc_locked(n * size, &zero);
+    pthread_mutex_unlock(&A.lock);
+    if (p && !zero)
+        memset(p, 0, n * size);   /* (released pages are zeros without a touch) */
     return p;
 }
 
@@ -207,7 +244,8 @@ void *rm_realloc(void *p, size_t n) {
         pthread_mutex_unlock(&A.lock);
         return p;
     }
-    void *q = alloc_locked(n);
+    int zero;
+    void *q = alloc_locked(n, &zero);
     pthread_mutex_unlock(&A.lock);
     if (q) {
         memcpy(q, p, old < n ? old : n);   /* (no lock: the copy may fault) */

@@ -247,3 +247,20 @@ def test_vm_regions_and_a_paging_heap_together(rack_env):
         """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ok True\n"
+
+
+def test_an_exec_image_gets_a_heap_of_its_own(rack_env):
+    """exec() keeps the pid: the new image's heap goes where the home has no region
+    of the old one's, and the old heap's lines leave the extCache as plain lines."""
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        import os, sys
+        blobs = [bytes([i % 256]) * 4096 for i in range(3000)]
+        os.execv(sys.executable, [sys.executable, "-c",
+                 "from splitrack.guest import rackmem\\n"
+                 "blobs = [bytes([i % 7]) * 4096 for i in range(3000)]\\n"
+                 "assert all(b[0] == i % 7 for i, b in enumerate(blobs))\\n"
+                 "print(rackmem.installed(), rackmem.stats()['evictions'] > 0)"])
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "True True\n"

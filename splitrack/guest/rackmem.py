@@ -87,11 +87,15 @@ def install() -> None:
     cfg.efd = pager.transport.bell.efd
     cfg.spin_ns = int(pager.transport.spin_s * 1e9)
     cfg.timeout_ns = int(FIT_CALL_TIMEOUT_S * 1e9)
-    slots = (xc_lib.XC_HEAP_HI - xc_lib.XC_HEAP_LO) >> 40   # 1 TiB each; an exec()'s next
-    cfg.base = xc_lib.XC_HEAP_LO + (random.randrange(slots) << 40)   # image: likely another
     cfg.reserve, cfg.chunk = RACK_HEAP_RESERVE_BYTES, RACK_HEAP_CHUNK_BYTES
     why = ffi.new("char[]", 512)
-    rc = lib.rm_start(cfg, why, len(why))
+    slots = list(range((xc_lib.XC_HEAP_HI - xc_lib.XC_HEAP_LO) >> 40))   # 1 TiB each
+    random.shuffle(slots)
+    for slot in slots:   # one the home has no region in: an image before exec() used some
+        cfg.base = xc_lib.XC_HEAP_LO + (slot << 40)
+        rc = lib.rm_start(cfg, why, len(why))
+        if rc != -errno.EEXIST:
+            break
     if rc < 0:
         pager.close()
         raise RackMemoryUnavailable(-rc, ffi.string(why).decode())
