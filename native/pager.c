@@ -66,6 +66,11 @@ static struct {
 } R = {.pg_lock = PTHREAD_MUTEX_INITIALIZER, .link_lock = PTHREAD_MUTEX_INITIALIZER};
 
 uint64_t rm_base(void) { return R.c.base; }
+
+/* A quarter of the extCache: freed pages kept mapped fit beside the live ones. */
+uint64_t rm_keep_bytes(void) {
+    return R.c.xc ? (uint64_t)xc_nsets(R.c.xc) * xc_ways(R.c.xc) * PAGE / 4 : 0;
+}
 uint64_t rm_reserve(void) { return R.c.reserve; }
 
 static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

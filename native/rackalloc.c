@@ -8,7 +8,8 @@
  * - Large blocks: whole pages, page-aligned, their length in run_len[first page]
  *   (outside the heap); taken first-fit from the kept runs, else from the
  *   free runs, else carved from the top of the heap. A freed run is kept
- *   mapped while the kept runs hold at most KEEP_BYTES (its next use costs
+ *   mapped while the kept runs hold at most a quarter of the extCache
+ *   (rm_keep_bytes: its next use costs
  *   no fault); past that it goes back to the pager (rm_release: its pages
  *   dropped here and in the extCache) and to the free runs, merged with its
  *   neighbours: a block from those is zeros without a touch (calloc).
@@ -32,7 +33,7 @@
 #define SLAB (256u * 1024u)
 #define NCLASSES 85
 #define MAGIC 0x52414b4du   /* "MKAR" */
-#define KEEP_BYTES (8u << 20)   /* freed page runs kept mapped (as malloc's trim threshold) */
+#define KEEP_BYTES (rm_keep_bytes())   /* freed page runs kept mapped (malloc's trim threshold) */
 
 typedef struct { uint32_t cls, magic; uint64_t pad; } small_head;
 typedef struct run { uint64_t page, npages; struct run *next; } run;
@@ -44,7 +45,8 @@ static struct {
     char *slab, *slab_end;      /* where small blocks are carved */
     void *free_small[NCLASSES];
     run *free_runs;             /* released: address-sorted, merged */
-    run *kept;                  /* freed and still mapped, KEEP_BYTES at most */
+    run *kept;                  /* freed and still mapped: address-sorted, merged,
+                                   KEEP_BYTES at most */
     uint64_t kept_bytes;
     uint64_t in_use;
 } A = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -117,22 +119,13 @@ static void *take_run(uint64_t npages, int *zero) {
     return (void *)(rm_base() + page * PAGE);
 }
 
-static void give_run(uint64_t page, uint64_t npages) {
-    A.run_len[page] = 0;
-    if (A.kept_bytes + npages * PAGE <= KEEP_BYTES) {   /* kept mapped, for the next one */
-        run *r = malloc(sizeof *r);
-        if (r) {
-            *r = (run){page, npages, A.kept};
-            A.kept = r;
-            A.kept_bytes += npages * PAGE;
-            return;
-        }
-    }
-    rm_release(rm_base() + page * PAGE, npages * PAGE);
-    run **at = &A.free_runs;
-    while (*at && (*at)->page < page)
+/* Put a run into an address-sorted list, merged with its neighbours. */
+static int insert_run(run **head, uint64_t page, uint64_t npages) {
+    run **at = head, *prev = NULL;
+    while (*at && (*at)->page < page) {
+        prev = *at;
         at = &(*at)->next;
-    run *prev = at == &A.free_runs ? NULL : (run *)((char *)at - offsetof(run, next));
+    }
     run *next = *at;
     if (prev && prev->page + prev->npages == page) {
         prev->npages += npages;
@@ -141,18 +134,30 @@ static void give_run(uint64_t page, uint64_t npages) {
             prev->next = next->next;
             free(next);
         }
-        return;
+        return 0;
     }
     if (next && page + npages == next->page) {
         next->page = page;
         next->npages += npages;
-        return;
+        return 0;
     }
     run *r = malloc(sizeof *r);   /* (libc's: not the heap) */
     if (!r)
-        return;   /* the pages stay unused: lost to this heap, not to the program */
+        return -1;
     *r = (run){page, npages, next};
     *at = r;
+    return 0;
+}
+
+static void give_run(uint64_t page, uint64_t npages) {
+    A.run_len[page] = 0;
+    if (A.kept_bytes + npages * PAGE <= KEEP_BYTES && insert_run(&A.kept, page, npages) == 0) {
+        A.kept_bytes += npages * PAGE;   /* kept mapped, for the next one */
+        return;
+    }
+    rm_release(rm_base() + page * PAGE, npages * PAGE);
+    insert_run(&A.free_runs, page, npages);   /* (no memory for a node: the pages stay
+                                                 unused, lost to this heap only) */
 }
 
 /* ---- the allocator ------------------------------------------------------------ */

@@ -94,5 +94,6 @@ int rm_grow(uint64_t upto);                   /* reserve chunks at the home up t
 void rm_release(uint64_t addr, uint64_t len); /* freed pages: dropped, next use zero-fills */
 uint64_t rm_base(void);
 uint64_t rm_reserve(void);
+uint64_t rm_keep_bytes(void);                 /* freed page runs the allocator keeps mapped */
 
 #endif
