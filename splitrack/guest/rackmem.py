@@ -13,9 +13,10 @@ What the program sees of it:
   write-backs (the process's counters, as for splitrack.guest.vm);
 - stats(): the pager's own counts (faults, write faults, resident pages...);
 - MemoryError when its home has no room left for the heap to grow;
-- os.fork() is refused (EOPNOTSUPP): a child would not see the pages that are
-  not resident (the heap is not inherited: MADV_DONTFORK); subprocess's
-  vfork+exec works;
+- os.fork() and os.forkpty() are refused (EOPNOTSUPP): a child would not have
+  the heap (MADV_DONTFORK: the pages that are not resident would read as
+  zeros); subprocess's vfork+exec works, a fork() in C (subprocess with a
+  preexec_fn) gives a child that dies of SIGSEGV;
 - a fault the pager cannot serve ends the program with exit status 71 and one
   line saying why.
 It needs userfaultfd with kernel faults (root, or vm.unprivileged_userfaultfd=1)
@@ -104,7 +105,7 @@ def install() -> None:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep))   # serves faults until exit
     mem.fill = _fill
     lib.rm_install_python()
-    os.fork = _no_fork
+    os.fork = os.forkpty = _no_fork
 
 
 def _fill(vpage: int, home: int, line: Any, fetch: bool) -> None:
@@ -117,7 +118,7 @@ def _fill(vpage: int, home: int, line: Any, fetch: bool) -> None:
         raise OSError(-rc, f"extCache miss of page {vpage:#x}: {os.strerror(-rc)}")
 
 
-def _no_fork() -> int:
+def _no_fork() -> Any:
     raise OSError(errno.EOPNOTSUPP, "splitrack: fork() of a program with --memory rack: its "
                                     "child would not have its pages; use subprocess, or run "
                                     "it with --memory host")
