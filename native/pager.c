@@ -233,47 +233,65 @@ static void zero_fill_ahead(uint64_t addr) {
         fatal("installing pages at %#lx: %s", (unsigned long)addr, strerror(errno));
 }
 
-static void serve_miss(uint64_t addr, int write) {
-    uint64_t vpage = addr / PAGE;
-    uint8_t *s = &R.state[(addr - R.c.base) / PAGE];
+/* A line of this process into the extCache (pg_lock held): fetched from
+ * homes[home] with M_MISS (fetch), else `data` (NULL: zeros); the set's victim,
+ * if dirty, piggybacked on the M_MISS or written back first; pinned (a heap
+ * page, whose mapped page the victim's unpin drops) or not. Returns 0 with
+ * *bytes the line's (R.out's or data), 1 if it was there already, or a
+ * negative errno (-EBUSY: extcache.h; the M_MISS's error). */
+static int fill(uint64_t vpage, uint32_t home, const char *data, int fetch, int pin,
+                const char **bytes) {
     xc_victim_t v;
-    for (int tries = 0;; tries++) {
-        int rc = xc_miss_begin(R.c.xc, R.c.slot, R.c.pid, vpage, &v, R.victim, unpin, NULL);
-        if (rc == 0)
-            break;
-        if (rc == -EBUSY)
-            fatal("the extCache set of page %#lx is full of other rack-memory programs' "
-                  "pages: give the pComponent a larger extCache", (unsigned long)addr);
-        if (rc < 0 || tries > 2)
-            fatal("extCache miss at %#lx: %s", (unsigned long)addr, strerror(rc < 0 ? -rc : EEXIST));
-        xc_invalidate(R.c.xc, R.c.pid, vpage, 1);   /* a line of an image before exec */
+    int rc = xc_miss_begin(R.c.xc, R.c.slot, R.c.pid, vpage, &v, R.victim,
+                           pin ? unpin : NULL, NULL);
+    if (rc == 0 && v.pid && v.home >= (uint32_t)R.c.nhomes) {
+        xc_miss_abort(R.c.xc, R.c.pid, vpage);
+        return -EINVAL;   /* a victim homed where the pager has no link */
     }
-    const char *data = NULL;
-    if (v.pid && v.home >= (uint32_t)R.c.nhomes)
-        fatal("a dirty victim homed at mComponent %u, which the pager has no link to", v.home);
-    int piggyback = v.pid && v.home == R.c.home && (*s & TOUCHED);
+    if (rc != 0)
+        return rc;
+    int piggyback = fetch && v.pid && v.home == home;
     if (v.pid && !piggyback)
         writeback(v.home, v.pid, v.vpage, R.victim);
-    if (*s & TOUCHED) {
+    *bytes = data;
+    if (fetch) {
         miss_req m = {R.c.pid, vpage, piggyback ? v.pid : 0, piggyback ? v.vpage : 0};
         memcpy(R.req, &m, sizeof m);
         if (piggyback)
             memcpy(R.req + sizeof m, R.victim, PAGE);
         uint32_t len;
         pthread_mutex_lock(&R.link_lock);
-        int rc = call(R.c.home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
+        rc = call(home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
         pthread_mutex_unlock(&R.link_lock);
-        if (rc < 0 || len != PAGE) {
+        if (rc == 0 && len != PAGE)
+            rc = -EPROTO;
+        if (rc < 0) {
             xc_miss_abort(R.c.xc, R.c.pid, vpage);
-            fatal("M_MISS of page %#lx: %s", (unsigned long)addr,
-                  rc < 0 ? strerror(-rc) : "a reply that is no page");
+            return rc;
         }
-        data = R.out + HEADER_BYTES;
-        R.st.misses++;
-    } else {
-        R.st.zero_fills++;
+        *bytes = R.out + HEADER_BYTES;
     }
-    xc_miss_end(R.c.xc, R.c.slot, R.c.pid, vpage, R.c.home, data, 1);
+    xc_miss_end(R.c.xc, R.c.slot, R.c.pid, vpage, home, *bytes, pin);
+    return 0;
+}
+
+static void serve_miss(uint64_t addr, int write) {
+    uint64_t vpage = addr / PAGE;
+    int touched = (R.state[(addr - R.c.base) / PAGE] & TOUCHED) != 0;
+    const char *data;
+    int rc;
+    for (int tries = 0; (rc = fill(vpage, R.c.home, NULL, touched, 1, &data)) == 1; tries++) {
+        if (tries == 2)
+            break;
+        xc_invalidate(R.c.xc, R.c.pid, vpage, 1);   /* a line of an image before exec */
+    }
+    if (rc == -EBUSY)
+        fatal("the extCache set of page %#lx is full of other rack-memory programs' "
+              "pages: give the pComponent a larger extCache", (unsigned long)addr);
+    if (rc != 0)
+        fatal("the miss of page %#lx: %s", (unsigned long)addr,
+              strerror(rc < 0 ? -rc : EEXIST));
+    if (touched) R.st.misses++; else R.st.zero_fills++;
     install(addr, data, write);
     if (write && !data)
         zero_fill_ahead(addr + PAGE);
@@ -333,42 +351,11 @@ int rm_xc_fill(uint64_t vpage, uint32_t home, const void *data, int fetch) {
         memcpy(line, data, PAGE);   /* (data may be a heap page: copied before any lock) */
     if (home >= (uint32_t)R.c.nhomes || !R.started)
         return -EINVAL;
+    const char *bytes;
     pthread_mutex_lock(&R.pg_lock);   /* the pager's buffers and links are ours meanwhile */
-    xc_victim_t v;
-    int rc = xc_miss_begin(R.c.xc, R.c.slot, R.c.pid, vpage, &v, R.victim, NULL, NULL);
-    if (rc == 0 && v.pid && v.home >= (uint32_t)R.c.nhomes) {
-        xc_miss_abort(R.c.xc, R.c.pid, vpage);
-        rc = -EINVAL;
-    }
-    if (rc != 0) {
-        pthread_mutex_unlock(&R.pg_lock);
-        return rc;
-    }
-    int piggyback = fetch && v.pid && v.home == home;
-    if (v.pid && !piggyback)
-        writeback(v.home, v.pid, v.vpage, R.victim);
-    const char *bytes = data ? line : NULL;
-    if (fetch) {
-        miss_req m = {R.c.pid, vpage, piggyback ? v.pid : 0, piggyback ? v.vpage : 0};
-        memcpy(R.req, &m, sizeof m);
-        if (piggyback)
-            memcpy(R.req + sizeof m, R.victim, PAGE);
-        uint32_t len;
-        pthread_mutex_lock(&R.link_lock);
-        rc = call(home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
-        pthread_mutex_unlock(&R.link_lock);
-        if (rc == 0 && len != PAGE)
-            rc = -EPROTO;
-        if (rc < 0) {
-            xc_miss_abort(R.c.xc, R.c.pid, vpage);
-            pthread_mutex_unlock(&R.pg_lock);
-            return rc;
-        }
-        bytes = R.out + HEADER_BYTES;
-    }
-    xc_miss_end(R.c.xc, R.c.slot, R.c.pid, vpage, home, bytes, 0);
+    int rc = fill(vpage, home, data ? line : NULL, fetch, 0, &bytes);
     pthread_mutex_unlock(&R.pg_lock);
-    return 0;
+    return rc;
 }
 
 /* ---- freeing ------------------------------------------------------------------ */

@@ -78,31 +78,31 @@ static inline uint64_t page_of(const void *p) { return ((uint64_t)p - rm_base())
 
 /* ---- page runs (lock held) -------------------------------------------------- */
 
+/* Cut npages from the start of a list's first run that has them: 1 and its
+ * first page in *page, or 0 if none has. */
+static int cut_from(run **list, uint64_t npages, uint64_t *page) {
+    for (run **at = list; *at; at = &(*at)->next) {
+        run *r = *at;
+        if (r->npages < npages)
+            continue;
+        *page = r->page;
+        r->page += npages;
+        r->npages -= npages;
+        if (r->npages == 0) { *at = r->next; free(r); }
+        return 1;
+    }
+    return 0;
+}
+
 /* A run of npages: a kept one (*zero = 0: its old bytes), else a released one or
  * the top's (*zero = 1: pages never there, or dropped). */
 static void *take_run(uint64_t npages, int *zero) {
-    *zero = 0;
-    for (run **at = &A.kept; *at; at = &(*at)->next) {
-        run *r = *at;
-        if (r->npages < npages)
-            continue;
-        uint64_t page = r->page;
-        r->page += npages;
-        r->npages -= npages;
-        if (r->npages == 0) { *at = r->next; free(r); }
+    uint64_t page;
+    int kept = cut_from(&A.kept, npages, &page);
+    *zero = !kept;
+    if (kept)
         A.kept_bytes -= npages * PAGE;
-        A.run_len[page] = (uint32_t)npages;
-        return (void *)(rm_base() + page * PAGE);
-    }
-    *zero = 1;
-    for (run **at = &A.free_runs; *at; at = &(*at)->next) {
-        run *r = *at;
-        if (r->npages < npages)
-            continue;
-        uint64_t page = r->page;
-        r->page += npages;
-        r->npages -= npages;
-        if (r->npages == 0) { *at = r->next; free(r); }
+    if (kept || cut_from(&A.free_runs, npages, &page)) {
         A.run_len[page] = (uint32_t)npages;
         return (void *)(rm_base() + page * PAGE);
     }
@@ -113,7 +113,7 @@ static void *take_run(uint64_t npages, int *zero) {
     }
     if ((A.top + npages) * PAGE > rm_reserve() || rm_grow((A.top + npages) * PAGE) < 0)
         return NULL;   /* the home has no more room: MemoryError */
-    uint64_t page = A.top;
+    page = A.top;
     A.top += npages;
     A.run_len[page] = (uint32_t)npages;
     return (void *)(rm_base() + page * PAGE);
