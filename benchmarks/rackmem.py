@@ -4,7 +4,7 @@ One rack (the spec's, its pComponents' extCache set to --extcache, default
 16 MiB), one probe program (benchmarks/rackmem_probe.py) run on p0 with
 --memory rack and with --memory host, alternately, --reps times each:
 
-- resident_s: ROUNDS passes over memory that stays resident (a sha256 of a
+- resident_ms: ROUNDS passes over memory that stays resident (a sha256 of a
   bytearray and a Python sum over a list, an eighth of the extCache in all):
   the same loads either way; resident_faults: the pager's faults meanwhile;
 - heap_miss: a first touch of a heap page that was written and then evicted
@@ -17,7 +17,7 @@ runs); heap_miss p50 <= 1.5 x vm_miss p50.
 
 JSON (--json FILE): {"bench": "rackmem", "config": {"extcache_bytes", "ways"},
 "resident_faults": [the rack runs' faults during the resident passes],
-"results": [{"memory", "resident_s", "heap_miss_p50_us", "vm_miss_p50_us"}],
+"results": [{"memory", "resident_ms", "heap_miss_p50_us", "vm_miss_p50_us"}],
 "targets", "stats", "machine", "settings"} (report.py).
 """
 
@@ -51,14 +51,14 @@ def run(spec: Any = None, extcache: int = EXTCACHE, rounds: int = ROUNDS, reps: 
         if comp["kind"] == "p":
             comp["extcache"] = extcache
     p0 = next(c for c in rack_spec.components if c["kind"] == "p")
-    seconds, us, faults = Series("s"), Series("us"), []
+    ms, us, faults = Series("ms"), Series("us"), []
     with Rack(rack_spec) as rack, \
             progress("bench rackmem", None if duration else reps * 2) as advance:
         env = dict(os.environ, SPLITRACK_RUN_ROOT=rack.run.root)
         for rep in repetitions(reps, duration):
             for memory in MEMORY_MODES:
                 got = _probe(env, rack_spec.name, p0["id"], memory, extcache, rounds)
-                seconds.add(f"resident/{memory}", 0, got["resident_s"])
+                ms.add(f"resident/{memory}", 0, got["resident_s"] * 1e3)
                 if memory == "rack":
                     faults.append(got["resident_faults"])
                 if memory == "rack":
@@ -66,9 +66,9 @@ def run(spec: Any = None, extcache: int = EXTCACHE, rounds: int = ROUNDS, reps: 
                 else:
                     us.add("vm_miss", 4096, got["vm_miss_us"])
                 advance(f"repetition {rep + 1}, --memory {memory}")
-    resident = {m: seconds.summary(f"resident/{m}", 0) for m in MEMORY_MODES}
+    resident = {m: ms.summary(f"resident/{m}", 0) for m in MEMORY_MODES}
     paired = [float(r[0]) / float(h[0]) for r, h in zip(
-        seconds.reps["resident/rack", 0], seconds.reps["resident/host", 0], strict=True)]
+        ms.reps["resident/rack", 0], ms.reps["resident/host", 0], strict=True)]
     heap, vm = us.summary("heap_miss", 4096), us.summary("vm_miss", 4096)
     per_rep = [float(np.median(a)) / float(np.median(b)) for a, b in zip(
         us.reps["heap_miss", 4096], us.reps["vm_miss", 4096], strict=True)]
@@ -76,7 +76,7 @@ def run(spec: Any = None, extcache: int = EXTCACHE, rounds: int = ROUNDS, reps: 
               "config": {"pcomponent": p0["id"], "extcache_bytes": extcache,
                          "ways": p0["ways"]},
               "resident_faults": faults,
-              "results": [{"memory": m, "resident_s": round(resident[m]["p50"], 4),
+              "results": [{"memory": m, "resident_ms": resident[m]["p50"],
                            "heap_miss_p50_us": round(heap["p50"], 2) if m == "rack" else None,
                            "vm_miss_p50_us": round(vm["p50"], 2) if m == "host" else None}
                           for m in MEMORY_MODES],
@@ -88,7 +88,7 @@ def run(spec: Any = None, extcache: int = EXTCACHE, rounds: int = ROUNDS, reps: 
                          spanning(heap["p50"] / vm["p50"], per_rep), RACK_MISS_OVER_VM_MISS)],
               "settings": {"extcache": extcache, "rounds": rounds, "duration": duration,
                            "reps": len(paired)}}
-    return report, {"seconds/": seconds, "us/": us}
+    return report, {"ms/": ms, "us/": us}
 
 
 def _probe(env: dict[str, str], rack: str, p0: str, memory: str, extcache: int,
@@ -107,10 +107,10 @@ def _probe(env: dict[str, str], rack: str, p0: str, memory: str, extcache: int,
 def print_table(report: dict[str, Any]) -> None:
     c = report["config"]
     print(f"a probe on {c['pcomponent']} (extCache {c['extcache_bytes'] >> 20} MiB, "
-          f"{c['ways']}-way), --memory rack and host alternately: resident passes (s), "
+          f"{c['ways']}-way), --memory rack and host alternately: resident passes (ms), "
           "a heap page's miss and a vm line's read miss (µs)")
     for r in report["results"]:
-        print(f"  --memory {r['memory']:<5} resident {r['resident_s']:.4f} s"
+        print(f"  --memory {r['memory']:<5} resident {r['resident_ms']:.3f} ms"
               + (f"   heap miss p50 {r['heap_miss_p50_us']:.1f} µs"
                  if r["heap_miss_p50_us"] else "")
               + (f"   vm read miss p50 {r['vm_miss_p50_us']:.1f} µs"

@@ -78,21 +78,21 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES, size: int = SIZE, seed
     whose pComponents have each of these extCache sizes (the sweep)."""
     baseline = (HOST_DDIO,) if memory == "rack" and "ddio" in modes else ()
     runs = _on_rack(spec, modes + baseline, size, seed, reps, duration, memory, None)
-    report, series = _report(runs, size, seed)
+    report, series = _report(runs, seed)
     sweep = []
     for cache in extcache or []:
         rack_modes = tuple(m for m in modes if m != "linux")
         for mode, rs in _on_rack(spec, rack_modes, size, seed, reps, duration, memory,
                                  cache).items():
-            seconds = sorted(r["seconds"] for r in rs)
+            name = f"{mode}@{cache >> 20}MiB"
+            for r in rs:
+                series["seconds/"].add(name, report["input_bytes"], r["seconds"])
+            median = series["seconds/"].summary(name, report["input_bytes"])["p50"]
             sweep.append({"extcache": cache, "mode": mode, "memory": memory,
-                          "seconds": round(seconds[len(seconds) // 2], 3),
+                          "seconds": round(median, 3),
                           "correct": all(r["correct"] for r in rs),
                           "runs": [round(r["seconds"], 3) for r in rs],
                           "pager": _median_counts([r["pager"] for r in rs])})
-            for r in rs:
-                series["seconds/"].add(f"{mode}@{cache >> 20}MiB", report["input_bytes"],
-                                       r["seconds"])
     if extcache:
         report["sweep"] = sweep
     report["settings"] = {"modes": list(modes), "size": size, "seed": seed, "memory": memory,
@@ -209,7 +209,7 @@ def _one(mode: str, env: dict[str, str], rack: str, p0: str, path: str, host_pat
             "pager": mapped.get("pager", {})}
 
 
-def _report(runs: dict[str, list[dict[str, Any]]], size: int, seed: int
+def _report(runs: dict[str, list[dict[str, Any]]], seed: int
             ) -> tuple[dict[str, Any], dict[str, Series]]:
     first = next(iter(runs.values()))[0]
     input_bytes, reference = first["input_bytes"], first["reference"]

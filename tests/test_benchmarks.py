@@ -282,6 +282,39 @@ def test_bench_wordcount_counts_right_in_every_mode(run_root, tmp_path):
     assert left == []   # the input and its directory were removed from the sComponent
 
 
+def test_bench_wordcount_with_rack_memory_and_an_extcache_sweep(run_root, tmp_path):
+    png = tmp_path / "wc.png"
+    report, stdout = bench("wordcount", run_root, tmp_path, None, "--size", "1MB",
+                           "--modes", "ddio,dma", "--memory", "rack", "--extcache", "4MiB",
+                           "--plot", str(png))
+    assert [r["mode"] for r in report["results"]] == ["ddio", "dma", "ddio-host"]
+    assert all(r["correct"] for r in [*report["results"], *report["sweep"]])
+    rack, host = report["results"][0]["pager"], report["results"][2]["pager"]
+    assert rack["faults"] > 0 and rack["zero_fills"] > 0 and host == {}
+    assert [(r["extcache"], r["mode"], r["memory"]) for r in report["sweep"]] == \
+        [(4 << 20, "ddio", "rack"), (4 << 20, "dma", "rack")]
+    assert all(r["pager"]["faults"] > 0 for r in report["sweep"])
+    check_targets(report, ["word count DDIO time, --memory rack / --memory host"])
+    check_report(report, {"seconds/ddio", "seconds/ddio-host", "seconds/ddio@4MiB",
+                          "seconds/dma@4MiB"})
+    extcache_png = tmp_path / "wc-extcache.png"
+    assert extcache_png.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "wc-extcache.md").exists()
+
+
+def test_bench_rackmem(run_root, tmp_path):
+    report, stdout = bench("rackmem", run_root, tmp_path, 3, "--extcache", "4MiB")
+    assert report["bench"] == "rackmem" and report["config"]["extcache_bytes"] == 4 << 20
+    rack, host = report["results"][1], report["results"][0]
+    assert (host["memory"], rack["memory"]) == ("host", "rack")
+    assert rack["resident_ms"] > 0 and host["resident_ms"] > 0
+    assert rack["heap_miss_p50_us"] > 0 and host["vm_miss_p50_us"] > 0
+    assert len(report["resident_faults"]) == 2
+    check_targets(report, ["resident loop, --memory rack / --memory host",
+                           "heap miss p50 / vm read miss p50 (bench extcache's read_miss)"])
+    check_report(report, {"ms/resident/rack", "ms/resident/host", "us/heap_miss",
+                          "us/vm_miss"})
+
+
 def test_corpus_reference_is_the_texts_own_count():
     corpus = Corpus(3)
     text = b"".join(corpus.blocks(300_000))
