@@ -62,6 +62,8 @@ import struct
 import time
 from typing import Any
 
+import psutil
+
 from fit_rpc import Message, Op, codec, tracing
 from fit_rpc.codec import need
 from fit_rpc.counters import Counters
@@ -382,7 +384,8 @@ class NMonitor(Monitor):
             self.ep.send(owner, op, payload, timeout=STUB_PUSH_TIMEOUT_S)
         except OSError:
             process = process_of(owner)
-            if self.rack["transport"] != "shm" or process is None or not _alive(process[1]):
+            if self.rack["transport"] != "shm" or process is None \
+                    or not psutil.pid_exists(process[1]):
                 raise
             self.counts["stub_push_waits"] += 1
             self.ep.send(owner, op, payload, timeout=STUB_PUSH_PATIENT_S)
@@ -720,13 +723,3 @@ class NMonitor(Monitor):
                 nics[ip]["bytes"] += skel.bytes_in + skel.bytes_out
         if nics != self._load and not self.stopping and self.report_load({"nics": nics}, 0.5):
             self._load = nics
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
