@@ -272,3 +272,13 @@ def test_program_reads_the_racks_storage_with_splitrack_files(rack_env):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(len(blob)), hashlib.sha256(blob).hexdigest(),
                                    blob[10:15].hex(), "FileNotFoundError", "PermissionError"]
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3") or
+                    os.path.realpath("/usr/bin/python3") == os.path.realpath(sys.executable),
+                    reason="needs a second Python, one without splitrack (/usr/bin/python3)")
+def test_a_python_without_splitrack_is_refused_with_127(rack_env):
+    rack, env = rack_env
+    proc = run(env, "--", "/usr/bin/python3", "-c", "print('ran on the host network')")
+    assert proc.returncode == 127 and proc.stdout == ""
+    assert "cannot load the rack's socket module in /usr/bin/python3" in proc.stderr
