@@ -27,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "extcache.h"
@@ -73,16 +74,57 @@ uint64_t rm_keep_bytes(void) {
 }
 uint64_t rm_reserve(void) { return R.c.reserve; }
 
-static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fatal(const char *fmt, ...) {
+/* The kernel's madvise: in a native program madvise() is the interposer's, which
+ * gives rack pages to rm_release (native/preload_memory.c). */
+static inline int advise(void *addr, size_t len, int advice) {
+    return (int)syscall(SYS_madvise, addr, len, advice);
+}
+
+/* fatal()'s message, formatted by hand: libc's printf may read state of its own that
+ * lies in the heap (a printf specifier registered, a locale set after the heap went
+ * on), whose faults only this thread serves. Knows %s, %u, %#x and %#lx. */
+static void format(char *out, size_t cap, const char *fmt, va_list ap) {
+    char *end = out + cap - 1;
+    for (; *fmt && out < end; fmt++) {
+        if (*fmt != '%') {
+            *out++ = *fmt;
+            continue;
+        }
+        char digits[24];
+        const char *text = digits;
+        int hex = fmt[1] == '#', is_long = fmt[1 + hex] == 'l';
+        fmt += hex + is_long + 1;
+        if (*fmt == 's') {
+            text = va_arg(ap, const char *);
+        } else {
+            unsigned long v = is_long ? va_arg(ap, unsigned long) : va_arg(ap, unsigned);
+            char *d = digits + sizeof digits;
+            *--d = 0;
+            do *--d = "0123456789abcdef"[v % (hex ? 16 : 10)]; while ((v /= hex ? 16 : 10));
+            if (hex) { *--d = 'x'; *--d = '0'; }
+            text = d;
+        }
+        while (*text && out < end)
+            *out++ = *text++;
+    }
+    *out = 0;
+}
+
+/* One line on stderr: "splitrack: rack memory: " and the message. */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
     char line[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    format(line, sizeof line, fmt, ap);
     va_end(ap);
-    dprintf(2, "splitrack: rack memory: %s\n", line);
-    _exit(RM_EXIT_STATUS);
+    static const char head[] = "splitrack: rack memory: ";
+    struct iovec parts[] = {{(void *)head, sizeof head - 1}, {line, strlen(line)}, {"\n", 1}};
+    syscall(SYS_writev, 2, parts, 3);   /* (the kernel's, not an interposer's) */
 }
+
+/* say(), then end the program (errno strings: strerrordesc_np's, never a locale's) */
+#define fatal(...) do { say(__VA_ARGS__); _exit(RM_EXIT_STATUS); } while (0)
 
 /* ---- FIT calls to the mComponents (under link_lock) ------------------------ */
 
@@ -112,7 +154,7 @@ static int call(uint32_t h, uint16_t op, const char *payload, uint32_t n, uint32
                      &R.c.hup[h], 1, R.c.spin_ns, left, R.out, cap, &got);
     }
     if (rc < 0)
-        fatal("the link to mComponent %u broke (%s)", h, strerror(-rc));
+        fatal("the link to mComponent %u broke (%s)", h, strerrordesc_np(-rc));
     fit_header *back = (fit_header *)R.out;
     if (got < HEADER_BYTES || back->magic != FIT_MAGIC || back->kind != FIT_REPLY ||
         back->seq != head.seq || back->length != got - HEADER_BYTES)
@@ -132,7 +174,7 @@ static void writeback(uint32_t home, uint32_t pid, uint64_t vpage, const char *l
     pthread_mutex_unlock(&R.link_lock);
     if (rc < 0)
         fatal("write-back of page %#lx to mComponent %u: %s", (unsigned long)vpage, home,
-              strerror(-rc));
+              strerrordesc_np(-rc));
 }
 
 int rm_grow(uint64_t upto) {
@@ -181,10 +223,10 @@ static int unpin(void *ctx, uint64_t vpage, void *line) {
     int dirty = (*s & DIRTY) != 0;
     if (dirty) {
         if (wp(addr, 1) < 0)   /* writers now fault, and wait for this thread */
-            fatal("write-protecting %#lx: %s", (unsigned long)addr, strerror(errno));
+            fatal("write-protecting %#lx: %s", (unsigned long)addr, strerrordesc_np(errno));
         memcpy(line, (void *)addr, PAGE);
     }
-    madvise((void *)addr, PAGE, MADV_DONTNEED);
+    advise((void *)addr, PAGE, MADV_DONTNEED);
     *s &= (uint8_t)~(RESIDENT | DIRTY);
     R.st.evictions++;
     R.st.resident--;
@@ -196,7 +238,7 @@ static void install(uint64_t addr, const char *data, int write) {
     struct uffdio_copy cp = {addr, (uint64_t)(data ? data : R.zero), PAGE,
                              write ? 0 : UFFDIO_COPY_MODE_WP, 0};
     if (ioctl(R.uffd, UFFDIO_COPY, &cp) < 0 && errno != EEXIST)
-        fatal("installing page %#lx: %s", (unsigned long)addr, strerror(errno));
+        fatal("installing page %#lx: %s", (unsigned long)addr, strerrordesc_np(errno));
     uint8_t *s = &R.state[(addr - R.c.base) / PAGE];
     *s = (uint8_t)(RESIDENT | TOUCHED | (write ? DIRTY : 0));
     R.st.resident++;
@@ -229,8 +271,16 @@ static void zero_fill_ahead(uint64_t addr) {
     if (n == 0)
         return;
     struct uffdio_copy cp = {addr, (uint64_t)R.zero, n * PAGE, 0, 0};
-    if (ioctl(R.uffd, UFFDIO_COPY, &cp) < 0)
-        fatal("installing pages at %#lx: %s", (unsigned long)addr, strerror(errno));
+    if (ioctl(R.uffd, UFFDIO_COPY, &cp) == 0)
+        return;
+    if (errno != ENOENT)   /* (ENOENT: the range spans two mappings, the program's
+                              madvise() or mprotect() split the heap: a page at a time) */
+        fatal("installing pages at %#lx: %s", (unsigned long)addr, strerrordesc_np(errno));
+    for (uint64_t done = cp.copy > 0 ? (uint64_t)cp.copy / PAGE : 0; done < n; done++) {
+        struct uffdio_copy one = {addr + done * PAGE, (uint64_t)R.zero, PAGE, 0, 0};
+        if (ioctl(R.uffd, UFFDIO_COPY, &one) < 0 && errno != EEXIST)
+            fatal("installing page %#lx: %s", (unsigned long)one.dst, strerrordesc_np(errno));
+    }
 }
 
 /* A line of this process into the extCache (pg_lock held): fetched from
@@ -290,7 +340,7 @@ static void serve_miss(uint64_t addr, int write) {
               "pages: give the pComponent a larger extCache", (unsigned long)addr);
     if (rc != 0)
         fatal("the miss of page %#lx: %s", (unsigned long)addr,
-              strerror(rc < 0 ? -rc : EEXIST));
+              strerrordesc_np(rc < 0 ? -rc : EEXIST));
     if (touched) R.st.misses++; else R.st.zero_fills++;
     install(addr, data, write);
     if (write && !data)
@@ -300,8 +350,8 @@ static void serve_miss(uint64_t addr, int write) {
 static void serve(const struct uffd_msg *m) {
     uint64_t addr = m->arg.pagefault.address & ~(uint64_t)(PAGE - 1);
     if (addr < R.c.base || addr - R.c.base >= R.reserved) {
-        dprintf(2, "splitrack: rack memory: access to %#lx, which the rack heap never "
-                   "handed out\n", (unsigned long)m->arg.pagefault.address);
+        say("access to %#lx, which the rack heap never handed out",
+            (unsigned long)m->arg.pagefault.address);
         signal(SIGSEGV, SIG_DFL);
         kill(getpid(), SIGSEGV);
         pause();
@@ -314,7 +364,7 @@ static void serve(const struct uffd_msg *m) {
             *s |= DIRTY;
             R.st.write_faults++;
             if (wp(addr, 0) < 0)
-                fatal("un-write-protecting %#lx: %s", (unsigned long)addr, strerror(errno));
+                fatal("un-write-protecting %#lx: %s", (unsigned long)addr, strerrordesc_np(errno));
         } else {
             wake(addr);          /* evicted meanwhile: the retry faults it in */
         }
@@ -326,6 +376,11 @@ static void serve(const struct uffd_msg *m) {
     pthread_mutex_unlock(&R.pg_lock);
 }
 
+static pthread_t pager_thread;   /* (not a __thread flag: a dlopened library's TLS is
+                                   malloc()ed on first use, and malloc asks this) */
+
+int rm_in_pager(void) { return R.started && pthread_equal(pthread_self(), pager_thread); }
+
 static void *pager(void *arg) {
     (void)arg;
     struct uffd_msg msgs[16];
@@ -334,7 +389,7 @@ static void *pager(void *arg) {
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
-            fatal("reading the page faults: %s", strerror(errno));
+            fatal("reading the page faults: %s", strerrordesc_np(errno));
         }
         for (ssize_t i = 0; i < n / (ssize_t)sizeof msgs[0]; i++)
             if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
@@ -362,7 +417,7 @@ int rm_xc_fill(uint64_t vpage, uint32_t home, const void *data, int fetch) {
 
 void rm_release(uint64_t addr, uint64_t len) {
     pthread_mutex_lock(&R.pg_lock);
-    madvise((void *)addr, len, MADV_DONTNEED);
+    advise((void *)addr, len, MADV_DONTNEED);
     uint64_t first = (addr - R.c.base) / PAGE, n = len / PAGE;
     for (uint64_t i = first; i < first + n; i++) {
         if (R.state[i] & RESIDENT)
@@ -411,7 +466,7 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
     int rc = rm_grow(cfg->chunk);
     if (rc < 0)
         FAIL(-rc, "the home mComponent reserves no rack heap at %#llx: %s",
-             (unsigned long long)cfg->base, strerror(-rc));
+             (unsigned long long)cfg->base, strerrordesc_np(-rc));
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
     if (fd < 0 && (errno == EPERM || errno == ENOSYS)) {   /* (the device: a policy's choice) */
         int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
@@ -421,7 +476,7 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
     if (fd < 0)
         FAIL(errno, "userfaultfd is not available here (%s): it takes root or "
              "vm.unprivileged_userfaultfd=1 to serve faults the kernel takes too; "
-             "use --memory host", strerror(errno));
+             "use --memory host", strerrordesc_np(errno));
     struct uffdio_api api = {UFFD_API, UFFD_FEATURE_PAGEFAULT_FLAG_WP, 0, };
     if (ioctl(fd, UFFDIO_API, &api) < 0) {
         close(fd);
@@ -433,16 +488,17 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
     if (at == MAP_FAILED) {
         close(fd);
         FAIL(errno, "cannot reserve %llu bytes at %#llx for the rack heap: %s",
-             (unsigned long long)cfg->reserve, (unsigned long long)cfg->base, strerror(errno));
+             (unsigned long long)cfg->reserve, (unsigned long long)cfg->base,
+             strerrordesc_np(errno));
     }
-    madvise(at, cfg->reserve, MADV_DONTFORK);   /* a child gets none of it (rackmem.py) */
+    advise(at, cfg->reserve, MADV_DONTFORK);   /* a child gets none of it (rackmem.py) */
     struct uffdio_register reg = {{cfg->base, cfg->reserve},
                                   UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP, 0};
     if (ioctl(fd, UFFDIO_REGISTER, &reg) < 0) {
         int e = errno;
         munmap(at, cfg->reserve);
         close(fd);
-        FAIL(e, "userfaultfd refuses the rack heap: %s", strerror(e));
+        FAIL(e, "userfaultfd refuses the rack heap: %s", strerrordesc_np(e));
     }
     R.uffd = fd;
     size_t npages = cfg->reserve / PAGE;
@@ -457,8 +513,9 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
     rc = pthread_create(&t, NULL, pager, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc)
-        FAIL(rc, "cannot start the pager thread: %s", strerror(rc));
+        FAIL(rc, "cannot start the pager thread: %s", strerrordesc_np(rc));
     pthread_detach(t);
+    pager_thread = t;
     R.started = 1;
     return 0;
 #undef FAIL

@@ -13,6 +13,9 @@
  *   no fault); past that it goes back to the pager (rm_release: its pages
  *   dropped here and in the extCache) and to the free runs, merged with its
  *   neighbours: a block from those is zeros without a touch (calloc).
+ * - Aligned blocks and mmap()'s runs (rm_memalign, rm_map, rm_unmap: a native
+ *   program's, native/preload_memory.c) are page runs too; munmap may cut a run
+ *   anywhere, the pieces left are runs of their own.
  * - One mutex: CPython's raw domain is called without the GIL.
  * Nothing here touches a heap page while holding a lock the pager takes.
  */
@@ -34,6 +37,11 @@
 #define NCLASSES 85
 #define MAGIC 0x52414b4du   /* "MKAR" */
 #define KEEP_BYTES (rm_keep_bytes())   /* freed page runs kept mapped (malloc's trim threshold) */
+
+/* glibc's own allocator, for the run list's nodes: in a native program malloc
+ * itself may be the rack's (native/preload_memory.c), which holds A.lock */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
 
 typedef struct { uint32_t cls, magic; uint64_t pad; } small_head;
 typedef struct run { uint64_t page, npages; struct run *next; } run;
@@ -88,7 +96,7 @@ static int cut_from(run **list, uint64_t npages, uint64_t *page) {
         *page = r->page;
         r->page += npages;
         r->npages -= npages;
-        if (r->npages == 0) { *at = r->next; free(r); }
+        if (r->npages == 0) { *at = r->next; __libc_free(r); }
         return 1;
     }
     return 0;
@@ -132,7 +140,7 @@ static int insert_run(run **head, uint64_t page, uint64_t npages) {
         if (next && prev->page + prev->npages == next->page) {
             prev->npages += next->npages;
             prev->next = next->next;
-            free(next);
+            __libc_free(next);
         }
         return 0;
     }
@@ -141,7 +149,7 @@ static int insert_run(run **head, uint64_t page, uint64_t npages) {
         next->npages += npages;
         return 0;
     }
-    run *r = malloc(sizeof *r);   /* (libc's: not the heap) */
+    run *r = __libc_malloc(sizeof *r);   /* (libc's, even where malloc is the rack's) */
     if (!r)
         return -1;
     *r = (run){page, npages, next};
@@ -272,6 +280,86 @@ void rm_free(void *p) {
     pthread_mutex_lock(&A.lock);
     free_locked(p);
     pthread_mutex_unlock(&A.lock);
+}
+
+/* ---- for a native program's malloc and mmap (native/preload_memory.c) ---------- */
+
+void *rm_memalign(size_t align, size_t n) {
+    if (align <= 16)
+        return rm_malloc(n);   /* (every block is 16-byte aligned) */
+    uint64_t npages = (n + PAGE - 1) / PAGE ? (n + PAGE - 1) / PAGE : 1;
+    uint64_t extra = align > PAGE ? align / PAGE - 1 : 0;
+    if (npages + extra > UINT32_MAX)
+        return NULL;
+    int zero;
+    pthread_mutex_lock(&A.lock);
+    char *p = take_run(npages + extra, &zero);
+    if (p && extra) {   /* the aligned pages kept, the ones before and after given back */
+        uint64_t first = page_of(p), lead = (-(uint64_t)p & (align - 1)) / PAGE;
+        if (lead)
+            give_run(first, lead);
+        if (extra - lead)
+            give_run(first + lead + npages, extra - lead);
+        A.run_len[first + lead] = (uint32_t)npages;
+        p += lead * PAGE;
+    }
+    if (p)
+        A.in_use += npages * PAGE;
+    pthread_mutex_unlock(&A.lock);
+    return p;
+}
+
+size_t rm_usable_size(void *p) {
+    pthread_mutex_lock(&A.lock);
+    size_t n = size_locked(p);
+    pthread_mutex_unlock(&A.lock);
+    return n;
+}
+
+void *rm_map(size_t len) {
+    uint64_t npages = (len + PAGE - 1) / PAGE;
+    if (!npages || npages > UINT32_MAX)
+        return NULL;
+    int zero;
+    pthread_mutex_lock(&A.lock);
+    void *p = take_run(npages, &zero);
+    if (p)
+        A.in_use += npages * PAGE;
+    pthread_mutex_unlock(&A.lock);
+    if (p && !zero)
+        memset(p, 0, npages * PAGE);   /* (no lock: it may fault) */
+    return p;
+}
+
+/* The run holding page q: its first page, or UINT64_MAX (q is in none). */
+static uint64_t run_holding(uint64_t q) {
+    uint64_t r = q;
+    while (r > 0 && !A.run_len[r])
+        r--;
+    return A.run_len[r] && r + A.run_len[r] > q ? r : UINT64_MAX;
+}
+
+int rm_unmap(void *addr, size_t len) {
+    if ((uint64_t)addr % PAGE || !rm_owns(addr) || !len)
+        return -EINVAL;
+    uint64_t first = page_of(addr), n = (len + PAGE - 1) / PAGE;
+    pthread_mutex_lock(&A.lock);
+    while (n && A.run_len && first < A.top) {
+        uint64_t r = run_holding(first), piece = 1;
+        if (r != UINT64_MAX) {   /* [first, first + piece) leaves run r; what is left stays */
+            uint64_t end = r + A.run_len[r];
+            piece = end - first < n ? end - first : n;
+            A.run_len[r] = (uint32_t)(first - r);
+            if (end > first + piece)
+                A.run_len[first + piece] = (uint32_t)(end - first - piece);
+            A.in_use -= piece * PAGE;
+            give_run(first, piece);
+        }
+        first += piece;
+        n -= piece;
+    }
+    pthread_mutex_unlock(&A.lock);
+    return 0;
 }
 
 /* ---- CPython ------------------------------------------------------------------ */

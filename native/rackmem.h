@@ -22,8 +22,9 @@
  *                no heap page but one it knows is mapped.
  *   rackalloc.c  an allocator over the heap (size classes, page runs) that
  *                CPython's raw domain and pymalloc's arenas use once
- *                rm_install_python() ran; blocks it did not allocate go to the
- *                allocator that was there before. The heap grows a chunk at a
+ *                rm_install_python() ran, and the native interposer's malloc
+ *                and anonymous mmap (native/preload_memory.c) once told; blocks
+ *                it did not allocate go to the allocator that was there before. The heap grows a chunk at a
  *                time, each reserved at the home first (M_ALLOC): none left is
  *                NULL, which CPython raises as MemoryError. A freed page run is
  *                dropped here and in the extCache, and its next use is a
@@ -77,6 +78,18 @@ void *rm_realloc(void *p, size_t n);
 void rm_free(void *p);
 int rm_owns(const void *p);
 uint64_t rm_in_use(void);                  /* bytes of blocks handed out and not freed */
+
+/* What a native program's malloc family and anonymous mmap need besides
+ * (native/preload_memory.c): aligned blocks (align a power of two; above 16 B
+ * whole pages), a block's usable size, and page runs mapped and unmapped as
+ * mmap/munmap do (zeros when mapped; munmap may cut a run anywhere, its pages
+ * given back). rm_in_pager: the calling thread is the pager (it must never
+ * be handed a heap block: it alone serves their faults). */
+void *rm_memalign(size_t align, size_t n);
+size_t rm_usable_size(void *p);
+void *rm_map(size_t len);
+int rm_unmap(void *addr, size_t len);
+int rm_in_pager(void);
 
 void rm_get_stats(rm_stats *out);
 
