@@ -1,8 +1,10 @@
 from setuptools import Extension, setup
 
 # native/build.py says what each is. The preload is a plain C library (no module):
-# it does not link the interpreter, it starts one (native/preload.c).
-preload = Extension("native._preload", sources=["native/preload.c"], include_dirs=["native"],
+# it does not link the interpreter, it starts one (native/preload.c); preload_memory.c
+# is its malloc and mmap for --memory rack.
+preload = Extension("native._preload", sources=["native/preload.c", "native/preload_memory.c"],
+                    include_dirs=["native"],
                     extra_compile_args=["-O2", "-std=gnu11", "-Wall"], libraries=["dl", "pthread"])
 
 setup(cffi_modules=["native/build.py:extcache_ffi", "native/build.py:nring_ffi",

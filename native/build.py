@@ -27,9 +27,11 @@
 and one plain C library, no module (setup.py's ext_modules: `preload`):
 
     native/preload.c                     -> native._preload   (the interposer `splitrack run`
-                                                               preloads into native programs:
+    native/preload_memory.c                                    preloads into native programs:
                                                                it starts an interpreter there
-                                                               and loads native._guest)
+                                                               and loads native._guest;
+                                                               malloc and mmap for --memory
+                                                               rack)
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.

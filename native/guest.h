@@ -39,6 +39,10 @@ int sr_dup(int fd, int newfd);   /* newfd, the kernel's dup of fd, is one more h
 int sr_exit(void);                                            /* exit(): every stub closes */
 int sr_watch(void);                                           /* from now on, exact readiness */
 int sr_ready(void);                                           /* 1 once the stub is loaded */
+/* --memory rack, before main(): the program's heap in rack pages (rackmem.py's install(),
+ * which turns native/preload_memory.c's malloc and mmap to them); 0, or -errno after one
+ * line on stderr saying why not */
+int sr_memory(void);
 /* exec(): which of these n socket descriptors, inherited by an image a fork()ed child
  * of a rack program exec()ed, are its parent's rack sockets (rack[i] = 1): they are
  * rack descriptors from now on (splitrack/guest/forked.py) */

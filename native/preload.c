@@ -28,7 +28,10 @@
  *     (splitrack/guest/forked.py);
  *   - exec(): rack descriptors are close-on-exec, but in a fork()ed child, whose
  *     new image takes those it kept open back from the parent (below);
- *   - exit(): every stub closes, so what was sent just before still leaves.
+ *   - exit(): every stub closes, so what was sent just before still leaves;
+ *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
+ *     and puts the program's malloc and anonymous mmap in rack pages
+ *     (preload_memory.c, the other file of this library).
  *
  * A program with an interpreter of its own (python itself) makes its rack sockets
  * through the drop-in module (splitrack/guest/rsocket.py), without libc's socket().
@@ -147,6 +150,7 @@ static struct {
     int (*exit)(void);
     int (*watch)(void);
     int (*inherit)(const int *, int, int *);
+    int (*memory)(void);
 } sr;
 
 static PyThreadState *(*py_this_thread)(void);   /* PyGILState_GetThisThreadState */
@@ -252,6 +256,7 @@ static void start_guest(void)
     sr.exit = need(lib, "sr_exit");
     sr.watch = need(lib, "sr_watch");
     sr.inherit = need(lib, "sr_inherit");
+    sr.memory = need(lib, "sr_memory");
     int (*ready)(void) = need(lib, "sr_ready");
     if (GUEST(ready) != 1)   /* its init code failed: cffi printed why */
         cannot_run("native._guest", "see above");
@@ -860,13 +865,13 @@ __attribute__((constructor)) static void notice_python(void)
     /* python itself (or a program that embeds one): its own interpreter runs the drop-in */
     py_is_up = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     python_host = py_is_up != NULL;
-    const char *memory = getenv("SPLITRACK_MEMORY");   /* (a Python's: rackmem.py) */
-    if (!python_host && memory && strcmp(memory, "rack") == 0 && !getenv("SPLITRACK_MEMORY_SAID")) {
-        dprintf(2, "splitrack: --memory rack covers Python programs only: this native "
-                   "program's memory stays host memory\n");
-        setenv("SPLITRACK_MEMORY_SAID", "1", 1);   /* once, not again in what it runs */
-    }
     note_inherited();
     const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
     fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */
+    const char *memory = getenv("SPLITRACK_MEMORY");   /* (a Python's: rackmem.py) */
+    if (!python_host && memory && strcmp(memory, "rack") == 0) {
+        pthread_once(&guest_once, start_guest);   /* its heap in rack pages before main() */
+        if (GUEST(sr.memory) < 0)                 /* (native/preload_memory.c) */
+            _exit(EXIT_CANNOT_RUN);               /* (it said why) */
+    }
 }

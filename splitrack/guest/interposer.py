@@ -154,6 +154,15 @@ def bind(ffi: Any) -> None:
     def _ready() -> int:
         return 1
 
+    def _memory() -> int:
+        from splitrack.guest import rackmem
+        try:
+            rackmem.install()
+        except OSError as exc:
+            sys.stderr.write(f"splitrack: --memory rack: {exc.strerror or exc}\n")
+            return -(exc.errno or errno.EIO)
+        return 0
+
     def _inherit(fds: Any, n: int, rack: Any) -> int:
         got = forked.inherit([fds[i] for i in range(n)])
         _HANDLES.update(got)
@@ -161,7 +170,7 @@ def bind(ffi: Any) -> None:
             rack[i] = int(fds[i] in got)
         return 0
 
-    for fn in (_ready, _watch, _socket, _bind, _connect, _listen, _accept, _send, _recv,
+    for fn in (_ready, _memory, _watch, _socket, _bind, _connect, _listen, _accept, _send, _recv,
                _shutdown, _close, _name, _setsockopt, _getsockopt, _blocking, _dup, _exit,
                _inherit):
         extern(fn)

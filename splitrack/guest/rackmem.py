@@ -5,18 +5,21 @@ its own first line): from then on every block CPython's raw domain hands out and
 every arena of its object allocator (so every object the program makes, and
 every buffer) lies in the rack heap, whose pages are rack pages -- homed at the
 mComponent GMM picks, cached in the pComponent's extCache, faulted in by the
-pager thread (native/rackmem.h says how). Blocks made before install() stay
-where they are; so does what C extensions get from malloc (numpy's arrays).
+pager thread (native/rackmem.h says how). Where the native interposer is
+preloaded (every program `splitrack run` starts) its malloc family and
+anonymous mmap() take rack pages from then on too (native/preload_memory.c):
+what C extensions allocate (numpy's arrays) in a Python program, and in a
+native program, which the interposer runs install() for before main(),
+everything. Blocks made before install() stay where they are.
 
 What the program sees of it:
 - `splitrack stats` / `top`: its extCache misses, zero-fills, evictions and
   write-backs (the process's counters, as for splitrack.guest.vm);
 - stats(): the pager's own counts (faults, write faults, resident pages...);
 - MemoryError when its home has no room left for the heap to grow;
-- os.fork() and os.forkpty() are refused (EOPNOTSUPP): a child would not have
-  the heap (MADV_DONTFORK: the pages that are not resident would read as
-  zeros); subprocess's vfork+exec works, a fork() in C (subprocess with a
-  preexec_fn) gives a child that dies of SIGSEGV;
+- os.fork() and os.forkpty() are refused (EOPNOTSUPP), and so is fork() in C:
+  a child would not have the heap (MADV_DONTFORK: the pages that are not
+  resident would read as zeros); subprocess's vfork+exec works;
 - a fault the pager cannot serve ends the program with exit status 71 and one
   line saying why.
 It needs userfaultfd with kernel faults (root, or vm.unprivileged_userfaultfd=1)
@@ -105,7 +108,28 @@ def install() -> None:
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(keep))   # serves faults until exit
     mem.fill = _fill
     lib.rm_install_python()
+    _heap_to_preload()
     os.fork = os.forkpty = _no_fork
+
+
+# native/preload_memory.c's table, in its order (then the heap's base and size)
+HEAP_TABLE = ("rm_malloc", "rm_calloc", "rm_realloc", "rm_free", "rm_memalign",
+              "rm_usable_size", "rm_map", "rm_unmap", "rm_release", "rm_in_pager")
+
+
+def _heap_to_preload() -> None:
+    """From now on the program's malloc family and anonymous mmap()s are the rack
+    heap's too, where the native interposer is preloaded (native/preload_memory.c):
+    a native program's whole memory, and in Python what C code mallocs."""
+    try:
+        heap_on = ctypes.CDLL(None).sr_heap_on
+    except AttributeError:   # (python started without splitrack run's preload)
+        return
+    table = [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in HEAP_TABLE]
+    table += [lib.rm_base(), lib.rm_reserve()]
+    rc = heap_on((ctypes.c_void_p * len(table))(*table), len(table))
+    if rc < 0:
+        raise RackMemoryUnavailable(-rc, "the interposer's malloc refused the rack heap")
 
 
 def _fill(vpage: int, home: int, line: Any, fetch: bool) -> None:
