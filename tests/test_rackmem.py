@@ -7,6 +7,7 @@ that, so their pages are evicted, written back and missed back all the time.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -146,13 +147,86 @@ def test_nothing_is_left_behind_after_exit_or_kill(rack_env):
         assert ep.call_args("p0", Op.STATS)[0]["extcache"]["processes"] == {}
 
 
-def test_a_native_program_is_told_its_memory_stays_host_memory(rack_env):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The C programs of tests/c these tests run, built with the machine's C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on this machine"
+    out, programs = tmp_path_factory.mktemp("c"), {}
+    for name in ("rackheap", "echo_server", "echo_client"):
+        programs[name] = str(out / name)
+        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
+                        os.path.join(os.path.dirname(__file__), "c", f"{name}.c")], check=True)
+    return programs
+
+
+def p0_extcache(rack):
+    with rack.endpoint() as ep:
+        return ep.call_args("p0", Op.STATS)[0]["extcache"]["total"]
+
+
+@pytest.mark.parametrize("memory", ["rack", "host"])
+def test_a_native_programs_malloc_and_mmap_are_rack_pages(rack_env, built, memory):
     rack, env = rack_env
-    proc = subprocess.run([SPLITRACK, "run", "--name", "rmem", "--memory", "rack", "--",
-                           "sh", "-c", "echo hi"], env=env, cwd=SCRATCH,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and proc.stdout == "hi\n"
-    assert proc.stderr.count("--memory rack covers Python programs only") == 1
+    before = p0_extcache(rack)
+    proc = subprocess.run([SPLITRACK, "run", "--name", "rmem", "--on", "p0", "--memory", memory,
+                           "--", built["rackheap"], "12"], env=env, cwd=SCRATCH,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.split("\n")
+    blocks, in_rack = (int(word) for word in lines[0].split()[1::2])
+    if memory == "host":
+        assert in_rack == 0 and lines[1] == "fork: made a child"
+        return
+    # every block in the rack heap, 12 MiB through a 2 MiB extCache with the bytes right
+    assert blocks > 200 and in_rack == blocks, proc.stdout
+    # its lines fetched from m0 and evicted, in p0's totals once its pMonitor saw it end
+    wait_until(lambda: p0_extcache(rack)["fetches"] - before["fetches"] > 2000)
+    assert p0_extcache(rack)["evictions"] - before["evictions"] > 2000
+    assert lines[1:3] == ["fork: EOPNOTSUPP", "ok"] and "fork() of a program with --memory " \
+        "rack" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_native_programs_with_rack_memory_talk_through_the_rack(rack_env, built, mode):
+    rack, env = rack_env
+    command = [SPLITRACK, "run", "--name", "rmem", "--on", "p0", "--memory", "rack", "--mode",
+               mode, "--"]
+    server = subprocess.Popen([*command, built["echo_server"], "127.0.0.11", "0", "epoll", "1"],
+                              env=env, cwd=SCRATCH, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        port = server.stdout.readline().split()[1]
+        client = subprocess.run([*command, built["echo_client"], "127.0.0.11", port, "4000000",
+                                 "65536"], env=env, cwd=SCRATCH, capture_output=True, text=True,
+                                timeout=120)
+        assert client.returncode == 0, client.stdout + client.stderr
+        assert client.stdout.split()[:2] == ["ok", "4000000"]
+        assert server.wait(timeout=60) == 0, server.stderr.read()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def test_what_c_code_mallocs_in_a_python_program_is_rack_memory(rack_env):
+    rack, env = rack_env
+    proc = run(env, "rmem", """
+        import ctypes, mmap
+        import numpy
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype = ctypes.c_void_p
+        lo, hi = 0x5000_0000_0000, 0x6000_0000_0000
+        array = numpy.arange(3_000_000, dtype=numpy.int64)   # 24 MB: numpy's malloc
+        anonymous = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE)
+        anonymous[:5] = b"hello"
+        where = [libc.malloc(100), array.ctypes.data,
+                 ctypes.addressof(ctypes.c_char.from_buffer(anonymous))]
+        print(all(lo <= a < hi for a in where), int(array.sum()) == 2_999_999 * 1_500_000,
+              anonymous[:5] == b"hello")
+        """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True", "True"]
 
 
 def test_pager_that_loses_its_home_ends_the_program_saying_why():
@@ -186,6 +260,11 @@ def test_rack_memory_refuses_the_zmq_transport():
         proc = run(env, "rmzmq", "print('ran')")
         assert proc.returncode == 127 and proc.stdout == ""
         assert "--memory rack: rack memory needs the shm transport" in proc.stderr
+        native = subprocess.run([SPLITRACK, "run", "--name", "rmzmq", "--memory", "rack", "--",
+                                 "sh", "-c", "echo ran"], env=env, cwd=SCRATCH,
+                                capture_output=True, text=True, timeout=60)
+        assert native.returncode == 127 and native.stdout == ""
+        assert native.stderr.count("--memory rack: rack memory needs the shm transport") == 1
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
