@@ -375,9 +375,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                         "(default: the spec's rack.shortcuts: a pipe on the same pComponent, "
                         "FIT between pComponents)")
     p.add_argument("--memory", choices=MEMORY_MODES, default=MEMORY_MODES[0],
-                   help="where a Python program's memory lives: 'rack' puts its heap in rack "
+                   help="where the program's memory lives: 'rack' puts its heap (a Python "
+                        "program's objects, any program's malloc and anonymous mmap) in rack "
                         "pages, homed at an mComponent and faulted in through its "
-                        "pComponent's extCache (needs userfaultfd: root here); 'host' leaves it "
+                        "pComponent's extCache (needs userfaultfd: root here; fork() is "
+                        "refused); 'host' leaves it "
                         "in host memory, only splitrack.guest.vm and socket buffers in the "
                         "rack (default: %(default)s; docs/memory.md)")
     p.add_argument("--no-packing", action="store_true",
