@@ -55,6 +55,19 @@ def p0_processes(rack):
         return ep.call_args("p0", Op.P_PROCESSES)[0]["processes"]
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The C programs of tests/c these tests run, built with the machine's C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on this machine"
+    out, programs = tmp_path_factory.mktemp("c"), {}
+    for name in ("rackheap", "echo_server", "echo_client"):
+        programs[name] = str(out / name)
+        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
+                        os.path.join(os.path.dirname(__file__), "c", f"{name}.c")], check=True)
+    return programs
+
+
 STATS = "print(json.dumps({'pager': rackmem.stats(), 'xc': vm.counters()}))"
 
 
@@ -130,11 +143,15 @@ def test_fork_is_refused_and_subprocess_works(rack_env):
     assert proc.stdout.split() == ["refused", "True", "refused", "True", "child"]
 
 
-def test_nothing_is_left_behind_after_exit_or_kill(rack_env):
+def test_nothing_is_left_behind_after_exit_or_kill(rack_env, built):
     rack, env = rack_env
     wait_until(lambda: not p0_processes(rack) and m0(rack)["processes"] == 0)
     frames = m0(rack)["frames_used"]
     done = run(env, "rmem", "blobs = [bytes([i % 256]) * 4096 for i in range(3000)]")
+    native = subprocess.run([SPLITRACK, "run", "--name", "rmem", "--on", "p0", "--memory",
+                             "rack", "--", built["rackheap"], "12"], env=env, cwd=SCRATCH,
+                            capture_output=True, timeout=120)
+    assert native.returncode == 0, native.stderr
     killed = run(env, "rmem", """
         import os
         blobs = [bytes([i % 256]) * 4096 for i in range(3000)]
@@ -145,19 +162,6 @@ def test_nothing_is_left_behind_after_exit_or_kill(rack_env):
     assert m0(rack)["frames_used"] == frames
     with rack.endpoint() as ep:
         assert ep.call_args("p0", Op.STATS)[0]["extcache"]["processes"] == {}
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The C programs of tests/c these tests run, built with the machine's C compiler."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "no C compiler (cc) on this machine"
-    out, programs = tmp_path_factory.mktemp("c"), {}
-    for name in ("rackheap", "echo_server", "echo_client"):
-        programs[name] = str(out / name)
-        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
-                        os.path.join(os.path.dirname(__file__), "c", f"{name}.c")], check=True)
-    return programs
 
 
 def p0_extcache(rack):
