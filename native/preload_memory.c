@@ -102,7 +102,7 @@ static inline int rack(void)   /* this call takes rack pages */
 
 static inline int owned(const void *p)
 {
-    return atomic_load_explicit(&heap_on, memory_order_relaxed)
+    return atomic_load_explicit(&heap_on, memory_order_acquire)
            && (uintptr_t)p - rm.base < rm.reserve;
 }
 
