@@ -38,6 +38,7 @@ from typing import Any
 SK = struct.Struct("<I")
 SK_N = struct.Struct("<II")
 SK_ERR = struct.Struct("<Ii")
+CLOSE_UNREAD = b"\x01"   # N_CLOSE's byte after SK: the stub closed with bytes unread (reset)
 DMA_MAP = struct.Struct("<IQII")
 DMA_WRITE = 1   # M_DMA_MAP: take (zeroed) frames for pages that have none
 DMA_HOLD = 2    # M_DMA_MAP: the lease lives until M_DMA_DONE or the process's release

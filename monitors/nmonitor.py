@@ -31,7 +31,7 @@ Ops (docs/protocol.md, 0x06xx), all from the stub that owns the skeleton:
                 (connector.py: mostly answered by the data plane, skelconnect.h)
     N_START     one-way {sk, stub, buffers}: an accepted connection may start reading
     N_SEND / N_SEND_DMA / N_CREDIT   one-way, the data path (data_paths.py)
-    N_SHUTDOWN  {sk, how};  N_CLOSE {sk}
+    N_SHUTDOWN  {sk, how};  N_CLOSE {sk}[, CLOSE_UNREAD: reset]
     N_SOCKOPT   {sk, level, opt[, value | linger | buflen]} -> {value} | {raw: hex}
     N_RELEASE   {pid}, from the process's pMonitor: it ended (the reply: its skeletons
                 took what it sent out of its memory; then the pMonitor frees that)
@@ -69,7 +69,7 @@ from fit_rpc.codec import need
 from fit_rpc.counters import Counters
 from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.identity import address_pid, kind_of, process_of
-from fit_rpc.netpath import SK, SK_ERR, SK_N
+from fit_rpc.netpath import CLOSE_UNREAD, SK, SK_ERR, SK_N
 from monitors.connector import Connector
 from monitors.core import Monitor
 from monitors.data_paths import Ddio, Dma, RackMemory
@@ -109,6 +109,15 @@ _PLANE_OPS = {"n_send": Op.N_SEND, "n_credit": Op.N_CREDIT, "n_connect": Op.N_CO
 _PLANE_COUNTS = (("rx", Op.N_SEND, "rx_send"), ("rx", Op.N_CREDIT, "rx_credit"),
                  ("tx", Op.STUB_DATA, "tx_data"), ("tx", Op.STUB_SENT, "tx_sent"),
                  ("rx", Op.N_CONNECT, "rx_connect"), ("tx", Op.N_CONNECT, "tx_connect"))
+
+
+def _abortive(skel: Any, on: bool) -> None:
+    """SO_LINGER on with 0 s, or off, on the skeleton's kernel sockets: its close resets
+    the connection, or not (Skeleton.close). (Never lingering for a time: the kernel's
+    close would block this loop.)"""
+    skel.abortive = on
+    for s in skel.socks:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", int(on), 0))
 
 
 class NMonitor(Monitor):
@@ -545,6 +554,8 @@ class NMonitor(Monitor):
         skel = self.skels.get(sk)
         if skel is not None and skel.owner == msg.src:
             skel.trace = tracing.current.ctx or skel.trace
+            if msg.payload[SK.size:] == CLOSE_UNREAD:   # bytes the program never read:
+                _abortive(skel, True)                   # Linux's close resets
             skel.close()
         return b""
 
@@ -556,10 +567,7 @@ class NMonitor(Monitor):
             linger = need(args, "linger", list)
             if len(linger) != 2 or not all(type(v) is int for v in linger):
                 raise OSError(errno.EINVAL, "linger is [l_onoff, l_linger]")
-            skel.abortive = linger[0] != 0 and linger[1] == 0
-            for s in skel.socks:   # (the kernel's close would block this loop for a time)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                             struct.pack("ii", int(skel.abortive), 0))
+            _abortive(skel, linger[0] != 0 and linger[1] == 0)
             return codec.encode()
         if "value" in args:
             for s in skel.socks:

@@ -317,6 +317,41 @@ def test_so_linger_zero_resets_the_connection(net, mode):
                     pass
 
 
+UNREAD = textwrap.dedent("""
+    import select, socket, sys
+    s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
+    assert select.select([s], [], [], 10)[0]   # the server's bytes are in; never read
+    s.close()
+""")
+
+
+@pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
+def test_close_with_bytes_unread_resets_the_connection(net, mode):
+    """Linux's close() of a socket with received bytes the program never read sends a
+    reset, not a FIN: the peer's next recv fails with ECONNRESET."""
+    _, env = net
+    with socket.create_server(("127.0.0.5", 0)) as server:
+        server.settimeout(30)
+        port = str(server.getsockname()[1])
+        cmd = [sys.executable, "-c", UNREAD, port]
+        if mode != "linux":
+            cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
+        proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stderr=subprocess.PIPE, text=True)
+        try:
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(b"y" * 10)
+                assert proc.wait(timeout=60) == 0, proc.stderr.read()
+                conn.settimeout(10)
+                with pytest.raises(ConnectionResetError):
+                    while conn.recv(1 << 16):
+                        pass
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 PENDING = textwrap.dedent("""
     import select, socket, sys, time
     host = sys.argv[1]

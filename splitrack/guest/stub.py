@@ -53,7 +53,7 @@ from collections import deque
 from typing import Any
 
 from fit_rpc import Op, codec, tracing
-from fit_rpc.netpath import SK, SK_ERR
+from fit_rpc.netpath import CLOSE_UNREAD, SK, SK_ERR
 from splitrack.guest import forked, handles
 from splitrack.guest.bell import Bell
 from splitrack.guest.connecting import Connecting
@@ -295,11 +295,15 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
                 return
             self._dead = True
             self._cond.notify_all()
+            unread = False
             if self._path is not None and self._n is not None:
                 self._path.announce_held()   # held sends come before the close
+                # bytes it never read: Linux's close resets the connection then
+                unread = not self._broken and bool(self._path.take(1, None, True))
         if self._n is not None and self._sk:
             try:   # a call: every byte sent before it reaches the skeleton first
-                self._rt.call_raw(self._n, Op.N_CLOSE, SK.pack(self._sk))
+                self._rt.call_raw(self._n, Op.N_CLOSE,
+                                  SK.pack(self._sk) + (CLOSE_UNREAD if unread else b""))
             except OSError:
                 pass   # the nComponent is gone: nothing left to close
         self._rt.unregister(self._id)
