@@ -295,28 +295,6 @@ ABORT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
-def test_so_linger_zero_resets_the_connection(net, mode):
-    """An abortive close (SO_LINGER on, 0 s): the peer outside gets a reset, not EOF."""
-    _, env = net
-    with socket.create_server(("127.0.0.5", 0)) as server:
-        server.settimeout(30)
-        port = str(server.getsockname()[1])
-        cmd = [sys.executable, "-c", ABORT, port]
-        if mode != "linux":
-            cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
-        proc = subprocess.run(cmd, env=env, cwd=SCRATCH, capture_output=True, text=True,
-                              timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        conn, _ = server.accept()
-        with conn:
-            conn.settimeout(10)
-            time.sleep(0.5)   # the reset is in before the read: the bytes are dropped
-            with pytest.raises(ConnectionResetError):
-                while conn.recv(1 << 16):
-                    pass
-
-
 UNREAD = textwrap.dedent("""
     import select, socket, sys
     s = socket.create_connection(("127.0.0.5", int(sys.argv[1])))
@@ -326,23 +304,25 @@ UNREAD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
-def test_close_with_bytes_unread_resets_the_connection(net, mode):
-    """Linux's close() of a socket with received bytes the program never read sends a
-    reset, not a FIN: the peer's next recv fails with ECONNRESET."""
+@pytest.mark.parametrize("program", [ABORT, UNREAD], ids=["so_linger_zero", "bytes_unread"])
+def test_a_close_that_resets_the_connection(net, mode, program):
+    """An abortive close (SO_LINGER on, 0 s), and Linux's close() of a socket with
+    received bytes the program never read: the peer outside gets a reset, not EOF."""
     _, env = net
     with socket.create_server(("127.0.0.5", 0)) as server:
         server.settimeout(30)
-        port = str(server.getsockname()[1])
-        cmd = [sys.executable, "-c", UNREAD, port]
+        cmd = [sys.executable, "-c", program, str(server.getsockname()[1])]
         if mode != "linux":
             cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
         proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stderr=subprocess.PIPE, text=True)
         try:
             conn, _ = server.accept()
             with conn:
-                conn.sendall(b"y" * 10)
+                if program == UNREAD:
+                    conn.sendall(b"y" * 10)
                 assert proc.wait(timeout=60) == 0, proc.stderr.read()
                 conn.settimeout(10)
+                time.sleep(0.5)   # the reset is in before the read: the bytes are dropped
                 with pytest.raises(ConnectionResetError):
                     while conn.recv(1 << 16):
                         pass
