@@ -14,7 +14,9 @@
  * - A page's entry is made and taken only with the page's set locked, so a
  *   holder of that lock that reads `used` == 0 knows the page has none.
  * - At most n entries are not EMPTY, but inside vc_hit: its set's evicted line
- *   goes into the spare slot before the hit's entry is freed.
+ *   goes into the spare slot before the hit's entry is freed (a process that
+ *   died there may leave n + 1, until entries are freed: vc_hit then replaces
+ *   a CLEAN one, or waits for the flusher to make one CLEAN).
  * - A FLUSHING entry changes only in xc_victim_flush_end (vc_drop marks it
  *   `dropped`); until then no miss of its page goes home, where its bytes are
  *   on their way.
@@ -110,9 +112,9 @@ static void record(xc_victims_t *v, uint32_t e, uint32_t s, uint32_t w, uint32_t
 
 /* Move the valid line of way w of set s into an entry (both locks held): an
  * EMPTY one while fewer than n are used (spare: any EMPTY one), else the oldest
- * CLEAN one (its page is at its home: it just goes). 1 if moved (the way is
- * empty now), 0 if no entry could take it. */
-static int put(void *base, uint32_t s, uint32_t w, int spare) {
+ * CLEAN one but `keep` (its page is at its home: it just goes). 1 if moved (the
+ * way is empty now), 0 if no entry could take it. */
+static int put(void *base, uint32_t s, uint32_t w, int spare, int keep) {
     xc_victims_t *v = V(base);
     int f = -1;
     uint64_t oldest = UINT64_MAX;
@@ -122,7 +124,7 @@ static int put(void *base, uint32_t s, uint32_t w, int spare) {
             f = (int)e;
             break;
         }
-        if (x->state == VC_CLEAN && x->stamp < oldest) {
+        if (x->state == VC_CLEAN && (int)e != keep && x->stamp < oldest) {
             oldest = x->stamp;
             f = (int)e;
         }
@@ -191,12 +193,17 @@ int vc_hit(void *base, int slot, uint32_t s, uint32_t pid, uint64_t vpage, void 
     }
     xc_tag_t *t = tag_at(base, s, w);
     xc_counters_t *c = ctr(base, slot);
-    if (t->valid) {   /* the set's victim takes the spare slot (there is one: n are used) */
+    if (t->valid) {   /* the set's victim takes the spare slot */
         if (t->pinned && unpin && unpin(ctx, t->vpage, line_at(base, s, w)))
             t->dirty = 1;
-        put(base, s, w, 1);
+        if (put(base, s, w, 1, e)) {
+            c->victim_stores++;
+        } else if (t->dirty) {   /* (no slot: see the invariants) until one is CLEAN */
+            vunlock(base);
+            return -EAGAIN;
+        }
+        t->valid = 0;            /* (or a clean line, dropped) */
         c->evictions++;
-        c->victim_stores++;
     }
     get(base, (uint32_t)e, s, w, unpin != NULL);
     memcpy(out, line_at(base, s, w), H(base)->line_size);
@@ -209,7 +216,7 @@ int vc_store(void *base, int slot, uint32_t s, uint32_t w) {
     if (!V(base)->n)
         return 0;
     vlock(base);
-    int moved = put(base, s, w, 0);
+    int moved = put(base, s, w, 0, -1);
     vunlock(base);
     if (moved) {
         ctr(base, slot)->evictions++;

@@ -411,3 +411,36 @@ def test_a_pagers_victim_hit_is_pinned_and_its_bytes_handed_out(make):
     for p in others:                         # pinned: another process's misses never take it
         install(xc, -1, p, 9, pid=77)
     assert read_line(xc, pages[0]) == b"P" * LINE
+
+
+def test_processes_killed_while_moving_lines_leave_each_page_in_one_place(make):
+    """Children serve misses from the victim cache (ways and entries trade lines)
+    and are SIGKILLed at random moments, locks held or not: every page is still in
+    exactly one place, a way or an entry, with its bytes (victim.c: xc_move_t)."""
+    import random
+    import signal
+
+    xc = make(lines=8, ways=2, victims=8)    # a set of 2 ways: 10 pages fit with the entries
+    pages = same_set_pages(xc, 10)
+    for i, p in enumerate(pages):
+        install(xc, -1, p, i)
+        xc.write_from(-1, PID, p * LINE, b"dirty")   # (dirty: losing one would show)
+    assert xc.victim_entries() == 8
+    rng = random.Random(18)
+    for _ in range(40):
+        pid = os.fork()
+        if pid == 0:
+            child, pick = reopen(xc), random.Random(os.getpid())
+            while True:   # every miss finds its page in a way or in an entry
+                if child.miss_begin(-1, PID, pick.choice(pages)) is not None:
+                    os._exit(3)
+        time.sleep(rng.uniform(0.0005, 0.01))
+        os.kill(pid, signal.SIGKILL)
+        assert os.waitpid(pid, 0)[1] == signal.SIGKILL   # (not exit 3: a page lost)
+        for i, p in enumerate(pages):
+            in_way = xc.read_into(-1, PID, p * LINE, bytearray(1)) == 1
+            assert in_way != xc.victim_holds(PID, p), (i, in_way)
+        assert xc.victim_entries() <= 9
+    for i, p in enumerate(pages):
+        assert xc.miss_begin(-1, PID, p) is None
+        assert read_line(xc, p) == b"dirty" + bytes([i]) * (LINE - 5)
