@@ -67,6 +67,8 @@ uint64_t xc_segment_size(uint64_t capacity, uint32_t line_size, uint32_t ways,
 int xc_format(void *base, uint64_t size, uint64_t capacity, uint32_t line_size, uint32_t ways,
               uint32_t policy, uint32_t victims) {
     xc_header_t *h = H(base);
+    if (size < sizeof *h)
+        return -EINVAL;
     memset(h, 0, sizeof *h);
     uint64_t need = layout(capacity, line_size, ways, victims, h);
     if (need == 0 || need > size || policy > XC_FIFO)
