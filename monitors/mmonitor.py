@@ -29,8 +29,10 @@ A process reaches only its own pages: the request's pid must be the sender's
 and an address outside its regions is EFAULT. An nComponent's M_MISS may name
 any process (dDDIO fetches a receive-ring line it writes only part of). A dirty
 victim of another process of the same pComponent is accepted (the extCache is
-shared), and so is one an nComponent evicted while writing received bytes into
-the extCache (dDDIO); one whose region is gone is dropped and counted.
+shared), and so is one its pMonitor writes from the extCache's victim cache
+(its flusher, sending as pN: a component id the kernel vouched for), and one an
+nComponent evicted while writing received bytes into the extCache (dDDIO); one
+whose process or region is gone is dropped and counted.
 """
 
 import errno

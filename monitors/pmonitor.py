@@ -33,9 +33,15 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   out of its memory), then their extCache lines (dropped, not written back),
   their counter slot, and their pages at every mComponent (M_RELEASE); and
   the process's rendezvous socket, if it left one.
+- the victim cache's flusher (spec `victim` > 0; LegoOS: a thread): every
+  VICTIM_FLUSH_S the serve loop takes the extCache's DIRTY victim entries and
+  writes them to their homes, M_WRITEBACK on behalf of each entry's process
+  (an mComponent takes a pComponent's victims from its pMonitor, vouched for
+  as pN), then marks them CLEAN; an entry whose process or region is gone
+  is dropped.
 Ops: P_ATTACH, P_PROCESSES, P_VOUCH (docs/protocol.md, 0x03xx). Counters: STATS
-carries the extCache's hits, misses, evictions, write-backs, zero-fills, per
-process and in total.
+carries the extCache's hits, misses, evictions, write-backs, zero-fills and
+victim-cache hits, stores and flushes, per process and in total.
 """
 
 import contextlib
@@ -47,6 +53,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from typing import Any
 
 import psutil
@@ -54,11 +61,12 @@ import psutil
 from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid, kind_of, process_of
+from fit_rpc.pages import pack_writeback
 from fit_rpc.transport import CURVE_ENV
 from monitors.core import Monitor
-from native.extcache import ExtCache
+from native.extcache import FLUSH_FAILED, FLUSH_GONE, FLUSH_WRITTEN, ExtCache
 from splitrack.native_run import preload_env, refuse_static
-from splitrack.params import FIT_CALL_TIMEOUT_S
+from splitrack.params import FIT_CALL_TIMEOUT_S, MONITOR_IDLE_CHECK_S, VICTIM_FLUSH_S
 from splitrack.rundir import identify
 
 _SPAWN_MAX_BYTES = 1 << 20
@@ -84,11 +92,13 @@ class PMonitor(Monitor):
         # descendants (no other pComponent can take them: P_ATTACH) and we reap them.
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         self._launching = threading.Lock()   # a launched child is in `children` under it
+        victims = self.config.get("victim", 0)
         size = ExtCache.segment_size(self.config["extcache"], self.rack["line"],
-                                     self.config["ways"])
+                                     self.config["ways"], victims)
         self.xc = ExtCache.create(self.ep.region("extcache", size, self._may_map),
                                   self.config["extcache"], self.rack["line"],
-                                  self.config["ways"], self.config["eviction"])
+                                  self.config["ways"], self.config["eviction"], victims)
+        self._next_tick = 0.0   # (serve: tick()'s turn, with a victim cache)
         self.m_ids = self._ids("m")
         self.n_ids = self._ids("n")
         self.tracked: dict[int, float] = {}      # pid -> create time
@@ -110,7 +120,38 @@ class PMonitor(Monitor):
         per_process = {str(pid): self.xc.counters(pid) for pid in self.tracked}
         return {"extcache": {"total": self.xc.counters(), "processes": per_process,
                              "line": self.xc.line_size, "ways": self.xc.ways,
-                             "sets": self.xc.nsets, "released_processes": self.released}}
+                             "sets": self.xc.nsets, "victim": self.xc.victims,
+                             "victim_entries": self.xc.victim_entries(),
+                             "released_processes": self.released}}
+
+    def serve(self) -> None:
+        """The serve loop; with a victim cache, it runs the flusher every
+        VICTIM_FLUSH_S, and the rest of tick() every MONITOR_IDLE_CHECK_S as always."""
+        if not self.xc.victims:
+            return super().serve()
+        self.ep.serve_forever(tick=self._flush_tick, every_s=VICTIM_FLUSH_S)
+
+    def _flush_tick(self) -> bool:
+        self.xc.victim_flush(self._write_victims)
+        now = time.monotonic()
+        if now < self._next_tick:
+            return self.stopping
+        self._next_tick = now + MONITOR_IDLE_CHECK_S
+        return self._tick()
+
+    def _write_victims(self, home: int, pid: int, vpages: list[int], lines: list[Any]) -> int:
+        """Dirty victim entries of process pid to their home, one M_WRITEBACK; what
+        becomes of the entries (native/extcache.py: victim_flush)."""
+        try:
+            self.ep.call(self.m_ids[home], Op.M_WRITEBACK, pack_writeback(pid, vpages, lines),
+                         timeout=RELEASE_TIMEOUT_S if self.stopping else FIT_CALL_TIMEOUT_S)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ESRCH, errno.EFAULT):
+                return FLUSH_GONE   # its process ended, or freed the region
+            self.log.warning("victim cache: %d pages of process %d not written to %s: %s",
+                             len(vpages), pid, self.m_ids[home], exc)
+            return FLUSH_FAILED     # dirty still, served from here; written later
+        return FLUSH_WRITTEN
 
     def tick(self) -> None:
         self._reap_orphans()

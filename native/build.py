@@ -1,6 +1,8 @@
 """cffi (API mode) build script for splitrack's C parts, one FFI per module:
 
-    extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache)
+    extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache;
+                   native/victim.c                             its victim cache, and the
+                   native/xclayout.h                           segment layout both share)
     nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring,
                    native/ddio.{h,c}                           dDDIO's copies between it and
                    native/skelconnect.{h,c}                    extCache lines, and the data
@@ -8,17 +10,19 @@
                                                                and their connect():
                                                                ddio.c calls extcache.c,
                                                                skelpath.c fitring.c, both
-                                                               built in too)
+                                                               built in too, with victim.c)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
                    native/fitcall.{h,c}                        a call's common case on them,
                    native/fitserve.{h,c}                       and a served message's)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
-                                                               lines: extcache.c built in too)
+                                                               lines: extcache.c, victim.c
+                                                               built in too)
     rackmem_ffi    native/rackmem.h      -> native._rackmem   (a program's heap in rack memory:
                    native/pager.c                              the userfaultfd pager and the
                    native/rackalloc.c                          allocator CPython uses; extcache.c,
-                                                               fitring.c and fitcall.c built in)
+                                                               victim.c, fitring.c and fitcall.c
+                                                               built in)
     guest_ffi      native/guest.h        -> native._guest     (the stub's calls for a native
                                                                program: cffi's embedding API,
                                                                served by splitrack/guest/
@@ -70,13 +74,13 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
     return ffi
 
 
-extcache_ffi = _ffi("extcache", ["pthread"])
+extcache_ffi = _ffi("extcache", ["pthread"], sources=("victim",))
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
-                 sources=("extcache",))
+                 sources=("extcache", "victim"))
 fitring_ffi = _ffi("fitring", [], also=("fitcall", "fitserve"))
-stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache",))
+stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache", "victim"))
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
-                   sources=("pager", "rackalloc", "extcache", "fitring", "fitcall"))
+                   sources=("pager", "rackalloc", "extcache", "victim", "fitring", "fitcall"))
 
 
 def _guest() -> FFI:

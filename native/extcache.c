@@ -6,6 +6,9 @@
  * - Tags and lines of a set change only under that set's lock.
  * - Within a set, a (pid, vpage) is cached in at most one way.
  * - Counter slot `slot` is written only by the process that owns it.
+ * - A (pid, vpage) is in a set's way or in a victim entry, never both, except
+ *   while the set's lock is held (victim.c moves lines between the two).
+ * The segment's layout: xclayout.h.
  */
 #define _GNU_SOURCE
 #include "extcache.h"
@@ -14,55 +17,11 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
-#define XC_MAGIC 0x31435845u /* "EXC1" */
-#define XC_VERSION 4u
-#define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+#include "xclayout.h"
 
-typedef struct {
-    uint32_t pid;
-    uint32_t used;
-    xc_counters_t c;
-} xc_slot_t;
-
-typedef struct {
-    uint32_t magic, version;
-    uint32_t line_size, ways, nsets, policy;
-    uint64_t size, sets_off, tags_off, lines_off;
-    pthread_mutex_t slots_lock;
-    xc_counters_t departed;         /* folded-in counters of ended processes */
-    xc_slot_t slots[XC_MAX_SLOTS];
-} xc_header_t;
-
-typedef struct {
-    pthread_mutex_t lock;
-    uint64_t clock;   /* its LRU/FIFO stamps (only a set's own ways are compared): under
-                         the lock, so no atomic shared by every process is bumped */
-    char pad[64 - (sizeof(pthread_mutex_t) + sizeof(uint64_t)) % 64];
-} xc_set_t;
-
-typedef struct {
-    uint64_t vpage;
-    uint64_t stamp;
-    uint32_t pid;
-    uint16_t home;
-    uint8_t valid;
-    uint8_t dirty;
-    uint8_t pinned;   /* a page of pid's rack heap maps this line (xc_miss_begin) */
-} xc_tag_t;
-
-static inline xc_header_t *H(void *base) { return (xc_header_t *)base; }
-static inline xc_set_t *set_at(void *b, uint32_t s) {
-    return (xc_set_t *)((char *)b + H(b)->sets_off) + s;
-}
-static inline xc_tag_t *tag_at(void *b, uint32_t s, uint32_t w) {
-    return (xc_tag_t *)((char *)b + H(b)->tags_off) + (uint64_t)s * H(b)->ways + w;
-}
-static inline char *line_at(void *b, uint32_t s, uint32_t w) {
-    return (char *)b + H(b)->lines_off + ((uint64_t)s * H(b)->ways + w) * H(b)->line_size;
-}
-
-static int init_robust_mutex(pthread_mutex_t *m) {
+int xc_init_mutex(pthread_mutex_t *m) {
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -74,46 +33,58 @@ static int init_robust_mutex(pthread_mutex_t *m) {
 
 /* Lock, repairing a mutex whose owner died: the set is consistent at every
  * point where a process can die (tags are invalidated before lines change). */
-static void lock(pthread_mutex_t *m) {
+void xc_lock(pthread_mutex_t *m) {
     if (pthread_mutex_lock(m) == EOWNERDEAD)
         pthread_mutex_consistent(m);
 }
 
 static void unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
 
-uint64_t xc_segment_size(uint64_t capacity, uint32_t line_size, uint32_t ways) {
-    if (line_size < 64 || (line_size & (line_size - 1)) || ways == 0)
+/* The offsets of a segment's parts (xclayout.h); returns its size, 0 if invalid. */
+static uint64_t layout(uint64_t capacity, uint32_t line_size, uint32_t ways, uint32_t victims,
+                       xc_header_t *h) {
+    if (line_size < 64 || (line_size & (line_size - 1)) || ways == 0 ||
+        victims > XC_VICTIM_MAX)
         return 0;
-    uint64_t lines = capacity / line_size;
-    uint64_t nsets = lines / ways;
+    uint64_t nsets = capacity / line_size / ways;
     if (nsets == 0 || nsets > UINT32_MAX)
         return 0;
-    uint64_t off = ALIGN_UP(sizeof(xc_header_t), 64);
-    off += nsets * sizeof(xc_set_t);
-    off = ALIGN_UP(off + nsets * ways * sizeof(xc_tag_t), 4096);
-    return off + nsets * ways * line_size;
+    uint64_t vslots = victims ? victims + 1 : 0;
+    h->sets_off = ALIGN_UP(sizeof(xc_header_t), 64);
+    h->tags_off = h->sets_off + nsets * sizeof(xc_set_t);
+    h->ventries_off = ALIGN_UP(h->tags_off + nsets * ways * sizeof(xc_tag_t), 64);
+    h->lines_off = ALIGN_UP(h->ventries_off + vslots * sizeof(xc_ventry_t), 4096);
+    h->vlines_off = h->lines_off + nsets * ways * line_size;
+    return h->vlines_off + vc_bytes(victims, line_size);
+}
+
+uint64_t xc_segment_size(uint64_t capacity, uint32_t line_size, uint32_t ways,
+                         uint32_t victims) {
+    xc_header_t h;
+    return layout(capacity, line_size, ways, victims, &h);
 }
 
 int xc_format(void *base, uint64_t size, uint64_t capacity, uint32_t line_size, uint32_t ways,
-              uint32_t policy) {
-    uint64_t need = xc_segment_size(capacity, line_size, ways);
+              uint32_t policy, uint32_t victims) {
+    xc_header_t *h = H(base);
+    if (size < sizeof *h)
+        return -EINVAL;
+    memset(h, 0, sizeof *h);
+    uint64_t need = layout(capacity, line_size, ways, victims, h);
     if (need == 0 || need > size || policy > XC_FIFO)
         return -EINVAL;
-    xc_header_t *h = H(base);
-    memset(h, 0, sizeof *h);
     h->line_size = line_size;
     h->ways = ways;
     h->nsets = (uint32_t)(capacity / line_size / ways);
     h->policy = policy;
     h->size = size;
-    h->sets_off = ALIGN_UP(sizeof(xc_header_t), 64);
-    h->tags_off = h->sets_off + (uint64_t)h->nsets * sizeof(xc_set_t);
-    h->lines_off = ALIGN_UP(h->tags_off + (uint64_t)h->nsets * ways * sizeof(xc_tag_t), 4096);
-    int rc = init_robust_mutex(&h->slots_lock);
+    int rc = xc_init_mutex(&h->slots_lock);
     for (uint32_t s = 0; rc == 0 && s < h->nsets; s++) {
-        rc = init_robust_mutex(&set_at(base, s)->lock);
+        rc = xc_init_mutex(&set_at(base, s)->lock);
         set_at(base, s)->clock = 0;
     }
+    if (rc == 0)
+        rc = vc_format(base, victims);
     if (rc)
         return rc;
     memset(tag_at(base, 0, 0), 0, (uint64_t)h->nsets * ways * sizeof(xc_tag_t));
@@ -133,6 +104,7 @@ int xc_check(void *base, uint64_t size) {
 uint32_t xc_line_size(void *base) { return H(base)->line_size; }
 uint32_t xc_ways(void *base) { return H(base)->ways; }
 uint32_t xc_nsets(void *base) { return H(base)->nsets; }
+uint32_t xc_victims(void *base) { return H(base)->vc.n; }
 
 /* The page number's low bits, as a CPU cache (and LegoOS's pcache) indexes its
  * sets: consecutive pages fill consecutive sets, so a region no larger than the
@@ -149,12 +121,14 @@ static void add(xc_counters_t *to, const xc_counters_t *c) {
     to->hits += c->hits; to->misses += c->misses; to->evictions += c->evictions;
     to->writebacks += c->writebacks; to->zerofills += c->zerofills;
     to->fetches += c->fetches; to->flushes += c->flushes;
+    to->victim_hits += c->victim_hits; to->victim_stores += c->victim_stores;
+    to->victim_flushes += c->victim_flushes;
 }
 
 int xc_slot_acquire(void *base, uint32_t pid) {
     xc_header_t *h = H(base);
     int found = -ENOSPC;
-    lock(&h->slots_lock);
+    xc_lock(&h->slots_lock);
     for (int i = 0; i < XC_MAX_SLOTS; i++) {
         if (h->slots[i].used && h->slots[i].pid == pid) { found = i; break; }
         if (!h->slots[i].used && found < 0) found = i;
@@ -171,7 +145,7 @@ int xc_slot_acquire(void *base, uint32_t pid) {
 int xc_slot_release(void *base, uint32_t pid) {
     xc_header_t *h = H(base);
     int rc = -ENOENT;
-    lock(&h->slots_lock);
+    xc_lock(&h->slots_lock);
     for (int i = 0; i < XC_MAX_SLOTS; i++)
         if (h->slots[i].used && h->slots[i].pid == pid) {
             add(&h->departed, &h->slots[i].c);
@@ -186,9 +160,11 @@ int xc_counters(void *base, uint32_t pid, xc_counters_t *out) {
     xc_header_t *h = H(base);
     memset(out, 0, sizeof *out);
     int rc = pid ? -ENOENT : 0;
-    lock(&h->slots_lock);
-    if (pid == 0)
+    xc_lock(&h->slots_lock);
+    if (pid == 0) {
         add(out, &h->departed);
+        out->victim_flushes += __atomic_load_n(&h->vc.flushed, __ATOMIC_RELAXED);
+    }
     for (int i = 0; i < XC_MAX_SLOTS; i++)
         if (h->slots[i].used && (pid == 0 || h->slots[i].pid == pid)) {
             add(out, &h->slots[i].c);
@@ -199,16 +175,11 @@ int xc_counters(void *base, uint32_t pid, xc_counters_t *out) {
 }
 
 int xc_count(void *base, int slot, int which, uint64_t n) {
-    if (slot < 0 || slot >= XC_MAX_SLOTS || which < 0 || which > 6)
+    if (slot < 0 || slot >= XC_MAX_SLOTS || which < 0 || which >= XC_NCOUNTERS)
         return -EINVAL;
     uint64_t *c = &H(base)->slots[slot].c.hits;
     __atomic_fetch_add(&c[which], n, __ATOMIC_RELAXED);
     return 0;
-}
-
-static inline xc_counters_t *ctr(void *base, int slot) {
-    static xc_counters_t sink; /* a process without a slot still works, uncounted */
-    return (slot >= 0 && slot < XC_MAX_SLOTS) ? &H(base)->slots[slot].c : &sink;
 }
 
 /* ---- lookup and hits ---------------------------------------------------- */
@@ -221,10 +192,6 @@ static inline int find(void *base, uint32_t s, uint32_t pid, uint64_t vpage) {
             return (int)w;
     }
     return -1;
-}
-
-static inline uint64_t tick(void *base, uint32_t s) {   /* (s locked) */
-    return ++set_at(base, s)->clock;
 }
 
 static inline int in_heap(const void *p) {
@@ -244,7 +211,7 @@ static int access_line(void *base, int slot, uint32_t pid, uint64_t vaddr, char 
     char *mem = in_heap(buf) ? bounce : buf;
     if (write && mem == bounce)
         memcpy(bounce, buf, len);
-    lock(&set_at(base, s)->lock);
+    xc_lock(&set_at(base, s)->lock);
     int w = find(base, s, pid, vpage);
     if (w >= 0) {
         xc_tag_t *t = tag_at(base, s, (uint32_t)w);
@@ -297,9 +264,8 @@ int64_t xc_write(void *base, int slot, uint32_t pid, uint64_t vaddr, const void 
  * and a pager takes no unpinned way once XC_PINNED_MAX(ways) are pinned, so
  * the lines of splitrack.guest.vm and of socket buffers always have ways left.
  * XC_NONE if there is no way to take. */
-#define XC_NONE UINT32_MAX
 #define XC_PINNED_MAX(ways) ((ways) - ((ways) / 4 > 1 ? (ways) / 4 : 1))
-static uint32_t choose_victim(void *base, uint32_t s, uint32_t pid, int own) {
+uint32_t xc_choose_way(void *base, uint32_t s, uint32_t pid, int own) {
     uint32_t ways = H(base)->ways, empty = XC_NONE, best = XC_NONE, mine = XC_NONE, pinned = 0;
     uint64_t oldest = UINT64_MAX, my_oldest = UINT64_MAX;
     for (uint32_t w = 0; w < ways; w++) {
@@ -319,16 +285,33 @@ static uint32_t choose_victim(void *base, uint32_t s, uint32_t pid, int own) {
     return empty != XC_NONE ? empty : best;
 }
 
+/* A page being flushed from the victim cache (-EAGAIN): nothing locked, wait a
+ * little before looking again; -ETIMEDOUT once that flush has taken too long. */
+static int wait_flush(int rc, uint64_t *waited_us) {
+    if (rc != -EAGAIN)
+        return rc;
+    if (*waited_us >= XC_VICTIM_WAIT_MAX_US)
+        return -ETIMEDOUT;
+    usleep(XC_VICTIM_WAIT_US);
+    *waited_us += XC_VICTIM_WAIT_US;
+    return -EAGAIN;
+}
+
 int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_t *victim,
                   void *victim_buf, xc_unpin_fn unpin, void *ctx) {
     uint32_t s = xc_set_of(base, pid, vpage);
     memset(victim, 0, sizeof *victim);
-    lock(&set_at(base, s)->lock);
-    if (find(base, s, pid, vpage) >= 0) {
-        unlock(&set_at(base, s)->lock);
-        return 1;
+    int rc = -EAGAIN;
+    for (uint64_t waited = 0; rc == -EAGAIN; rc = wait_flush(rc, &waited)) {
+        xc_lock(&set_at(base, s)->lock);
+        rc = find(base, s, pid, vpage) >= 0 ? 1
+             : vc_hit(base, slot, s, pid, vpage, victim_buf, unpin, ctx);
+        if (rc != 0)
+            unlock(&set_at(base, s)->lock);
     }
-    uint32_t w = choose_victim(base, s, pid, unpin != NULL);
+    if (rc != 0)
+        return rc;   /* present after all, served from the victim cache, or an error */
+    uint32_t w = xc_choose_way(base, s, pid, unpin != NULL);
     if (w == XC_NONE) {
         unlock(&set_at(base, s)->lock);
         return -EBUSY;
@@ -336,21 +319,23 @@ int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_
     xc_tag_t *t = tag_at(base, s, w);
     if (t->valid && t->pinned && unpin(ctx, t->vpage, line_at(base, s, w)))
         t->dirty = 1;   /* the page had been written: its bytes are in the line now */
+    if (t->valid && vc_store(base, slot, s, w))
+        return 0;       /* the victim cache has it: nothing to write back */
     if (t->valid && t->dirty) {
         victim->pid = t->pid;
         victim->home = t->home;
         victim->vpage = t->vpage;
         memcpy(victim_buf, line_at(base, s, w), H(base)->line_size);
     }
-    (void)slot;
     return 0; /* the set stays locked until xc_miss_end / xc_miss_abort */
 }
 
 int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t home,
                 const void *data, int pin) {
     uint32_t s = xc_set_of(base, pid, vpage);
-    /* same choice as in xc_miss_begin (pin there: an unpin function): nothing changed */
-    uint32_t w = choose_victim(base, s, pid, pin);
+    /* the way xc_miss_begin chose (pin there: an unpin function), or, if it moved
+     * the victim into the victim cache, an empty one */
+    uint32_t w = xc_choose_way(base, s, pid, pin);
     if (w == XC_NONE) {
         unlock(&set_at(base, s)->lock);
         return -EINVAL;
@@ -389,22 +374,41 @@ int xc_miss_abort(void *base, uint32_t pid, uint64_t vpage) {
 
 /* ---- flush and invalidate ------------------------------------------------ */
 
+/* One page's dirty line (a way's or a victim entry's) copied to mem and marked
+ * clean: 1 (its home in *home), 0 if none, -EXDEV if of a home other than want
+ * (XC_NONE: any; not copied, *home says which), -ETIMEDOUT (extcache.h). */
+static int clean_one(void *base, uint32_t pid, uint64_t p, uint32_t want, char *mem,
+                     uint32_t *home) {
+    uint32_t s = xc_set_of(base, pid, p);
+    int rc = -EAGAIN;
+    for (uint64_t waited = 0; rc == -EAGAIN; rc = wait_flush(rc, &waited)) {
+        xc_lock(&set_at(base, s)->lock);
+        int w = find(base, s, pid, p);
+        xc_tag_t *t = w >= 0 ? tag_at(base, s, (uint32_t)w) : NULL;
+        if (!t) {
+            rc = vc_clean(base, pid, p, want, mem, home);
+        } else if (!t->dirty) {
+            rc = 0;
+        } else if (want != XC_NONE && t->home != want) {
+            *home = t->home;
+            rc = -EXDEV;
+        } else {
+            memcpy(mem, line_at(base, s, (uint32_t)w), H(base)->line_size);
+            t->dirty = 0;
+            *home = t->home;
+            rc = 1;
+        }
+        unlock(&set_at(base, s)->lock);
+    }
+    return rc;
+}
+
 int xc_clean(void *base, uint32_t pid, uint64_t vpage, void *out, uint32_t *home) {
-    uint32_t s = xc_set_of(base, pid, vpage);
-    int rc = 0;
     uint32_t line = H(base)->line_size, at_home = 0;
     char bounce[BOUNCE];
     char *mem = in_heap(out) && line <= BOUNCE ? bounce : out;
-    lock(&set_at(base, s)->lock);
-    int w = find(base, s, pid, vpage);
-    if (w >= 0 && tag_at(base, s, (uint32_t)w)->dirty) {
-        memcpy(mem, line_at(base, s, (uint32_t)w), line);
-        tag_at(base, s, (uint32_t)w)->dirty = 0;
-        at_home = tag_at(base, s, (uint32_t)w)->home;
-        rc = 1;
-    }
-    unlock(&set_at(base, s)->lock);
-    if (rc) {
+    int rc = clean_one(base, pid, vpage, XC_NONE, mem, &at_home);
+    if (rc == 1) {
         if (mem == bounce) memcpy(out, bounce, line);
         *home = at_home;
     }
@@ -417,25 +421,19 @@ int64_t xc_clean_run(void *base, uint32_t pid, uint64_t vpage, uint64_t npages, 
     uint64_t k = 0, p = vpage, line = H(base)->line_size;
     char bounce[BOUNCE];
     int bounced = in_heap(out) && line <= BOUNCE;   /* (and vpages: written unlocked) */
-    uint32_t other = home;
+    uint32_t other = home, at;
     for (; p < vpage + npages && k < max; p++) {
-        uint32_t s = xc_set_of(base, pid, p);
-        char *to = bounced ? bounce : (char *)out + k * line;
-        lock(&set_at(base, s)->lock);
-        int w = find(base, s, pid, p);
-        xc_tag_t *t = w >= 0 ? tag_at(base, s, (uint32_t)w) : NULL;
-        if (t && t->dirty && t->home != home) {   /* another home's: the caller's turn */
-            other = t->home;
-            unlock(&set_at(base, s)->lock);
+        int rc = clean_one(base, pid, p, home, bounced ? bounce : (char *)out + k * line, &at);
+        if (rc == -EXDEV) {   /* another home's: the caller's turn */
+            other = at;
             break;
         }
-        int copied = t && t->dirty;
-        if (copied) {
-            memcpy(to, line_at(base, s, (uint32_t)w), line);
-            t->dirty = 0;
+        if (rc < 0) {
+            if (k == 0)
+                return rc;
+            break;            /* these k first; the next call says why it stops */
         }
-        unlock(&set_at(base, s)->lock);
-        if (copied) {
+        if (rc == 1) {
             if (bounced) memcpy((char *)out + k * line, bounce, line);
             vpages[k++] = p;
         }
@@ -449,7 +447,7 @@ static int64_t drop_where(void *base, uint32_t pid, uint64_t first, uint64_t npa
     xc_header_t *h = H(base);
     int64_t dropped = 0;
     for (uint32_t s = 0; s < h->nsets; s++) {
-        lock(&set_at(base, s)->lock);
+        xc_lock(&set_at(base, s)->lock);
         for (uint32_t w = 0; w < h->ways; w++) {
             xc_tag_t *t = tag_at(base, s, w);
             if (t->valid && t->pid == pid && t->vpage - first < npages) {
@@ -459,7 +457,7 @@ static int64_t drop_where(void *base, uint32_t pid, uint64_t first, uint64_t npa
         }
         unlock(&set_at(base, s)->lock);
     }
-    return dropped;
+    return dropped + vc_drop(base, pid, first, npages);
 }
 
 int64_t xc_invalidate(void *base, uint32_t pid, uint64_t vpage, uint64_t npages) {
@@ -469,7 +467,7 @@ int64_t xc_invalidate(void *base, uint32_t pid, uint64_t vpage, uint64_t npages)
     int64_t dropped = 0;
     for (uint64_t p = vpage; p < vpage + npages; p++) {
         uint32_t s = xc_set_of(base, pid, p);
-        lock(&set_at(base, s)->lock);
+        xc_lock(&set_at(base, s)->lock);
         int w = find(base, s, pid, p);
         if (w >= 0) {
             tag_at(base, s, (uint32_t)w)->valid = 0;
@@ -477,7 +475,7 @@ int64_t xc_invalidate(void *base, uint32_t pid, uint64_t vpage, uint64_t npages)
         }
         unlock(&set_at(base, s)->lock);
     }
-    return dropped;
+    return dropped + vc_drop(base, pid, vpage, npages);
 }
 
 int64_t xc_drop_pid(void *base, uint32_t pid) {

@@ -1,8 +1,9 @@
 """The Python binding of the C extCache (extcache.h): one segment, mapped.
 
 Interface:
-    ExtCache.segment_size(capacity, line_size, ways)        bytes its segment needs
-    ExtCache.create(mapping, capacity, line_size, ways, policy)
+    ExtCache.segment_size(capacity, line_size, ways, victims=0)
+                                                            bytes its segment needs
+    ExtCache.create(mapping, capacity, line_size, ways, policy, victims=0)
                                                             the pMonitor, once, over the
                                                             region it owns (fit_rpc regions)
     ExtCache.open(mapping)                                  every process of the pComponent,
@@ -10,6 +11,9 @@ Interface:
     xc.read_into(slot, pid, vaddr, buf) -> bytes copied before the first miss
     xc.write_from(slot, pid, vaddr, data) -> likewise
     xc.miss_begin / miss_end / miss_abort, xc.clean, xc.clean_run, xc.invalidate, xc.drop_pid
+    xc.victim_holds(pid, vpage), xc.victim_entries(pid=0)   the victim cache (victim.c)
+    xc.victim_flush(write)                                  its DIRTY entries written home
+                                                            (the pMonitor's flusher)
     xc.slot_acquire(pid) / slot_release(pid), xc.counters(pid=0)
     xc.close()
     xc.mapping                                              the segment's mapping
@@ -27,8 +31,13 @@ _c = load("_extcache", "C extCache")
 ffi, lib = _c.ffi, _c.lib
 
 POLICIES = {"lru": lib.XC_LRU, "fifo": lib.XC_FIFO}
-COUNTERS = ("hits", "misses", "evictions", "writebacks", "zerofills", "fetches", "flushes")
+COUNTERS = ("hits", "misses", "evictions", "writebacks", "zerofills", "fetches", "flushes",
+            "victim_hits", "victim_stores", "victim_flushes")
 FLUSHES = COUNTERS.index("flushes")
+VICTIM_MAX = lib.XC_VICTIM_MAX
+FLUSH_BATCH = 64   # victim entries the flusher takes at a time
+FLUSH_WRITTEN, FLUSH_FAILED, FLUSH_GONE = (lib.XC_FLUSH_WRITTEN, lib.XC_FLUSH_FAILED,
+                                           lib.XC_FLUSH_GONE)
 
 
 def _check(rc: int, what: str) -> int:
@@ -45,6 +54,7 @@ class ExtCache:
         self.line_size = lib.xc_line_size(self.base)
         self.ways = lib.xc_ways(self.base)
         self.nsets = lib.xc_nsets(self.base)
+        self.victims = lib.xc_victims(self.base)   # victim-cache entries (0: none)
         self.victim = ffi.new("xc_victim_t *")
         self.victim_buf = bytearray(self.line_size)
         self._victim_cbuf = ffi.from_buffer(self.victim_buf)
@@ -52,19 +62,21 @@ class ExtCache:
         self._run_pages = ffi.new("uint64_t[]", 0)
         self._next = ffi.new("uint64_t *")
         self._other = ffi.new("uint32_t *")
+        self._flush_buf: bytearray | None = None   # victim_flush's, made at its first use
 
     @staticmethod
-    def segment_size(capacity: int, line_size: int, ways: int) -> int:
-        size = lib.xc_segment_size(capacity, line_size, ways)
+    def segment_size(capacity: int, line_size: int, ways: int, victims: int = 0) -> int:
+        size = lib.xc_segment_size(capacity, line_size, ways, victims)
         if size == 0:
-            raise ValueError(f"no extCache of {capacity} B in {ways}-way sets of {line_size} B")
+            raise ValueError(f"no extCache of {capacity} B in {ways}-way sets of {line_size} B "
+                             f"with {victims} victim entries (0..{VICTIM_MAX})")
         return size
 
     @classmethod
     def create(cls, mm: Any, capacity: int, line_size: int, ways: int,
-               policy: str = "lru") -> "ExtCache":
+               policy: str = "lru", victims: int = 0) -> "ExtCache":
         _check(lib.xc_format(ffi.from_buffer(mm), len(mm), capacity, line_size, ways,
-                             POLICIES[policy]), "format")
+                             POLICIES[policy], victims), "format")
         return cls(mm)
 
     @classmethod
@@ -86,9 +98,9 @@ class ExtCache:
 
     # ---- the miss transaction ------------------------------------------------------
     def miss_begin(self, slot: int, pid: int, vpage: int) -> tuple[int, int, int] | None:
-        """Lock the set; None if the line is there after all (nothing locked), else
-        the dirty victim (pid, home, vpage) whose bytes are in victim_buf, or
-        (0, 0, 0) if there is none."""
+        """Lock the set; None if the line is there after all or came from the victim
+        cache (nothing locked), else the dirty victim (pid, home, vpage) whose bytes
+        are in victim_buf, or (0, 0, 0) if there is none to write back."""
         if _check(lib.xc_miss_begin(self.base, slot, pid, vpage, self.victim,
                                     self._victim_cbuf, ffi.NULL, ffi.NULL), "miss"):
             return None
@@ -105,7 +117,8 @@ class ExtCache:
     # ---- flush, invalidate, exit ------------------------------------------------------
     def clean(self, pid: int, vpage: int, out: Any) -> int | None:
         """Copy a dirty line to `out` and mark it clean: its home, or None if clean/absent."""
-        if lib.xc_clean(self.base, pid, vpage, ffi.from_buffer(out), self._home):
+        if _check(lib.xc_clean(self.base, pid, vpage, ffi.from_buffer(out), self._home),
+                  "clean"):
             return self._home[0]
         return None
 
@@ -126,6 +139,43 @@ class ExtCache:
 
     def drop_pid(self, pid: int) -> int:
         return _check(lib.xc_drop_pid(self.base, pid), "drop")
+
+    # ---- the victim cache -------------------------------------------------------------
+    def victim_holds(self, pid: int, vpage: int) -> bool:
+        """Whether a victim entry holds the page (its home's copy may be older)."""
+        return bool(self.victims) and lib.xc_victim_holds(self.base, pid, vpage) == 1
+
+    def victim_entries(self, pid: int = 0) -> int:
+        return lib.xc_victim_entries(self.base, pid)
+
+    def victim_flush(self, write: Any) -> int:
+        """Write the DIRTY victim entries home: write(home, pid, vpages, lines) for
+        each (home, pid) of them (lines: one view per page) returns FLUSH_WRITTEN,
+        FLUSH_FAILED (DIRTY again: tried later; also if it raises) or FLUSH_GONE
+        (its process or region is gone: dropped). Returns how many were taken."""
+        if not self.victims:
+            return 0
+        if self._flush_buf is None:
+            self._flush_buf = bytearray(FLUSH_BATCH * self.line_size)
+            self._flush_who = ffi.new("xc_victim_t[]", FLUSH_BATCH)
+            self._flush_gens = ffi.new("uint64_t[]", FLUSH_BATCH)
+        k = _check(lib.xc_victim_flush_begin(self.base, FLUSH_BATCH,
+                                             ffi.from_buffer(self._flush_buf),
+                                             self._flush_who, self._flush_gens), "flush")
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i in range(k):
+            groups.setdefault((self._flush_who[i].home, self._flush_who[i].pid), []).append(i)
+        view, line = memoryview(self._flush_buf), self.line_size
+        for (home, pid), idx in groups.items():
+            how = FLUSH_FAILED
+            try:
+                how = write(home, pid, [self._flush_who[i].vpage for i in idx],
+                            [view[i * line:(i + 1) * line] for i in idx])
+            finally:   # (an exception too leaves no entry FLUSHING)
+                for i in idx:
+                    lib.xc_victim_flush_end(self.base, pid, self._flush_who[i].vpage,
+                                            self._flush_gens[i], how)
+        return k
 
     def set_of(self, pid: int, vpage: int) -> int:
         return lib.xc_set_of(self.base, pid, vpage)

@@ -287,7 +287,8 @@ static void zero_fill_ahead(uint64_t addr) {
  * homes[home] with M_MISS (fetch), else `data` (NULL: zeros); the set's victim,
  * if dirty, piggybacked on the M_MISS or written back first; pinned (a heap
  * page, whose mapped page the victim's unpin drops) or not. Returns 0 with
- * *bytes the line's (R.out's or data), 1 if it was there already, or a
+ * *bytes the line's (R.out's or data), 1 if it was there already, XC_VICTIM_HIT
+ * if the victim cache had it (installed; *bytes its copy in R.victim), or a
  * negative errno (-EBUSY: extcache.h; the M_MISS's error). */
 static int fill(uint64_t vpage, uint32_t home, const char *data, int fetch, int pin,
                 const char **bytes) {
@@ -298,6 +299,8 @@ static int fill(uint64_t vpage, uint32_t home, const char *data, int fetch, int 
         xc_miss_abort(R.c.xc, R.c.pid, vpage);
         return -EINVAL;   /* a victim homed where the pager has no link */
     }
+    if (rc == XC_VICTIM_HIT)
+        *bytes = R.victim;
     if (rc != 0)
         return rc;
     int piggyback = fetch && v.pid && v.home == home;
@@ -330,11 +333,15 @@ static void serve_miss(uint64_t addr, int write) {
     int touched = (R.state[(addr - R.c.base) / PAGE] & TOUCHED) != 0;
     const char *data;
     int rc;
-    for (int tries = 0; (rc = fill(vpage, R.c.home, NULL, touched, 1, &data)) == 1; tries++) {
+    /* (from the victim cache: ours only if this image touched the page already) */
+    for (int tries = 0; (rc = fill(vpage, R.c.home, NULL, touched, 1, &data)) == 1 ||
+                        (rc == XC_VICTIM_HIT && !touched); tries++) {
         if (tries == 2)
             break;
         xc_invalidate(R.c.xc, R.c.pid, vpage, 1);   /* a line of an image before exec */
     }
+    if (rc == XC_VICTIM_HIT && touched)
+        rc = 0;   /* data: the line's bytes, as a miss's */
     if (rc == -EBUSY)
         fatal("the extCache set of page %#lx is full of other rack-memory programs' "
               "pages: give the pComponent a larger extCache", (unsigned long)addr);
@@ -410,7 +417,7 @@ int rm_xc_fill(uint64_t vpage, uint32_t home, const void *data, int fetch) {
     pthread_mutex_lock(&R.pg_lock);   /* the pager's buffers and links are ours meanwhile */
     int rc = fill(vpage, home, data ? line : NULL, fetch, 0, &bytes);
     pthread_mutex_unlock(&R.pg_lock);
-    return rc;
+    return rc == XC_VICTIM_HIT ? 1 : rc;   /* cached now, as if it had been */
 }
 
 /* ---- freeing ------------------------------------------------------------------ */

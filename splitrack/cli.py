@@ -321,8 +321,10 @@ def _print_stats(stats: dict[str, dict[str, Any]]) -> None:
             print("  errors: " + ", ".join(f"{k}={v}" for k, v in sorted(snap["errors"].items())))
         if "extcache" in snap:
             xc = snap["extcache"]
-            print(f"  extCache ({xc['sets']} sets x {xc['ways']} ways x {xc['line']} B) total: "
-                  + _counts(xc["total"]))
+            victim = (f", victim cache {xc['victim_entries']}/{xc['victim']} entries in use"
+                      if xc.get("victim") else "")
+            print(f"  extCache ({xc['sets']} sets x {xc['ways']} ways x {xc['line']} B{victim}) "
+                  "total: " + _counts(xc["total"]))
             for pid, counts in sorted(xc["processes"].items()):
                 print(f"    process {pid}: " + _counts(counts))
         if "memory" in snap:

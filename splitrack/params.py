@@ -23,6 +23,11 @@ FIT_REPLY_SLICE_MS = 2                    # a caller serves its inbox between sl
 MONITOR_READY_TIMEOUT_S = 15.0            # a monitor must print READY within this
 MONITOR_IDLE_CHECK_S = 0.1                # an idle monitor checks for a stop request this often
 MONITOR_STOP_GRACE_S = 3.0                # SIGTERM, then SIGKILL after this
+VICTIM_FLUSH_S = 0.01                     # a pMonitor with a victim cache writes its dirty
+#                                           entries home this often (LegoOS: a thread woken
+#                                           by each store); the spec's `victim` is 0..64
+#                                           entries (native/extcache.h: XC_VICTIM_MAX)
+VICTIM_MAX = 64                           # = XC_VICTIM_MAX
 STOP_POLL_S = 0.02                         # how often a stopping rack looks again
 HEALTH_TIMEOUT_S = 1.0                    # `splitrack status` per-component probe
 UP_POLL_INTERVAL_S = 0.5                  # foreground `splitrack up` checks its monitors

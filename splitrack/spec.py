@@ -61,6 +61,7 @@ from splitrack.params import (
     GMM_POLICIES,
     NCOMPONENT_DRAM_DEFAULT,
     NCOMPONENT_DRAM_MIN_BYTES,
+    VICTIM_MAX,
 )
 
 _RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "endpoints": "ipc",
@@ -69,8 +70,8 @@ _RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "en
 _POLL_US_MAX = 100_000
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
-    "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "nic": False,
-          "cpus": False, "cores": False},
+    "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "victim": False,
+          "nic": False, "cpus": False, "cores": False},
     "m": {"id": True, "memory": True},
     "n": {"id": True, "nics": True, "dram": False},
     "s": {"id": True, "root": True},
@@ -245,6 +246,11 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
         out["eviction"] = entry.get("eviction", "lru")
         if out["eviction"] not in ("lru", "fifo"):
             raise _Bad(f"{where}.eviction", f"{out['eviction']!r} is not one of lru, fifo")
+        out["victim"] = entry.get("victim", 0)   # victim-cache entries (LegoOS: 8)
+        if not isinstance(out["victim"], int) or isinstance(out["victim"], bool) or \
+                not 0 <= out["victim"] <= VICTIM_MAX:
+            raise _Bad(f"{where}.victim", f"{out['victim']!r} is not a number of victim-cache "
+                       f"entries (0..{VICTIM_MAX}; 0: none)")
         out["nic"] = _ip(entry["nic"], f"{where}.nic") if "nic" in entry else None
         out["cores"] = _positive_int(entry.get("cores", CORES_DEFAULT), f"{where}.cores")
         out["cpus"] = _cpus(entry["cpus"], f"{where}.cpus") if "cpus" in entry else None

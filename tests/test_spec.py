@@ -38,6 +38,14 @@ def test_network_keys_reach_to_json(tmp_path):
     assert comps["n0"]["dram"] == 1 << 20
 
 
+def test_victim_entries_are_optional_and_reach_to_json(tmp_path):
+    spec = small_spec(str(tmp_path))
+    spec["pcomponent"][1]["victim"] = 8   # LegoOS's PCACHE_EVICTION_VICTIM entries
+    comps = {c["id"]: c for c in load_spec(spec).to_json()["components"]}
+    assert (comps["p0"]["victim"], comps["p1"]["victim"]) == (0, 8)
+    assert default_spec().components[0]["victim"] == 0
+
+
 def test_spec_file_relative_root_is_relative_to_the_file(tmp_path):
     f = tmp_path / "r.toml"
     f.write_text('[rack]\nname = "x"\n[[pcomponent]]\nid = "p0"\nextcache = 4096\nways = 1\n'
@@ -69,6 +77,12 @@ def _err(mutate, tmp_path) -> str:
      "ncomponent[0].nics[2]: 192.0.2.7 is not an address of this host"),
     (lambda s: s["pcomponent"][0].update(extcache="lots"), "pcomponent[0].extcache: 'lots'"),
     (lambda s: s["pcomponent"][1].update(ways=0), "pcomponent[1].ways: 0 is not a positive"),
+    (lambda s: s["pcomponent"][0].update(victim=-1),
+     "pcomponent[0].victim: -1 is not a number of victim-cache entries (0..64; 0: none)"),
+    (lambda s: s["pcomponent"][0].update(victim="8"),
+     "pcomponent[0].victim: '8' is not a number of victim-cache entries"),
+    (lambda s: s["pcomponent"][1].update(victim=65), "pcomponent[1].victim: 65 is not a number"),
+    (lambda s: s["pcomponent"][1].update(victim=True), "pcomponent[1].victim: True is not a num"),
     (lambda s: s["pcomponent"][1].update(id="q1"), "pcomponent[1].id: 'q1' is not p<number>"),
     (lambda s: s["pcomponent"][1].update(id="p0"), "p0: component id used twice"),
     (lambda s: s["mcomponent"][0].update(memory=-5), "mcomponent[0].memory: -5 must be positive"),

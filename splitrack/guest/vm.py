@@ -249,11 +249,12 @@ class VirtualMemory:
         vpage = addr // self.line
         last = min(-(-(addr + want) // self.line), end // self.line, vpage + self._ahead)
         n = 1 if vpage in self._touched else 0
-        probe = self._probe
+        probe, xc = self._probe, self.xc
         while vpage + n < last and vpage + n in self._touched and \
-                not self.xc.read_into(-1, self.pid, (vpage + n) * self.line, probe):
+                not xc.read_into(-1, self.pid, (vpage + n) * self.line, probe) and \
+                not xc.victim_holds(self.pid, vpage + n):
             n += 1   # written back before, and not cached: fetched with the first
-        if n > 1:
+        if n > 1 and not xc.victim_holds(self.pid, vpage):
             self._fetch(home, vpage, n)
         else:
             self._miss(home, vpage)
@@ -289,7 +290,9 @@ class VirtualMemory:
         extCache's lines, `_ahead`). No set is locked during the fetch: only this
         process installs its lines, and it holds vm.lock, so they stay uncached
         and what the home holds for them cannot change meanwhile (no eviction can
-        write one back)."""
+        write one back). Nor is one in the victim cache (_fault asked): its home's
+        copy may be older, or a flush of it on its way; and a line can only go
+        there from a way. An install finds it there anyway (miss_begin: None)."""
         lines = self.ep.call(self.m_ids[home], Op.M_FETCH, FETCH.pack(self.pid, vpage, n))
         for j in range(n - 1, -1, -1):   # the line wanted now last: no install evicts it
             self._install(home, vpage + j, lines[j * self.line:(j + 1) * self.line])
