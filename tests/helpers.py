@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import psutil
 
 from splitrack import Rack
+from splitrack.guest.vm import VirtualMemory
 
 SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
 
@@ -62,6 +63,19 @@ def running_rack(make_spec, prefix: str = "srm-") -> Iterator[Rack]:
             yield rack
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def attached_vm(rack: Rack, pcomponent: str = "p0") -> Iterator[VirtualMemory]:
+    """This process's rack memory on `pcomponent`, as a program's; its regions freed
+    and it closed afterwards."""
+    memory = VirtualMemory.attach(rack, pcomponent)
+    try:
+        yield memory
+    finally:
+        for start, _, _ in memory.regions():
+            memory.free(start)
+        memory.close()
 
 
 def write_spec(path, name: str, extra: str = "") -> str:

@@ -21,8 +21,7 @@ import pytest
 
 from fit_rpc import Op
 from fit_rpc.pages import MISS
-from helpers import SPLITRACK, running_rack, small_spec, wait_until
-from splitrack.guest.vm import VirtualMemory
+from helpers import SPLITRACK, attached_vm, running_rack, small_spec, wait_until
 
 LINE = 4096
 
@@ -43,11 +42,8 @@ def rack():
 
 @pytest.fixture
 def vm(rack):
-    memory = VirtualMemory.attach(rack, "p0")
-    yield memory
-    for start, _, _ in memory.regions():
-        memory.free(start)
-    memory.close()
+    with attached_vm(rack) as memory:
+        yield memory
 
 
 def conflicting(vm, n):

@@ -19,7 +19,7 @@ from hypothesis.stateful import (
 )
 
 from fit_rpc import Op
-from helpers import running_rack, small_spec, wait_until
+from helpers import attached_vm, running_rack, small_spec, wait_until
 from splitrack import Rack
 from splitrack.guest.vm import VirtualMemory
 from splitrack.params import GMM_RECHOOSE
@@ -44,11 +44,8 @@ def tiny_rack():
 
 @pytest.fixture
 def vm(tiny_rack):
-    memory = VirtualMemory.attach(tiny_rack, "p0")
-    yield memory
-    for start, _, _ in memory.regions():
-        memory.free(start)
-    memory.close()
+    with attached_vm(tiny_rack) as memory:
+        yield memory
 
 
 def mstats(rack, m="m0"):
