@@ -8,11 +8,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 
 from splitrack import Rack
-from splitrack.guest.vm import VirtualMemory
 
 SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
 
@@ -66,9 +66,11 @@ def running_rack(make_spec, prefix: str = "srm-") -> Iterator[Rack]:
 
 
 @contextlib.contextmanager
-def attached_vm(rack: Rack, pcomponent: str = "p0") -> Iterator[VirtualMemory]:
+def attached_vm(rack: Rack, pcomponent: str = "p0") -> Iterator[Any]:
     """This process's rack memory on `pcomponent`, as a program's; its regions freed
-    and it closed afterwards."""
+    and it closed afterwards. (splitrack.guest.vm imported here: this module is
+    imported by programs that cannot load the C extensions.)"""
+    from splitrack.guest.vm import VirtualMemory
     memory = VirtualMemory.attach(rack, pcomponent)
     try:
         yield memory
