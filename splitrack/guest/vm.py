@@ -46,6 +46,7 @@ from typing import Any
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WritebackMessage, pack_writeback
 from native.extcache import FLUSHES, ExtCache
+from native.extcache import lib as xc_lib
 from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
 
@@ -79,7 +80,8 @@ class VirtualMemory:
         # fill(vpage, home, line or None, fetch): in a process whose heap is rack memory,
         # the whole miss transaction in C (splitrack/guest/rackmem.py says why)
         self.fill: Any = None
-        # virtual addresses are never reused, even by a second attach in one process
+        # virtual addresses are never reused, even by a second attach in one process;
+        # an image exec() started goes past the old image's (_alloc)
         self._next = next(_ADDRESS_SPACES) << 40
 
     @classmethod
@@ -108,9 +110,16 @@ class VirtualMemory:
             raise OSError(errno.EINVAL, f"cannot allocate {size!r} bytes")
         length = -(-size // self.line) * self.line
         home, _ = self.ep.call_args(GLOBAL_ID, Op.GMM_PLACE, {"size": length})
-        start = self._next
-        self.ep.call_args(home["id"], Op.M_ALLOC,
-                          {"pid": self.pid, "start": start, "length": length})
+        while True:
+            start = self._next
+            try:
+                self.ep.call_args(home["id"], Op.M_ALLOC,
+                                  {"pid": self.pid, "start": start, "length": length})
+                break
+            except FileExistsError:   # an image this one exec()ed from (the same pid)
+                self._next = next(_ADDRESS_SPACES) << 40   # has regions here: the next
+                if self._next >= xc_lib.XC_HEAP_LO:        # 1 TiB (below rack heaps)
+                    raise
         self._next += length + self.line  # a guard page between regions
         bisect.insort(self._starts, start)
         self._regions[start] = (start + length, self.m_ids.index(home["id"]))
