@@ -126,7 +126,9 @@ void *calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    return fail_null(rm.calloc(n ? n : 1, size ? size : 1));
+    if (!n || !size)
+        n = size = 1;   /* (a block of its own, as malloc(0)) */
+    return fail_null(rm.calloc(n, size));
 }
 
 void free(void *p)
