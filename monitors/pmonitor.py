@@ -65,6 +65,7 @@ from fit_rpc.pages import pack_writeback
 from fit_rpc.transport import CURVE_ENV
 from monitors.core import Monitor
 from native.extcache import FLUSH_FAILED, FLUSH_GONE, FLUSH_WRITTEN, ExtCache
+from native.extcache import lib as xc_lib
 from splitrack.native_run import preload_env, refuse_static
 from splitrack.params import FIT_CALL_TIMEOUT_S, MONITOR_IDLE_CHECK_S, VICTIM_FLUSH_S
 from splitrack.rundir import identify
@@ -102,6 +103,7 @@ class PMonitor(Monitor):
         self.m_ids = self._ids("m")
         self.n_ids = self._ids("n")
         self.tracked: dict[int, float] = {}      # pid -> create time
+        self.spaces: dict[int, int] = {}         # pid -> its attaches' last address space
         self.children: dict[int, subprocess.Popen] = {}
         self.released = 0
         self._reported = 0    # the process count GPM last heard
@@ -228,8 +230,15 @@ class PMonitor(Monitor):
             self.tracked[pid] = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:
             raise OSError(errno.ESRCH, f"no process {pid}") from None
+        # its addresses: a 1 TiB that no earlier attach of the pid used -- an image it
+        # exec()ed from, whose regions and lines stay until it ends -- below the rack heaps
+        space = self.spaces.get(pid, 0) + 1
+        if space << 40 >= xc_lib.XC_HEAP_LO:
+            raise OSError(errno.ENOMEM, f"process {pid} attached {space - 1} times: "
+                                        "no address space left")
+        self.spaces[pid] = space
         return codec.encode({"extcache": "extcache", "line": self.xc.line_size,
-                             "m_ids": self.m_ids})
+                             "m_ids": self.m_ids, "space": space})
 
     def p_processes(self, msg: Message) -> bytes:
         return codec.encode({"processes": sorted(self.tracked)})
@@ -244,6 +253,7 @@ class PMonitor(Monitor):
         Its sockets go first, and are waited for: their skeletons take what it sent
         out of its memory before its lines are dropped and its pages freed."""
         self.tracked.pop(pid, None)
+        self.spaces.pop(pid, None)
         for n in self.n_ids:
             self._release_at(n, Op.N_RELEASE, pid)
         dropped = self.xc.drop_pid(pid)

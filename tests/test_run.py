@@ -277,24 +277,6 @@ def test_program_reads_the_racks_storage_with_splitrack_files(rack_env):
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3") or
                     os.path.realpath("/usr/bin/python3") == os.path.realpath(sys.executable),
                     reason="needs a second Python, one without splitrack (/usr/bin/python3)")
-def test_an_exec_ed_image_gets_rack_memory_of_its_own(rack_env):
-    """exec() keeps the pid: the new image's regions (and socket buffers) go past the
-    old image's, which the home still holds, and read as the new image wrote them."""
-    _, env = rack_env
-    image = ("from splitrack.guest import vm\n"
-             "a = vm.alloc(8192); vm.write(a, b'new')\n"
-             "print(bytes(vm.read(a, 3)), bytes(vm.read(a + 4096, 2)))\n")
-    proc = run(env, "--on", "p0", "--", sys.executable, "-c", textwrap.dedent(f"""
-        import os, sys
-        from splitrack.guest import vm
-        for _ in range(3):
-            vm.write(vm.alloc(8192), b"old" * 1000)
-        os.execv(sys.executable, [sys.executable, "-c", {image!r}])
-        """))
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "b'new' b'\\x00\\x00'\n"
-
-
 def test_a_python_without_splitrack_is_refused_with_127(rack_env):
     rack, env = rack_env
     proc = run(env, "--", "/usr/bin/python3", "-c", "print('ran on the host network')")

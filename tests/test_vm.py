@@ -5,7 +5,11 @@ The test process attaches itself as an emulated process of p0
 """
 
 import errno
+import os
 import random
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -19,7 +23,7 @@ from hypothesis.stateful import (
 )
 
 from fit_rpc import Op
-from helpers import attached_vm, running_rack, small_spec, wait_until
+from helpers import SPLITRACK, attached_vm, running_rack, small_spec, wait_until
 from splitrack import Rack
 from splitrack.guest.vm import VirtualMemory
 from splitrack.params import GMM_RECHOOSE
@@ -379,3 +383,30 @@ def test_gmm_fewest_misses_keeps_its_choice_four_requests_then_picks_again(tmp_p
                 assert ep.call_args("global", Op.STATS)[0]["gmm_policy"] == "fewest-misses"
         finally:
             memory.close()
+
+
+def test_an_exec_ed_image_gets_addresses_of_its_own(tiny_rack):
+    """exec() keeps the pid, and the old image's regions and dirty lines stay at the
+    homes and in the extCache until the process ends: the new image's regions (and
+    socket buffers), at either home, start zeroed and read what it wrote."""
+    image = ("from splitrack.guest import vm\n"
+             "got = []\n"
+             "for _ in range(4):\n"
+             "    a = vm.alloc(8192)\n"
+             "    got.append(bytes(vm.read(a, 6)) + bytes(vm.read(a + 4096, 2)))\n"
+             "    vm.write(a, b'new')\n"
+             "    got.append(bytes(vm.read(a, 3)))\n"
+             "print(got)\n")
+    code = textwrap.dedent(f"""
+        import os, sys
+        from splitrack.guest import vm
+        for _ in range(3):   # (least-used GMM: m0, m1, m0; the new image's first on m1)
+            vm.write(vm.alloc(8192), b"old" * 2000)
+        os.execv(sys.executable, [sys.executable, "-c", {image!r}])
+        """)
+    proc = subprocess.run([SPLITRACK, "run", "--name", "vm", "--on", "p0", "--",
+                           sys.executable, "-c", code], cwd="/tmp", capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, SPLITRACK_RUN_ROOT=tiny_rack.run.root))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == repr([bytes(8), b"new"] * 4) + "\n"

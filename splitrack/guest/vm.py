@@ -38,7 +38,6 @@ RLock), which the bsdSocketStubs of the process share for its FIT endpoint.
 
 import bisect
 import errno
-import itertools
 import os
 import threading
 from typing import Any
@@ -46,11 +45,9 @@ from typing import Any
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WritebackMessage, pack_writeback
 from native.extcache import FLUSHES, ExtCache
-from native.extcache import lib as xc_lib
 from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
 
-_ADDRESS_SPACES = itertools.count(1)   # each VirtualMemory gets its own 1 TiB of addresses
 _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
 
 
@@ -80,9 +77,9 @@ class VirtualMemory:
         # fill(vpage, home, line or None, fetch): in a process whose heap is rack memory,
         # the whole miss transaction in C (splitrack/guest/rackmem.py says why)
         self.fill: Any = None
-        # virtual addresses are never reused, even by a second attach in one process;
-        # an image exec() started goes past the old image's (_alloc)
-        self._next = next(_ADDRESS_SPACES) << 40
+        # virtual addresses are never reused, even by a second attach of the process or
+        # by an image it exec()s (the same pid): each attach gets its own 1 TiB
+        self._next = info["space"] << 40
 
     @classmethod
     def attach(cls, rack: Any, pcomponent: str) -> "VirtualMemory":
@@ -110,16 +107,9 @@ class VirtualMemory:
             raise OSError(errno.EINVAL, f"cannot allocate {size!r} bytes")
         length = -(-size // self.line) * self.line
         home, _ = self.ep.call_args(GLOBAL_ID, Op.GMM_PLACE, {"size": length})
-        while True:
-            start = self._next
-            try:
-                self.ep.call_args(home["id"], Op.M_ALLOC,
-                                  {"pid": self.pid, "start": start, "length": length})
-                break
-            except FileExistsError:   # an image this one exec()ed from (the same pid)
-                self._next = next(_ADDRESS_SPACES) << 40   # has regions here: the next
-                if self._next >= xc_lib.XC_HEAP_LO:        # 1 TiB (below rack heaps)
-                    raise
+        start = self._next
+        self.ep.call_args(home["id"], Op.M_ALLOC,
+                          {"pid": self.pid, "start": start, "length": length})
         self._next += length + self.line  # a guard page between regions
         bisect.insort(self._starts, start)
         self._regions[start] = (start + length, self.m_ids.index(home["id"]))
