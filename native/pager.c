@@ -56,7 +56,7 @@ typedef struct __attribute__((packed)) { uint32_t pid, n; } writeback_req;
 
 static struct {
     rm_config c;
-    int uffd;
+    int uffd, mem;                  /* the userfaultfd; /proc/self/mem */
     uint8_t *state;                 /* per heap page */
     pthread_mutex_t pg_lock, link_lock;
     uint64_t reserved;              /* bytes from base reserved at the home */
@@ -224,7 +224,11 @@ static int unpin(void *ctx, uint64_t vpage, void *line) {
     if (dirty) {
         if (wp(addr, 1) < 0)   /* writers now fault, and wait for this thread */
             fatal("write-protecting %#lx: %s", (unsigned long)addr, strerrordesc_np(errno));
-        memcpy(line, (void *)addr, PAGE);
+        if (!rm_protected())
+            memcpy(line, (void *)addr, PAGE);
+        else if (syscall(SYS_pread64, R.mem, line, PAGE, addr) != PAGE)   /* (the page may */
+            fatal("reading page %#lx: %s", (unsigned long)addr,    /* be PROT_NONE now) */
+                  strerrordesc_np(errno));
     }
     advise((void *)addr, PAGE, MADV_DONTNEED);
     *s &= (uint8_t)~(RESIDENT | DIRTY);
@@ -508,6 +512,7 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
         FAIL(e, "userfaultfd refuses the rack heap: %s", strerrordesc_np(e));
     }
     R.uffd = fd;
+    R.mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);   /* (reads pages mprotect()ed) */
     size_t npages = cfg->reserve / PAGE;
     R.state = mmap(NULL, npages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
                    MAP_NORESERVE, -1, 0);

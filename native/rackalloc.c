@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define PAGE 4096u
 #define SMALL_MAX 32768u
@@ -115,8 +117,10 @@ static void *take_run(uint64_t npages, int *zero) {
         return (void *)(rm_base() + page * PAGE);
     }
     if (!A.run_len) {
-        A.run_len = mmap(NULL, rm_reserve() / PAGE * sizeof(uint32_t), PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        /* (the kernel's mmap, never the interposer's, which would take A.lock) */
+        A.run_len = (void *)syscall(SYS_mmap, NULL, rm_reserve() / PAGE * sizeof(uint32_t),
+                                    PROT_READ | PROT_WRITE,
+                                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (A.run_len == MAP_FAILED) { A.run_len = NULL; return NULL; }
     }
     if ((A.top + npages) * PAGE > rm_reserve() || rm_grow((A.top + npages) * PAGE) < 0)
@@ -159,6 +163,8 @@ static int insert_run(run **head, uint64_t page, uint64_t npages) {
 
 static void give_run(uint64_t page, uint64_t npages) {
     A.run_len[page] = 0;
+    if (rm_protected())   /* a page the program mprotect()ed is read-write again */
+        syscall(SYS_mprotect, rm_base() + page * PAGE, npages * PAGE, PROT_READ | PROT_WRITE);
     if (A.kept_bytes + npages * PAGE <= KEEP_BYTES && insert_run(&A.kept, page, npages) == 0) {
         A.kept_bytes += npages * PAGE;   /* kept mapped, for the next one */
         return;
@@ -173,6 +179,8 @@ static void give_run(uint64_t page, uint64_t npages) {
 /* *zero: whether the block is zeros already (a large one from released pages). */
 static void *alloc_locked(size_t n, int *zero) {
     *zero = 0;
+    if (n > SIZE_MAX - PAGE)
+        return NULL;   /* (its page count would wrap) */
     if (n > SMALL_MAX) {
         uint64_t npages = (n + PAGE - 1) / PAGE;
         if (npages > UINT32_MAX)
@@ -287,6 +295,8 @@ void rm_free(void *p) {
 void *rm_memalign(size_t align, size_t n) {
     if (align <= 16)
         return rm_malloc(n);   /* (every block is 16-byte aligned) */
+    if (n > SIZE_MAX - PAGE)
+        return NULL;
     uint64_t npages = (n + PAGE - 1) / PAGE ? (n + PAGE - 1) / PAGE : 1;
     uint64_t extra = align > PAGE ? align / PAGE - 1 : 0;
     if (npages + extra > UINT32_MAX)
@@ -317,8 +327,10 @@ size_t rm_usable_size(void *p) {
 }
 
 void *rm_map(size_t len) {
+    if (!len || len > SIZE_MAX - PAGE)
+        return NULL;
     uint64_t npages = (len + PAGE - 1) / PAGE;
-    if (!npages || npages > UINT32_MAX)
+    if (npages > UINT32_MAX)
         return NULL;
     int zero;
     pthread_mutex_lock(&A.lock);
@@ -340,27 +352,43 @@ static uint64_t run_holding(uint64_t q) {
 }
 
 int rm_unmap(void *addr, size_t len) {
-    if ((uint64_t)addr % PAGE || !rm_owns(addr) || !len)
+    if ((uint64_t)addr % PAGE || !rm_owns(addr) || !len || len > SIZE_MAX - PAGE)
         return -EINVAL;
-    uint64_t first = page_of(addr), n = (len + PAGE - 1) / PAGE;
+    uint64_t q = page_of(addr), end = q + (len + PAGE - 1) / PAGE;
     pthread_mutex_lock(&A.lock);
-    while (n && A.run_len && first < A.top) {
-        uint64_t r = run_holding(first), piece = 1;
-        if (r != UINT64_MAX) {   /* [first, first + piece) leaves run r; what is left stays */
-            uint64_t end = r + A.run_len[r];
-            piece = end - first < n ? end - first : n;
-            A.run_len[r] = (uint32_t)(first - r);
-            if (end > first + piece)
-                A.run_len[first + piece] = (uint32_t)(end - first - piece);
-            A.in_use -= piece * PAGE;
-            give_run(first, piece);
+    if (!A.run_len || end > A.top)
+        end = A.run_len ? A.top : q;   /* (pages never handed out are in no run) */
+    uint64_t r = q < end ? run_holding(q) : UINT64_MAX;
+    while (q < end) {
+        if (r == UINT64_MAX) {   /* q is in no run: on to the next run's first page */
+            while (q < end && !A.run_len[q])
+                q++;
+            if (q == end)
+                break;
+            r = q;
         }
-        first += piece;
-        n -= piece;
+        uint64_t run_end = r + A.run_len[r], stop = run_end < end ? run_end : end;
+        A.run_len[r] = (uint32_t)(q - r);   /* [q, stop) leaves run r; what is left stays */
+        if (run_end > stop)
+            A.run_len[stop] = (uint32_t)(run_end - stop);
+        A.in_use -= (stop - q) * PAGE;
+        give_run(q, stop - q);
+        q = stop;
+        r = UINT64_MAX;
     }
     pthread_mutex_unlock(&A.lock);
     return 0;
 }
+
+static int protected_ever;
+
+int rm_protect(void *addr, size_t len, int prot) {
+    if (prot != (PROT_READ | PROT_WRITE))
+        __atomic_store_n(&protected_ever, 1, __ATOMIC_RELEASE);
+    return (int)syscall(SYS_mprotect, addr, len, prot) < 0 ? -errno : 0;
+}
+
+int rm_protected(void) { return __atomic_load_n(&protected_ever, __ATOMIC_ACQUIRE); }
 
 /* ---- CPython ------------------------------------------------------------------ */
 

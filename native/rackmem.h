@@ -24,9 +24,10 @@
  *                CPython's raw domain and pymalloc's arenas use once
  *                rm_install_python() ran, and the native interposer's malloc
  *                and anonymous mmap (native/preload_memory.c) once told; blocks
- *                it did not allocate go to the allocator that was there before. The heap grows a chunk at a
- *                time, each reserved at the home first (M_ALLOC): none left is
- *                NULL, which CPython raises as MemoryError. A freed page run is
+ *                it did not allocate go to the allocator that was there before.
+ *                The heap grows a chunk at a time, each reserved at the home
+ *                first (M_ALLOC): none left is NULL, which CPython raises as
+ *                MemoryError. A freed page run is
  *                dropped here and in the extCache, and its next use is a
  *                zero-fill again: no write-back, no message.
  *
@@ -90,6 +91,11 @@ size_t rm_usable_size(void *p);
 void *rm_map(size_t len);
 int rm_unmap(void *addr, size_t len);
 int rm_in_pager(void);
+/* mprotect() of heap pages: applied (0 or -errno); from the first one on, pages go
+ * back read-write when freed, and the pager reads a page it evicts through
+ * /proc/self/mem (it may be PROT_NONE). rm_protected: has there been one. */
+int rm_protect(void *addr, size_t len, int prot);
+int rm_protected(void);
 
 void rm_get_stats(rm_stats *out);
 
