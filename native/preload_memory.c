@@ -13,8 +13,11 @@
  *     plain anonymous memory, is a run of rack pages (zeros); munmap() of
  *     rack pages gives them back, whole runs or any part of one. Any other
  *     mmap (files, shared, fixed, stacks, huge pages) is the kernel's.
- *   - fork() is refused (EOPNOTSUPP, one line on stderr) once the heap is on:
- *     the child would not have its pages. vfork, posix_spawn and exec work.
+ *   - fork() and daemon() are refused (EOPNOTSUPP, one line on stderr) once the
+ *     heap is on: the child would not have its pages. vfork, posix_spawn and
+ *     exec work.
+ *   - mprotect() of rack pages is applied (rm_protect: they go back read-write
+ *     when given back, and the pager can still read them).
  *   - The pager thread never gets a rack block: it alone serves their faults.
  *
  * Who turns it on: splitrack/guest/rackmem.py, once the pager runs, calls
@@ -28,9 +31,9 @@
  *     kernel; hints (huge pages, read-ahead) do nothing: a rack page is a line.
  *
  * Not covered (docs/memory.md): an allocator linked into the program itself
- * (its malloc is found before this one: said on stderr), mremap() of rack
- * pages (EINVAL here, so a program falls back to mmap and copy), and
- * mprotect() on them (the kernel's: the pager serves what it allows).
+ * (its malloc is found before this one: said on stderr; its anonymous mmap()s
+ * are rack pages all the same), and mremap() of rack pages (EINVAL here, so a
+ * program falls back to mmap and copy).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -54,7 +57,7 @@ extern void *__libc_memalign(size_t, size_t);
 
 /* sr_heap_on's table, in this order (splitrack/guest/rackmem.py: HEAP_TABLE) */
 enum { H_MALLOC, H_CALLOC, H_REALLOC, H_FREE, H_MEMALIGN, H_USABLE, H_MAP, H_UNMAP,
-       H_RELEASE, H_IN_PAGER, H_BASE, H_RESERVE, H_SLOTS };
+       H_RELEASE, H_PROTECT, H_IN_PAGER, H_BASE, H_RESERVE, H_SLOTS };
 
 static struct {
     void *(*malloc)(size_t);
@@ -66,10 +69,12 @@ static struct {
     void *(*map)(size_t);
     int (*unmap)(void *, size_t);
     void (*release)(uint64_t, uint64_t);
+    int (*protect)(void *, size_t, int);
     int (*in_pager)(void);
     uintptr_t base, reserve;
 } rm;
 static _Atomic int heap_on;
+static void *this_malloc(size_t n);
 
 /* Turn the rack heap on: 0, or -EINVAL for a short table. */
 __attribute__((visibility("default"))) int sr_heap_on(void *const *table, int n)
@@ -85,12 +90,13 @@ __attribute__((visibility("default"))) int sr_heap_on(void *const *table, int n)
     rm.map = table[H_MAP];
     rm.unmap = table[H_UNMAP];
     rm.release = table[H_RELEASE];
+    rm.protect = table[H_PROTECT];
     rm.in_pager = table[H_IN_PAGER];
     rm.base = (uintptr_t)table[H_BASE];
     rm.reserve = (uintptr_t)table[H_RESERVE];
-    if (dlsym(RTLD_DEFAULT, "malloc") != (void *)malloc)
-        dprintf(2, "splitrack: --memory rack: this program has an allocator of its own; "
-                   "what it allocates stays host memory\n");
+    if (dlsym(RTLD_DEFAULT, "malloc") != (void *)this_malloc)
+        dprintf(2, "splitrack: --memory rack: this program has a malloc of its own, which "
+                   "stays host memory (its anonymous mmap()s are rack pages)\n");
     atomic_store(&heap_on, 1);
     return 0;
 }
@@ -118,6 +124,9 @@ void *malloc(size_t n)
     return rack() ? fail_null(rm.malloc(n ? n : 1)) : __libc_malloc(n);
 }
 
+/* this file's malloc (&malloc is the program's, if it has one of its own) */
+static void *this_malloc(size_t n) __attribute__((alias("malloc"), copy(malloc)));
+
 void *calloc(size_t n, size_t size)
 {
     if (!rack())
@@ -141,8 +150,12 @@ void free(void *p)
 
 void *realloc(void *p, size_t n)
 {
+    if (owned(p) && !n) {   /* (glibc's: frees it) */
+        rm.free(p);
+        return NULL;
+    }
     if (owned(p))
-        return fail_null(rm.realloc(p, n ? n : 1));
+        return fail_null(rm.realloc(p, n));
     if (!p || !rack())
         return __libc_realloc(p, n);
     void *q = fail_null(rm.malloc(n ? n : 1));   /* a block from before: into the rack heap */
@@ -201,6 +214,10 @@ void *valloc(size_t n) { return aligned_or_null((size_t)sysconf(_SC_PAGESIZE), n
 void *pvalloc(size_t n)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (n > SIZE_MAX - page) {
+        errno = ENOMEM;
+        return NULL;
+    }
     return aligned_or_null(page, (n + page - 1) / page * page);
 }
 
@@ -220,8 +237,8 @@ size_t malloc_usable_size(void *p)
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    if (!addr && prot == (PROT_READ | PROT_WRITE) && flags == (MAP_PRIVATE | MAP_ANONYMOUS)
-        && rack()) {
+    if (!addr && len && prot == (PROT_READ | PROT_WRITE)
+        && flags == (MAP_PRIVATE | MAP_ANONYMOUS) && rack()) {
         void *p = rm.map(len);
         if (p)
             return p;
@@ -271,6 +288,18 @@ int madvise(void *addr, size_t len, int advice)
     }
 }
 
+int mprotect(void *addr, size_t len, int prot)
+{
+    if (!owned(addr))
+        return (int)syscall(SYS_mprotect, addr, len, prot);
+    int r = rm.protect(addr, len, prot);
+    if (r < 0) {
+        errno = -r;
+        return -1;
+    }
+    return 0;
+}
+
 void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 {
     if (owned(old)) {   /* (glibc's realloc of its own mmapped blocks never comes here) */
@@ -289,15 +318,29 @@ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 
 /* ---- fork ------------------------------------------------------------------- */
 
+static int refuse_fork(void)
+{
+    dprintf(2, "splitrack: fork() of a program with --memory rack: its child would not "
+               "have its pages; use posix_spawn or vfork and exec, or --memory host\n");
+    errno = EOPNOTSUPP;
+    return -1;
+}
+
+int daemon(int nochdir, int noclose)   /* (glibc's forks inside, past fork() here) */
+{
+    static int (*libc_daemon)(int, int);
+    if (atomic_load(&heap_on))
+        return refuse_fork();
+    if (!libc_daemon)
+        libc_daemon = dlsym(RTLD_NEXT, "daemon");
+    return libc_daemon(nochdir, noclose);
+}
+
 pid_t fork(void)
 {
     static pid_t (*libc_fork)(void);
-    if (atomic_load(&heap_on)) {
-        dprintf(2, "splitrack: fork() of a program with --memory rack: its child would not "
-                   "have its pages; use posix_spawn or vfork and exec, or --memory host\n");
-        errno = EOPNOTSUPP;
-        return -1;
-    }
+    if (atomic_load(&heap_on))
+        return refuse_fork();
     if (!libc_fork)
         libc_fork = dlsym(RTLD_NEXT, "fork");
     return libc_fork();

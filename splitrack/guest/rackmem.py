@@ -114,7 +114,8 @@ def install() -> None:
 
 # native/preload_memory.c's table, in its order (then the heap's base and size)
 HEAP_TABLE = ("rm_malloc", "rm_calloc", "rm_realloc", "rm_free", "rm_memalign",
-              "rm_usable_size", "rm_map", "rm_unmap", "rm_release", "rm_in_pager")
+              "rm_usable_size", "rm_map", "rm_unmap", "rm_release", "rm_protect",
+              "rm_in_pager")
 
 
 def _heap_to_preload() -> None:
