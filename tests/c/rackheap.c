@@ -1,8 +1,10 @@
 /* A native program's memory, for `splitrack run --memory rack` (tests/test_rackmem_native.py):
  * usage: rackheap MIB. It allocates about MIB MiB with every call of the malloc family and
  * anonymous mmap, fills each block with bytes of its own, reads them all back twice, gives
- * some back (free, a munmap of part of a mapping) and allocates again, then tries fork().
- * Prints how many blocks lie in a rack heap, "fork: <errno name>", "ok"; exits
+ * some back (free, a munmap of part of a mapping) and allocates again; asks for sizes no
+ * heap has, a guard page (mprotect) it then unmaps, read-only pages that get evicted;
+ * then tries fork(). Prints how many blocks lie in a rack heap, what the huge sizes
+ * gave, "protected: ok", what realloc(p, 0) gives, "fork: <errno name>", "ok"; exits
  * 1 on the first byte that is wrong. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -133,6 +135,46 @@ int main(int argc, char **argv)
         check(i, "after giving back");
     in_rack = count_in_rack_heap();
     printf("blocks %d in_rack %d\n", nblocks, in_rack);
+    /* sizes past any heap: NULL and ENOMEM, the block realloc() was given intact */
+    volatile size_t huge = SIZE_MAX;
+    void *p;
+    errno = 0;
+    int e1 = malloc(huge) == NULL ? errno : 0, e2 = posix_memalign(&p, 64, huge - 10);
+    unsigned char *volatile keep = malloc(200000);   /* (volatile: gcc takes realloc()'s
+                                                        failure for a free) */
+    memset(keep, 7, 200000);
+    errno = 0;
+    int e3 = realloc(keep, huge - 100) == NULL ? errno : 0;
+    printf("huge: %s %s %s %s\n", strerrorname_np(e1), strerrorname_np(e2),
+           strerrorname_np(e3), keep[199999] == 7 ? "intact" : "lost");
+    free(keep);
+    /* a guard page (PROT_NONE), its mapping unmapped: the pages are plain ones again */
+    unsigned char *m = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                            -1, 0);
+    if (m == MAP_FAILED || mprotect(m, 4096, PROT_NONE) || munmap(m, 1 << 16)) {
+        printf("guard page: %s\n", strerror(errno));
+        return 1;
+    }
+    for (int k = 0; k < 64; k++)   /* (freed pages are used again first) */
+        memset(malloc(1 << 16), k, 1 << 16);
+    /* written pages made inaccessible, then evicted by what comes after (the pager
+       reads them all the same): their bytes stay */
+    unsigned char *ro = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                             -1, 0);
+    memset(ro, 0x3c, 1 << 16);
+    if (mprotect(ro, 1 << 16, PROT_NONE))
+        return 1;
+    for (int k = 0; k < 256; k++)   /* 4 MiB more than the extCache holds */
+        memset(malloc(1 << 14), k, 1 << 14);
+    if (mprotect(ro, 1 << 16, PROT_READ))
+        return 1;
+    for (int k = 0; k < 1 << 16; k++)
+        if (ro[k] != 0x3c) {
+            printf("read-only page byte %d wrong\n", k);
+            return 1;
+        }
+    printf("protected: ok\n");
+    printf("realloc 0: %s\n", realloc(malloc(10), 0) == NULL ? "NULL" : "a block");
     pid_t child = fork();
     if (child == 0)
         _exit(0);
