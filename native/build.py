@@ -20,7 +20,8 @@
                                                                built in too)
     rackmem_ffi    native/rackmem.h      -> native._rackmem   (a program's heap in rack memory:
                    native/pager.c                              the userfaultfd pager and the
-                   native/rackalloc.c                          allocator CPython uses; extcache.c,
+                   native/rackalloc.c                          allocator CPython uses, hooked in
+                   native/rackpython.c                         by rackpython.c; extcache.c,
                                                                victim.c, fitring.c and fitcall.c
                                                                built in)
     guest_ffi      native/guest.h        -> native._guest     (the stub's calls for a native
@@ -80,7 +81,8 @@ nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "
 fitring_ffi = _ffi("fitring", [], also=("fitcall", "fitserve"))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache", "victim"))
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
-                   sources=("pager", "rackalloc", "extcache", "victim", "fitring", "fitcall"))
+                   sources=("pager", "rackalloc", "rackpython", "extcache", "victim", "fitring",
+                            "fitcall"))
 
 
 def _guest() -> FFI:

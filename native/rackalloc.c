@@ -1,5 +1,5 @@
 /*
- * rackalloc.c -- an allocator over the rack heap, and CPython's hooks into it.
+ * rackalloc.c -- an allocator over the rack heap (CPython's hooks into it: rackpython.c).
  * Contract: rackmem.h.
  *
  * - Small blocks (<= SMALL_MAX): a 16-byte header (class, magic), then the
@@ -20,8 +20,7 @@
  * Nothing here touches a heap page while holding a lock the pager takes.
  */
 #define _GNU_SOURCE
-#undef Py_LIMITED_API   /* PyMem_SetAllocator is not in the limited API */
-#include <Python.h>
+#include <stddef.h>
 
 #include "rackmem.h"
 
@@ -389,46 +388,3 @@ int rm_protect(void *addr, size_t len, int prot) {
 }
 
 int rm_protected(void) { return __atomic_load_n(&protected_ever, __ATOMIC_ACQUIRE); }
-
-/* ---- CPython ------------------------------------------------------------------ */
-
-static PyMemAllocatorEx prev_raw;
-static PyObjectArenaAllocator prev_arena;
-
-static void *raw_malloc(void *ctx, size_t n) { (void)ctx; return rm_malloc(n ? n : 1); }
-
-static void *raw_calloc(void *ctx, size_t n, size_t size) {
-    (void)ctx;
-    return rm_calloc(n ? n : 1, size ? size : 1);
-}
-
-static void *raw_realloc(void *ctx, void *p, size_t n) {
-    (void)ctx;
-    if (p && !rm_owns(p))   /* a block from before: it stays where it is */
-        return prev_raw.realloc(prev_raw.ctx, p, n);
-    return rm_realloc(p, n ? n : 1);
-}
-
-static void raw_free(void *ctx, void *p) {
-    (void)ctx;
-    if (rm_owns(p)) rm_free(p); else if (p) prev_raw.free(prev_raw.ctx, p);
-}
-
-static void *arena_alloc(void *ctx, size_t n) { (void)ctx; return rm_malloc(n); }
-
-static void arena_free(void *ctx, void *p, size_t n) {
-    (void)ctx;
-    if (rm_owns(p)) rm_free(p); else prev_arena.free(prev_arena.ctx, p, n);
-}
-
-int rm_install_python(void) {
-    if (!rm_base())
-        return -EINVAL;
-    PyMemAllocatorEx raw = {NULL, raw_malloc, raw_calloc, raw_realloc, raw_free};
-    PyObjectArenaAllocator arena = {NULL, arena_alloc, arena_free};
-    PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &prev_raw);
-    PyObject_GetArenaAllocator(&prev_arena);
-    PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &raw);
-    PyObject_SetArenaAllocator(&arena);
-    return 0;
-}

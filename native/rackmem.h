@@ -22,7 +22,7 @@
  *                no heap page but one it knows is mapped.
  *   rackalloc.c  an allocator over the heap (size classes, page runs) that
  *                CPython's raw domain and pymalloc's arenas use once
- *                rm_install_python() ran, and the native interposer's malloc
+ *                rm_install_python() (rackpython.c) ran, and the native interposer's malloc
  *                and anonymous mmap (native/preload_memory.c) once told; blocks
  *                it did not allocate go to the allocator that was there before.
  *                The heap grows a chunk at a time, each reserved at the home
