@@ -32,7 +32,10 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   nComponent (N_RELEASE, a call: the skeletons take what the process sent
   out of its memory), then their extCache lines (dropped, not written back),
   their counter slot, and their pages at every mComponent (M_RELEASE); and
-  the process's rendezvous socket, if it left one.
+  the process's rendezvous socket, if it left one. A process that exec()ed
+  is released the same way (but its slot) when the new image first attaches:
+  P_ATTACH's `image` token is not the one its pid last attached with. Each
+  attach gets a 1 TiB of addresses of its own (`space`).
 - the victim cache's flusher (spec `victim` > 0; LegoOS: a thread): every
   VICTIM_FLUSH_S the serve loop takes the extCache's DIRTY victim entries and
   writes them to their homes, M_WRITEBACK on behalf of each entry's process
@@ -104,6 +107,7 @@ class PMonitor(Monitor):
         self.n_ids = self._ids("n")
         self.tracked: dict[int, float] = {}      # pid -> create time
         self.spaces: dict[int, int] = {}         # pid -> its attaches' last address space
+        self.images: dict[int, Any] = {}         # pid -> its program image's token
         self.children: dict[int, subprocess.Popen] = {}
         self.released = 0
         self._reported = 0    # the process count GPM last heard
@@ -232,6 +236,10 @@ class PMonitor(Monitor):
             raise OSError(errno.ESRCH, f"no process {pid}") from None
         # its addresses: a 1 TiB that no earlier attach of the pid used -- an image it
         # exec()ed from, whose regions and lines stay until it ends -- below the rack heaps
+        image = args.get("image")
+        if self.images.get(pid, image) != image:   # it exec()ed: what the old image held
+            self._release_image(pid)                  # goes, as at an exit
+        self.images[pid] = image
         space = self.spaces.get(pid, 0) + 1
         if space << 40 >= xc_lib.XC_HEAP_LO:
             raise OSError(errno.ENOMEM, f"process {pid} attached {space - 1} times: "
@@ -254,12 +262,8 @@ class PMonitor(Monitor):
         out of its memory before its lines are dropped and its pages freed."""
         self.tracked.pop(pid, None)
         self.spaces.pop(pid, None)
-        for n in self.n_ids:
-            self._release_at(n, Op.N_RELEASE, pid)
-        dropped = self.xc.drop_pid(pid)
-        self.xc.slot_release(pid)
-        for m in self.m_ids:
-            self._release_at(m, Op.M_RELEASE, pid)
+        self.images.pop(pid, None)
+        dropped = self._release_image(pid, slot=True)
         rendezvous = os.path.join(self.run_dir, f"{self.id}.{pid}.fit")
         if os.path.exists(rendezvous):   # its process was killed before it could remove it
             os.unlink(rendezvous)
@@ -268,11 +272,27 @@ class PMonitor(Monitor):
                       "and sockets",
                       pid, dropped)
 
-    def _release_at(self, c: str, op: int, pid: int) -> None:
+    def _release_image(self, pid: int, slot: bool = False) -> int:
+        """What a program image held -- its sockets, extCache lines, pages -- at its
+        exit (slot: and its counter slot), or when it exec()ed another (pages released
+        with a call then: the new image's own come after). Returns the lines dropped."""
+        for n in self.n_ids:
+            self._release_at(n, Op.N_RELEASE, pid)
+        dropped = self.xc.drop_pid(pid)
+        if slot:
+            self.xc.slot_release(pid)
+        else:
+            self.log.info("process %d exec()ed: its old image's sockets, %d extCache lines "
+                          "and pages released", pid, dropped)
+        for m in self.m_ids:
+            self._release_at(m, Op.M_RELEASE, pid, wait=not slot)
+        return dropped
+
+    def _release_at(self, c: str, op: int, pid: int, wait: bool = False) -> None:
         if self.stopping and c in self._gone:
             return  # stopping with the rack: do not wait on it once per process
         try:
-            if op == Op.N_RELEASE:   # a call: done when the skeletons have the bytes
+            if op == Op.N_RELEASE or wait:   # a call: done when the skeletons have the bytes
                 self.ep.call(c, op, codec.encode({"pid": pid}), timeout=RELEASE_TIMEOUT_S
                              if self.stopping else FIT_CALL_TIMEOUT_S)
             else:

@@ -332,6 +332,43 @@ def test_a_close_that_resets_the_connection(net, mode, program):
                 proc.wait()
 
 
+EXEC = textwrap.dedent("""
+    import os, socket, sys
+    address = ("127.0.0.5", int(sys.argv[1]))
+    socket.create_connection(address).sendall(b"old")
+    new = ("import socket, sys, time\\n"
+           f"socket.create_connection({address!r}).sendall(b'new')\\n"
+           "sys.stdin.read()\\n")   # (until the test has looked)
+    os.execv(sys.executable, [sys.executable, "-c", new])
+""")
+
+
+@pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
+def test_exec_closes_the_old_images_sockets(net, mode):
+    """exec() closes a program's close-on-exec sockets (Python's are): the peer of
+    one the old image made sees its end while the new image runs on."""
+    _, env = net
+    with socket.create_server(("127.0.0.5", 0)) as server:
+        server.settimeout(30)
+        cmd = [sys.executable, "-c", EXEC, str(server.getsockname()[1])]
+        if mode != "linux":
+            cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
+        proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stdin=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            old, _ = server.accept()
+            new, _ = server.accept()
+            with old, new:
+                old.settimeout(10)
+                new.settimeout(10)
+                assert old.recv(3) == b"old" and new.recv(3) == b"new"
+                assert old.recv(1) == b""   # EOF, the new image still running
+                assert proc.poll() is None
+        finally:
+            proc.stdin.close()
+            assert proc.wait(timeout=30) == 0, proc.stderr.read()
+
+
 PENDING = textwrap.dedent("""
     import select, socket, sys, time
     host = sys.argv[1]

@@ -48,6 +48,7 @@ from native.extcache import FLUSHES, ExtCache
 from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
 
+_IMAGE = os.urandom(8).hex()   # this program image's: one that exec() replaced had another
 _WRITEBACK_BATCH = 256   # lines per M_WRITEBACK message (1 MiB at 4 KiB lines)
 
 
@@ -62,7 +63,7 @@ class VirtualMemory:
                            poll_us=poll_us, keys=keys)
         if run_dir is not None:   # where a restarted global is found
             self.ep.find_directory = RunDir.at(run_dir).global_address
-        info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid})
+        info, _ = self.ep.call_args(pcomponent, Op.P_ATTACH, {"pid": self.pid, "image": _IMAGE})
         self.xc = ExtCache.open(self.ep.map_region(pcomponent, info["extcache"]))
         self.line = info["line"]
         self.m_ids: list[str] = info["m_ids"]
