@@ -234,13 +234,12 @@ class PMonitor(Monitor):
             self.tracked[pid] = psutil.Process(pid).create_time()
         except psutil.NoSuchProcess:
             raise OSError(errno.ESRCH, f"no process {pid}") from None
-        # its addresses: a 1 TiB that no earlier attach of the pid used -- an image it
-        # exec()ed from, whose regions and lines stay until it ends -- below the rack heaps
         image = args.get("image")
         if self.images.get(pid, image) != image:   # it exec()ed: what the old image held
             self._release_image(pid)                  # goes, as at an exit
         self.images[pid] = image
-        space = self.spaces.get(pid, 0) + 1
+        space = self.spaces.get(pid, 0) + 1   # addresses no earlier attach of the pid used
+        #                                       (1 TiB each), below the rack heaps
         if space << 40 >= xc_lib.XC_HEAP_LO:
             raise OSError(errno.ENOMEM, f"process {pid} attached {space - 1} times: "
                                         "no address space left")
