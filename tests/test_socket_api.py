@@ -2,6 +2,7 @@
 on the host and as a rack program (through a pipe shortcut, and through the
 nComponent in DDIO and in DMA), must print the same lines (splitrack/guest/stub.py)."""
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -303,33 +304,41 @@ UNREAD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
-@pytest.mark.parametrize("program", [ABORT, UNREAD], ids=["so_linger_zero", "bytes_unread"])
-def test_a_close_that_resets_the_connection(net, mode, program):
-    """An abortive close (SO_LINGER on, 0 s), and Linux's close() of a socket with
-    received bytes the program never read: the peer outside gets a reset, not EOF."""
-    _, env = net
+@contextlib.contextmanager
+def _with_a_server(env, mode, program, **popen):
+    """A server on 127.0.0.5, and `program` (its port as argv[1]) as a plain process
+    (mode "linux") or on the rack in `mode`; killed afterwards if it still runs."""
     with socket.create_server(("127.0.0.5", 0)) as server:
         server.settimeout(30)
         cmd = [sys.executable, "-c", program, str(server.getsockname()[1])]
         if mode != "linux":
             cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
-        proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stderr=subprocess.PIPE, text=True,
+                                **popen)
         try:
-            conn, _ = server.accept()
-            with conn:
-                if program == UNREAD:
-                    conn.sendall(b"y" * 10)
-                assert proc.wait(timeout=60) == 0, proc.stderr.read()
-                conn.settimeout(10)
-                time.sleep(0.5)   # the reset is in before the read: the bytes are dropped
-                with pytest.raises(ConnectionResetError):
-                    while conn.recv(1 << 16):
-                        pass
+            yield server, proc
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.mark.parametrize("mode", ["linux", "ddio", "dma"])
+@pytest.mark.parametrize("program", [ABORT, UNREAD], ids=["so_linger_zero", "bytes_unread"])
+def test_a_close_that_resets_the_connection(net, mode, program):
+    """An abortive close (SO_LINGER on, 0 s), and Linux's close() of a socket with
+    received bytes the program never read: the peer outside gets a reset, not EOF."""
+    with _with_a_server(net[1], mode, program) as (server, proc):
+        conn, _ = server.accept()
+        with conn:
+            if program == UNREAD:
+                conn.sendall(b"y" * 10)
+            assert proc.wait(timeout=60) == 0, proc.stderr.read()
+            conn.settimeout(10)
+            time.sleep(0.5)   # the reset is in before the read: the bytes are dropped
+            with pytest.raises(ConnectionResetError):
+                while conn.recv(1 << 16):
+                    pass
 
 
 EXEC = textwrap.dedent("""
@@ -347,26 +356,17 @@ EXEC = textwrap.dedent("""
 def test_exec_closes_the_old_images_sockets(net, mode):
     """exec() closes a program's close-on-exec sockets (Python's are): the peer of
     one the old image made sees its end while the new image runs on."""
-    _, env = net
-    with socket.create_server(("127.0.0.5", 0)) as server:
-        server.settimeout(30)
-        cmd = [sys.executable, "-c", EXEC, str(server.getsockname()[1])]
-        if mode != "linux":
-            cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
-        proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stdin=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            old, _ = server.accept()
-            new, _ = server.accept()
-            with old, new:
-                old.settimeout(10)
-                new.settimeout(10)
-                assert old.recv(3) == b"old" and new.recv(3) == b"new"
-                assert old.recv(1) == b""   # EOF, the new image still running
-                assert proc.poll() is None
-        finally:
-            proc.stdin.close()
-            assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    with _with_a_server(net[1], mode, EXEC, stdin=subprocess.PIPE) as (server, proc):
+        old, _ = server.accept()
+        new, _ = server.accept()
+        with old, new:
+            old.settimeout(10)
+            new.settimeout(10)
+            assert old.recv(3) == b"old" and new.recv(3) == b"new"
+            assert old.recv(1) == b""   # EOF, the new image still running
+            assert proc.poll() is None
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
 
 
 PENDING = textwrap.dedent("""
