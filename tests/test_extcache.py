@@ -57,6 +57,18 @@ def same_set_pages(xc, n, pid=PID):
     return [p for p in range(10_000) if xc.set_of(pid, p) == target][:n]
 
 
+def a_dirty_entry(xc, data):
+    """A 2-way cache's page written with `data`, then evicted by two more of its set
+    into the victim cache: its page."""
+    slot = xc.slot_acquire(PID)
+    a, b, c = same_set_pages(xc, 3)
+    install(xc, slot, a, 1)
+    xc.write_from(slot, PID, a * LINE, data)
+    install(xc, slot, b, 2)
+    install(xc, slot, c, 3)
+    return a
+
+
 def test_geometry(make):
     xc = make(lines=64, ways=4)
     assert (xc.line_size, xc.ways, xc.nsets) == (LINE, 4, 16)
@@ -335,12 +347,7 @@ def test_flush_and_invalidate_see_victim_entries(make):
 
 def test_the_flusher_writes_dirty_entries_home_and_a_miss_waits_for_it(make):
     xc = make(lines=8, ways=2, victims=2)
-    slot = xc.slot_acquire(PID)
-    a, b, c = same_set_pages(xc, 3)
-    install(xc, slot, a, 1)
-    xc.write_from(slot, PID, a * LINE, b"home")
-    install(xc, slot, b, 2)
-    install(xc, slot, c, 3)                      # a: a dirty entry
+    a = a_dirty_entry(xc, b"home")
     served = []
 
     def write(home, pid, vpages, lines):
@@ -363,12 +370,8 @@ def test_the_flusher_writes_dirty_entries_home_and_a_miss_waits_for_it(make):
 
 def test_a_flush_of_a_gone_process_drops_its_entry(make):
     xc = make(lines=8, ways=2, victims=2)
-    slot = xc.slot_acquire(PID)
-    a, b, c = same_set_pages(xc, 3)
-    install(xc, slot, a, 1)
-    xc.write_from(slot, PID, a * LINE, b"x")
-    install(xc, slot, b, 2)
-    install(xc, slot, c, 3)
+    a = a_dirty_entry(xc, b"x")
+    assert xc.victim_holds(PID, a)
     assert xc.victim_flush(lambda *args: FLUSH_GONE) == 1
     assert not xc.victim_holds(PID, a)
 
