@@ -101,19 +101,32 @@ uint32_t fr_max_payload(const fr_ring *r) {
 /* ---- producer ------------------------------------------------------------ */
 
 /* Where a record of `rec` bytes would go: the bytes to skip first (0 or up to
- * the end of the data area), or -EAGAIN / -EBADMSG. */
-static int64_t place(const fr_ring *r, uint64_t rec) {
-    uint64_t tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_ACQUIRE), head = r->pos;
-    if (tail > head || head - tail > r->cap || tail % 8)
-        return -EBADMSG;
-    uint64_t used = head - tail, off = head % r->cap, skip = 0;
-    if (off + rec > r->cap)
-        skip = r->cap - off;                       /* does not fit before the end */
-    else if (used == 0 && off > FR_EARLY_WRAP && rec <= off)
-        skip = r->cap - off;                       /* empty: start over near 0 */
-    if (skip + rec > r->cap - used)
-        return -EAGAIN;
-    return (int64_t)skip;
+ * the end of the data area), or -EAGAIN / -EBADMSG. It first believes the
+ * consumer's tail as last read (r->seen: the tail only grows, so this errs
+ * toward "full"), and reads the tail itself only when that finds no room: the
+ * line the consumer writes on every message is not pulled across on every send. */
+static int64_t place(fr_ring *r, uint64_t rec) {
+    uint64_t head = r->pos;
+    for (int fresh = 0;; fresh = 1) {
+        uint64_t tail = r->seen;
+        if (fresh) {
+            tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_ACQUIRE);
+            if (tail > head || head - tail > r->cap || tail % 8)
+                return -EBADMSG;
+            r->seen = tail;
+        }
+        uint64_t used = head - tail, off = head % r->cap, skip = 0;
+        if (used <= r->cap) {
+            if (off + rec > r->cap)
+                skip = r->cap - off;                   /* does not fit before the end */
+            else if (used == 0 && off > FR_EARLY_WRAP && rec <= off)
+                skip = r->cap - off;                   /* empty: start over near 0 */
+            if (skip + rec <= r->cap - used)
+                return (int64_t)skip;
+        }
+        if (fresh)
+            return -EAGAIN;
+    }
 }
 
 int64_t fr_reserve(fr_ring *r, uint32_t n) {

@@ -125,6 +125,7 @@ typedef struct {
     uint32_t reserved;       /* producer: record bytes reserved, not yet committed */
     uint32_t skip;           /* producer: bytes the reservation skips to reach offset 0 */
     uint32_t peeked;         /* consumer: record bytes of the message peeked */
+    uint64_t seen;           /* producer: the consumer's tail when last read */
     const uint32_t *peer_bell; /* producer: the consumer's bell word (read only) */
     int peer_efd;            /* the other side's eventfd: the consumer's (producer side),
                                 the producer's (consumer side, for want_space) */
