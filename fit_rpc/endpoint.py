@@ -52,7 +52,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from fit_rpc import codec, header, tracing
 from fit_rpc import transport as transports
@@ -81,24 +81,23 @@ _pack_header_into = header.HEADER.pack_into
 _parse = header.parse_traced
 _current = tracing.current   # .ctx: the trace context messages are sent in (None: untraced)
 
+_message = tuple.__new__   # Message's fields in order, made in C
 _SENT = object()   # _call_at_once: the request is out, its reply not read yet
 GLOBAL_ID = "global"
 
 
-class Message:
-    """An inbound request or one-way message, as a handler sees it."""
+class Message(NamedTuple):
+    """An inbound request or one-way message, as a handler sees it. (Made with
+    tuple.__new__, in C, by the serve loop: a served message's time is mostly
+    Python's, and a class's __init__ is a good part of it.)"""
 
-    __slots__ = ("src", "pid", "op", "seq", "kind", "payload", "route")
-
-    def __init__(self, src: str, pid: int | None, op: int, seq: int, kind: int,
-                 payload: memoryview, route: Any):
-        self.src = src          # sender's id (checked against pid: identity.py)
-        self.pid = pid          # sender's pid, kernel-vouched (None: zmq, unknown)
-        self.op = op
-        self.seq = seq
-        self.kind = kind        # header.REQUEST or header.ONEWAY
-        self.payload = payload  # view into the received frame; valid during the handler
-        self.route = route      # the transport's way back to the sender
+    src: str          # sender's id (checked against pid: identity.py)
+    pid: int | None   # sender's pid, kernel-vouched (None: zmq, unknown)
+    op: int
+    seq: int
+    kind: int         # header.REQUEST or header.ONEWAY
+    payload: memoryview   # view into the received frame; valid during the handler
+    route: Any        # the transport's way back to the sender
 
     def args(self) -> tuple[dict[str, Any], memoryview]:
         """The payload in the "args" layout (codec.py)."""
@@ -237,16 +236,18 @@ class Endpoint:
                       serve: bool, meanwhile: Callable[[], None] | None
                       ) -> memoryview | object | None:
         """The request sent and its reply read in one step of the transport's, on a
-        link that is up (shm: native/fitcall.h): the reply's payload; _SENT: the
+        link that is up (shm: native/fitserve.h): the reply's payload; _SENT: the
         request is out, its reply is the general loop's to wait for; None: nothing
         was sent. Not for a nested or a traced call (call() says when)."""
         n = len(payload)
         if n > FIT_MAX_PAYLOAD_BYTES:
             return None   # (_transmit says so)
-        head = _pack_header(MAGIC, VERSION, REQUEST, op, 0, seq, n, 0, 0)
-        got = self.transport.call(peer, head, payload, timeout, serve, meanwhile)
+        got = self.transport.call(peer, op, seq, payload, timeout, serve, meanwhile)
         if got is False:
             return None
+        if type(got) is memoryview:   # the reply's payload: the transport read its header
+            self.counters.call(peer, op, n + HEADER_SIZE, len(got) + HEADER_SIZE)
+            return got
         self.counters.tx(peer, op, n + HEADER_SIZE)
         if got is True:
             return _SENT
@@ -360,12 +361,15 @@ class Endpoint:
             next_tick = clock() + every_s
 
     def _dispatch(self, arrival: Arrival) -> None:
+        answered = False
         try:
-            self._handle(arrival)
+            answered = self._handle(arrival)
         finally:
-            self.transport.done(arrival)
+            if not answered:   # (an answer at once released the request too)
+                self.transport.done(arrival)
 
-    def _handle(self, arrival: Arrival) -> None:
+    def _handle(self, arrival: Arrival) -> bool:
+        """Serve one arrival; True if transport.answer() replied and released it."""
         src, route, frames, head = arrival.peer, arrival.route, arrival.frames, arrival.head
         op = seq = 0
         kind = REQUEST
@@ -397,9 +401,9 @@ class Endpoint:
             handler = self._handlers.get(op)
             if handler is None:
                 raise from_code(errno.ENOSYS, f"no op {op_name(op)} here")
-            result = handler(Message(src, arrival.pid, op, seq, kind, payload, route))
+            result = handler(_message(Message, (src, arrival.pid, op, seq, kind, payload, route)))
             if kind == REQUEST:
-                self._answer(arrival, src, op, seq, b"" if result is None else result)
+                return self._answer(arrival, src, op, seq, b"" if result is None else result)
         except FitError as exc:
             if not seq:
                 kind, op, seq = _salvage(frames)
@@ -417,17 +421,19 @@ class Endpoint:
         finally:
             if outer is not _UNTRACED:
                 _current.ctx = outer
+        return False
 
-    def _answer(self, arrival: Arrival, src: str, op: int, seq: int, payload: Frame) -> None:
+    def _answer(self, arrival: Arrival, src: str, op: int, seq: int, payload: Frame) -> bool:
         """A handler's result to its request: written and the request released in one
         step where the transport can (a request whose header it read, answered outside
-        any trace), else by _reply() (and the request released by done())."""
+        any trace: True), else by _reply() (and the request released by done())."""
         if arrival.head is not None and _current.ctx is None and \
                 len(payload) <= FIT_MAX_PAYLOAD_BYTES and \
                 self.transport.answer(arrival, op, seq, payload):
             self.counters.tx(src, op, len(payload) + HEADER_SIZE)
-        else:
-            self._reply(arrival.route, src, op, seq, payload)
+            return True
+        self._reply(arrival.route, src, op, seq, payload)
+        return False
 
     def _fail(self, route: Any, src: str, kind: int, op: int, seq: int,
               exc: OSError, counter: str) -> None:

@@ -56,7 +56,7 @@ from typing import Any
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerMoved, PeerUnreachable
 from fit_rpc.fabric import Fabric, Model
-from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
+from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION, pack
 from fit_rpc.identity import check_claim, expected_pid
 from fit_rpc.shm_channel import SCHEME, ShmChannel
 from fit_rpc.transport import Arrival, Frame, Transport
@@ -193,8 +193,8 @@ class ShmTransport(Transport):
             raise PeerUnreachable(f"{peer} broke its ring") from None
         raise PeerUnreachable(f"{peer} takes no more: its ring stayed full for {timeout_s:g} s")
 
-    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool,
-             meanwhile: Callable[[], None] | None = None) -> Frame | bool:
+    def call(self, peer: str, op: int, seq: int, frame: Frame, timeout_s: float, serve: bool,
+             meanwhile: Callable[[], None] | None = None) -> memoryview | bytes | bool:
         link = self.out.get(peer)
         if link is None or link.hung:
             return False
@@ -203,12 +203,11 @@ class ShmTransport(Transport):
         try:
             tx = link.tx
             if meanwhile is not None:   # the request out, the caller's work, then the wait
-                if not tx.send(head, frame):
+                if not tx.send(pack(REQUEST, op, seq, len(frame)), frame):
                     return False
                 meanwhile()
                 tx = None
-            got = ws.call(tx, head, frame, self.spin_s, timeout_s, [link.sock.fileno()],
-                          self._back, FIT_CALL_COPY_BYTES)
+            got = ws.call(tx, op, seq, frame, timeout_s)
         except RingBroken:
             self.count("ring_broken")
             link.hung = True
@@ -218,6 +217,8 @@ class ShmTransport(Transport):
             if link.hung and not link.busy:
                 self._lost(link)
         if got >= 0:
+            if ws.plain:
+                return memoryview(self._back_view[HEADER_SIZE:got].tobytes())
             return bytes(self._back_view[:got])
         return got == SENT
 
@@ -242,27 +243,21 @@ class ShmTransport(Transport):
         if self._new or self._hung or self._draining:
             self._sync()
         ws, links = self._inbox_set()
-        i = ws.take()
+        i = ws.take(self.spin_s, timeout_s)
         if i < 0:
-            if timeout_s == 0:
-                return None
-            i = ws.wait(self.spin_s, timeout_s)
-            if i < 0:
+            if timeout_s != 0:
                 if i == WOKEN and not (self._new or self._hung) and ws.next_due() == NEVER:
                     self.count("doorbell_empty")
                 self._sync()
-                return None
-            i = ws.take()
-            if i < 0:
-                return None
+            return None
         link, msg = links[i], ws.msg
         if msg.at < 0:
             if msg.at != -errno.EAGAIN:
                 self._lost(link, "ring_broken")
             return None
         self._held.add(link)
-        return Arrival(link.peer, link, [link.rx.view(msg.at, msg.len)], link.pid, link,
-                       (msg.kind, msg.op, msg.seq) if msg.plain else None)
+        return _arrival(Arrival, (link.peer, link, [link.rx.view(msg.at, msg.len)], link.pid,
+                                  link, (msg.kind, msg.op, msg.seq) if msg.plain else None))
 
     def answer(self, arrival: Arrival, op: int, seq: int, frame: Frame) -> bool:
         link: Link = arrival.link
@@ -273,7 +268,9 @@ class ShmTransport(Transport):
                 return False
         except RingBroken:
             return False   # (reply() finds it so and says so)
-        self._held.discard(link)   # released: done() has no message to free
+        self._held.discard(link)   # released: done()'s work is done
+        if link.hung and not link.rx.pending():
+            self._close(link)
         return True
 
     def done(self, arrival: Arrival) -> None:
@@ -564,24 +561,31 @@ class ShmTransport(Transport):
         _inbox_set() leaves them). Made again only when those change."""
         if not serve or not self.inbound:
             if link._alone is None:
-                link._alone = self._wait_set([link.rx])
+                link._alone = self._wait_set([link.rx], link)
             return link._alone
         if self._held:
             key = (self._gen, frozenset(self._held))
             if link._held_set is None or link._held_key != key:
                 ws = self._wait_set([link.rx, *(x.rx for x in self.inbound
-                                                if x not in self._held)])
+                                                if x not in self._held)], link)
                 link._held_set, link._held_key = ws, key
             return link._held_set
         if link._serve_gen != self._gen or link._serve_set is None:
-            link._serve_set = self._wait_set([link.rx, *(x.rx for x in self.inbound)])
+            link._serve_set = self._wait_set([link.rx, *(x.rx for x in self.inbound)], link)
             link._serve_gen = self._gen
         return link._serve_set
 
-    def _wait_set(self, rings: list[Ring]) -> WaitSet:
+    def _wait_set(self, rings: list[Ring], link: Link | None = None) -> WaitSet:
+        """A wait set of `rings`; for `link`'s calls, with its rendezvous socket watched."""
         ws = WaitSet(self.bell.word, self.bell.efd)
         ws.rings = rings
+        if link is not None:
+            ws.calls(self._back, FIT_CALL_COPY_BYTES, [link.sock.fileno()], self.spin_s)
         return ws
+
+
+_arrival = tuple.__new__   # Arrival's fields in order, made in C (a NamedTuple's own
+#                           __new__ is Python's: a good part of a served message's time)
 
 
 def _no_count(name: str) -> None:

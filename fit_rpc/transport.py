@@ -38,15 +38,20 @@ Contract:
                      the next frame on the link to `peer` (a copy, the caller's
                      to keep). None: nothing within timeout_s, or (serve) a
                      request waits in the inbox, which the caller serves first
-    call(peer, head, frame, timeout_s, serve, meanwhile=None) -> frame | bool
-                     send() then recv_reply() in one step where the transport
-                     can (shm: native/fitcall.h), on a link that is up: the
-                     first frame back (a copy); True: sent, nothing back yet
-                     (the caller goes on with recv_reply); False: nothing sent
-                     (the caller sends). The default is False. meanwhile():
-                     run once the request is out, before the wait (the
-                     caller's work that need not come before the peer's);
-                     never run if nothing was sent
+    call(peer, op, seq, frame, timeout_s, serve, meanwhile=None)
+                     -> memoryview | bytes | bool
+                     send() of an untraced REQUEST (op, seq; its header
+                     written by the transport) then recv_reply(), in one step
+                     where the transport can (shm: native/fitserve.h), on a
+                     link that is up. A memoryview: the reply's payload (a
+                     copy, the caller's), the transport having read the header:
+                     a well-formed reply to seq, err 0, untraced. bytes: the
+                     first frame back, anything else (the caller parses it).
+                     True: sent, nothing back yet (the caller goes on with
+                     recv_reply); False: nothing sent (the caller sends). The
+                     default is False. meanwhile(): run once the request is
+                     out, before the wait (the caller's work that need not
+                     come before the peer's); never run if nothing was sent
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep
@@ -123,8 +128,8 @@ class Transport(ABC):
     @abstractmethod
     def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None: ...
 
-    def call(self, peer: str, head: bytes, frame: Frame, timeout_s: float, serve: bool,
-             meanwhile: Callable[[], None] | None = None) -> Frame | bool:
+    def call(self, peer: str, op: int, seq: int, frame: Frame, timeout_s: float, serve: bool,
+             meanwhile: Callable[[], None] | None = None) -> memoryview | bytes | bool:
         return False
 
     @abstractmethod

@@ -19,13 +19,18 @@ Interface:
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
     waitset = WaitSet(bell)            the rings one consumer waits on, and its bell
     waitset.rings = [...]; waitset.wait(spin_s, timeout_s, fds) -> index | WOKEN | TIMEOUT
-    waitset.call(tx, head, payload, spin_s, timeout_s, fds, out, cap) -> n | SENT | UNSENT
-                                       a request on tx and what comes back on rings[0],
-                                       read into out (landing(cap)'s handle), in one
-                                       native call (fitcall.h)
-    waitset.take() -> index | -1; waitset.msg
+    waitset.calls(out, cap, fds, spin_s)  what its calls need, set once: the landing
+                                       for replies (landing(cap)'s handle), the fds
+                                       to watch, the spin
+    waitset.call(tx, op, seq, payload, timeout_s) -> n | SENT | UNSENT
+                                       a REQUEST on tx and what comes back on
+                                       rings[0], read into out, in one native call
+                                       (fitserve.h: fs_call); waitset.plain: it is
+                                       the reply to seq, well-formed, err 0
+    waitset.take(spin_s=0, timeout_s=0) -> index | -1 | WOKEN | TIMEOUT; waitset.msg
                                        ready() and that ring's message peeked with its
-                                       header read, in one native call (fitserve.h)
+                                       header read, after a wait if none is there and
+                                       timeout_s is not 0, in one native call (fitserve.h)
     ring.answer(rx, op, seq, payload) -> bool
                                        a REPLY to rx's front message, then that message
                                        released, in one native call; False: no room now
@@ -313,8 +318,12 @@ class WaitSet:
         self._nfds = -1
         self._fds_list: list[int] = []
         self._due = ffi.new("uint64_t *")
-        self._len = ffi.new("uint32_t *")
         self.msg = ffi.new("fs_msg *")   # take()'s message: at, len, plain, kind, op, seq
+        self._c = ffi.new("fs_caller *")  # call()'s: this set's rings, bell, fds, landing
+        self._c.bell, self._c.efd, self._c.rings = word, efd, self._array
+        self._out: Any = None             # (the landing and the fds _c points at, kept
+        self._watch: Any = None           # alive while it does)
+        self.plain = 0                    # call(): what came back is the reply, plain
         self.due = NEVER   # after arm(): when a message published becomes due
 
     @property
@@ -327,7 +336,8 @@ class WaitSet:
         self._array = ffi.new("fr_ring *[]", max(1, len(rings)))
         for i, ring in enumerate(rings):
             self._array[i] = ring.r
-        self._n = len(rings)
+        self._n = self._c.n = len(rings)
+        self._c.rings = self._array
         self._start = 0
 
     def ready(self) -> int:
@@ -337,16 +347,18 @@ class WaitSet:
             self._start = (i + 1) % self._n
         return i
 
-    def take(self) -> int:
-        """ready() and that ring's message peeked, its header read (fitserve.h): the
-        ring's index, `msg` describing the message (msg.at < 0: the ring's -errno);
-        -1: none."""
-        if not self._n:
-            return -1
-        i = lib.fs_take(self._array, self._n, self._start, self.msg)
+    def take(self, spin_s: float = 0.0, timeout_s: float | None = 0.0) -> int:
+        """ready() and that ring's message peeked, its header read, waiting for one
+        up to timeout_s as wait() does (no fds) if none is there (fitserve.h: fs_next):
+        the ring's index, `msg` describing the message (msg.at < 0: the ring's
+        -errno); timeout_s 0: -1 if none; else WOKEN or TIMEOUT as wait() says."""
+        i = lib.fs_next(self._array, self._n, self._start, self.word, self.efd,
+                        int(spin_s * 1e9), -1 if timeout_s is None else int(timeout_s * 1e9),
+                        self.msg)
         if i >= 0:
             self._start = (i + 1) % self._n
-        return i
+            return i
+        return TIMEOUT if i == -errno.ETIMEDOUT else -1
 
     def arm(self) -> bool:
         """True: nothing is due and the bell is up, sleep on the eventfd (then disarm()),
@@ -381,22 +393,30 @@ class WaitSet:
         """Bell down, eventfd drained; whether it had been rung."""
         return bool(lib.fr_disarm(self.word, self.efd))
 
-    def call(self, tx: Ring | None, head: bytes, payload: Any, spin_s: float,
-             timeout_s: float, fds: list[int], out: Any, cap: int) -> int:
-        """A request on tx and the wait for what comes back on rings[0] (fitcall.h):
-        its length, read into `out` (cap bytes at most); SENT: sent, the wait ended
-        otherwise; UNSENT: tx had no room (nothing sent). RingBroken if a ring is.
-        tx None: the request is out already (Ring.send), only the wait."""
-        if fds != self._fds_list:
-            self._fds_list = list(fds[:16])
-            for k, fd in enumerate(self._fds_list):
-                self._fds[k] = fd
-        rc = lib.fr_call(ffi.NULL if tx is None else tx.r, head, len(head), _ptr(payload),
-                         len(payload), self._array, self._n, self._start, self.word,
-                         self.efd, self._fds, len(self._fds_list), int(spin_s * 1e9),
-                         _ns(timeout_s), out, cap, self._len)
+    def calls(self, out: Any, cap: int, fds: list[int], spin_s: float) -> None:
+        """What call() uses, set once: replies land in `out` (landing()'s handle, `cap`
+        bytes), fds (16 at most) are watched for a hang-up, spin_s is the spin."""
+        c = self._c
+        self._out, c.out, c.cap = out, out, cap
+        watch = ffi.new("int[]", max(1, len(fds[:16])))
+        for k, fd in enumerate(fds[:16]):
+            watch[k] = fd
+        self._watch, c.fds, c.nfds, c.spin_ns = watch, watch, len(fds[:16]), int(spin_s * 1e9)
+
+    def call(self, tx: Ring | None, op: int, seq: int, payload: Any, timeout_s: float) -> int:
+        """A REQUEST (op, seq, payload) on tx and the wait for what comes back on
+        rings[0] (fitserve.h: fs_call), as calls() set it up: its length, read into
+        the landing, and self.plain says whether it is the reply to seq, well-formed,
+        err 0; SENT: sent, the wait ended otherwise; UNSENT: tx had no room (nothing
+        sent). RingBroken if a ring is. tx None: the request is out already, only the
+        wait."""
+        c = self._c
+        c.start = self._start
+        rc = lib.fs_call(c, ffi.NULL if tx is None else tx.r, op, seq, _ptr(payload),
+                         len(payload), -1 if timeout_s is None else int(timeout_s * 1e9))
         if rc == lib.FC_REPLY:
-            return self._len[0]
+            self.plain = c.plain
+            return c.len
         if rc < 0:
             raise _error(rc, "call")
         return SENT if rc == lib.FC_SENT else UNSENT

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "fitcall.h"
 #include "fitheader.h"
 
 static struct {
@@ -43,11 +44,36 @@ int fs_take(fr_ring *const *rings, int n, int start, fs_msg *m) {
     return i;
 }
 
+int fs_next(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd, int64_t spin_ns,
+            int64_t timeout_ns, fs_msg *m) {
+    int i = fs_take(rings, n, start, m);
+    if (i >= 0 || timeout_ns == 0)
+        return i;
+    i = fr_wait(rings, n, start, bell, efd, NULL, 0, spin_ns, timeout_ns);
+    return i < 0 ? i : fs_take(rings, n, i, m);
+}
+
 int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *payload,
               uint32_t n) {
     fit_header h = {K.magic, K.version, K.reply, op, 0, seq, n, 0, 0};
     int rc = fr_send2(tx, (const char *)&h, HEADER_BYTES, payload, n);
     if (rc == 0)
         fr_consume(rx);
+    return rc;
+}
+
+int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
+            uint32_t n, int64_t timeout_ns) {
+    fit_header h = {K.magic, K.version, K.request, op, 0, seq, n, 0, 0};
+    c->plain = 0;
+    int rc = fr_call(tx, (const char *)&h, HEADER_BYTES, payload, n, c->rings, c->n, c->start,
+                     c->bell, c->efd, c->fds, c->nfds, c->spin_ns, timeout_ns, c->out, c->cap,
+                     &c->len);
+    if (rc == FC_REPLY && c->len >= HEADER_BYTES) {
+        fit_header r;
+        memcpy(&r, c->out, HEADER_BYTES);
+        c->plain = r.magic == K.magic && r.version == K.version && r.kind == K.reply &&
+                   r.seq == seq && !r.err && !r.trace && r.length == c->len - HEADER_BYTES;
+    }
     return rc;
 }

@@ -1,7 +1,8 @@
 /*
- * fitserve.h -- a served FIT message's common case in native calls: the next
- * message of an inbox taken with its header read (fs_take), and a request's
- * reply written with the request released (fs_answer).
+ * fitserve.h -- a FIT message's common case in native calls, on both ends: the
+ * next message of an inbox taken with its header read (fs_take), a request's
+ * reply written with the request released (fs_answer), and a call's request
+ * written with its reply read and checked (fs_call).
  *
  * An endpoint serving over the shm transport (fit_rpc/shm_transport.py,
  * endpoint.py) found a ring with a message, peeked it, parsed its header,
@@ -23,9 +24,23 @@
  *           op and seq are then its header's); 0: anything else, for the
  *           caller to parse
  *
+ * fs_next: fs_take, and if no ring has a message and timeout_ns is not 0, fr_wait
+ * (spin_ns, timeout_ns as it takes them; no fds) then fs_take of the ring it
+ * found: what fs_take returns, or fr_wait's -EAGAIN (woken with nothing due)
+ * or -ETIMEDOUT. One native call for an inbox's wait and its next message.
+ *
  * fs_answer: a REPLY (err 0, untraced) with `op`, `seq` and the payload into
  * tx, then the message at rx's front released (fr_consume). 0; -EAGAIN: tx
  * has no room now (nothing sent, nothing released); < 0: tx's -errno.
+ *
+ * fs_call: fr_call (fitcall.h) with the request's header written here (op, seq,
+ * the payload's length, untraced) and the reply's read: the wait set, its fds,
+ * spin and landing (`out`, `cap` bytes) are the fs_caller's, set once, not
+ * passed per call. Returns fr_call's code; on FC_REPLY c->len is the bytes read
+ * into out (the header's included) and c->plain 1 if they are a well-formed,
+ * untraced REPLY to `seq` with err 0 whose length field is what was read (the
+ * caller then takes out + HEADER_BYTES as the payload); 0: anything else, for
+ * the caller to parse.
  *
  * fs_init: the header's constants, as fit_rpc/header.py states them (once,
  * before the others; fitheader.h is the layout's copy in C).
@@ -46,10 +61,28 @@ typedef struct {
     uint8_t plain;
 } fs_msg;
 
+typedef struct {
+    fr_ring **rings;   /* fr_wait's set: rings[0] the link's ring back */
+    int n, start;
+    uint32_t *bell;
+    int efd;
+    int *fds;
+    int nfds;
+    int64_t spin_ns;
+    char *out;
+    uint32_t cap;
+    uint32_t len;      /* out: the bytes read */
+    uint8_t plain;     /* out: 1: the reply to seq, well-formed, err 0, untraced */
+} fs_caller;
+
 void fs_init(uint16_t magic, uint8_t version, uint8_t request, uint8_t reply, uint8_t oneway,
              uint32_t max_payload);
 int fs_take(fr_ring *const *rings, int n, int start, fs_msg *m);
+int fs_next(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd, int64_t spin_ns,
+            int64_t timeout_ns, fs_msg *m);
 int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *payload,
               uint32_t n);
+int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
+            uint32_t n, int64_t timeout_ns);
 
 #endif

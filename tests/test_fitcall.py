@@ -1,9 +1,10 @@
-"""A FIT call's common case in one native call (native/fitcall.c), through its binding
-(WaitSet.call) and through the Endpoint that uses it: the request goes out, the reply
-comes back read, and every other case is handed back untouched -- nothing sent when
-the ring is full, the request sent when another ring or the time ends the wait, a
-reply too large left in its ring. Both ends of a link are mapped here; a real rack
-answers the Endpoint's calls."""
+"""A FIT call's common case in one native call (native/fitcall.c, fitserve.c's fs_call),
+through its binding (WaitSet.call) and through the Endpoint that uses it: the request
+goes out with its header written, the reply comes back read and its header checked,
+and every other case is handed back untouched -- nothing sent when the ring is full,
+the request sent when another ring or the time ends the wait, a reply too large left
+in its ring, a reply that is not the plain one for this call marked so. Both ends of
+a link are mapped here; a real rack answers the Endpoint's calls."""
 
 import errno
 import os
@@ -14,8 +15,9 @@ import time
 
 import pytest
 
+import fit_rpc.shm_transport  # noqa: F401  (states the header's constants to the C side)
 from fit_rpc import Endpoint, Op
-from fit_rpc.header import HEADER_SIZE
+from fit_rpc.header import HEADER_SIZE, REPLY, REQUEST, pack, parse
 from helpers import fit_link, running_rack, small_spec, take
 from native.fitring import SENT, UNSENT, Bell, RingBroken, WaitSet, landing
 from splitrack.params import FIT_CALL_COPY_BYTES
@@ -30,29 +32,50 @@ def link():
     return ends.out, ends.back, ends.rx, ends.reply, ends.caller
 
 
-def waitset(bell: Bell, *rings) -> WaitSet:
+def waitset(bell: Bell, *rings, cap: int = 1024):
+    """A wait set of the rings, set up for calls; and the view of its landing."""
     ws = WaitSet(bell.word, bell.efd)
     ws.rings = list(rings)
-    return ws
+    view, out = landing(cap)
+    ws.calls(out, cap, [], 0.0)
+    return ws, view
 
 
-def test_the_reply_waiting_is_read_and_the_request_is_out():
+def test_the_reply_waiting_is_read_checked_and_the_request_is_out():
     tx, back, rx, reply, bell = link()
-    assert reply.send(b"", b"answer")   # (already there: a callee faster than us)
-    view, out = landing(1024)
-    n = waitset(bell, back).call(tx, b"HEAD", b"question", 0.0, 1.0, [], out, 1024)
-    assert bytes(view[:n]) == b"answer"
-    assert take(rx) == b"HEADquestion"
+    assert reply.send(pack(REPLY, 5, 42, 6), b"answer")   # (there: a callee faster than us)
+    ws, view = waitset(bell, back)
+    n = ws.call(tx, 5, 42, b"question", 1.0)
+    assert bytes(view[:n]) == pack(REPLY, 5, 42, 6) + b"answer"
+    assert ws.plain   # the reply to seq 42, well-formed, err 0
+    assert take(rx) == pack(REQUEST, 5, 42, 8) + b"question"   # its header written in C
     assert back.peek() is None   # consumed
+
+
+@pytest.mark.parametrize("what, frame", [
+    ("another call's reply", pack(REPLY, 5, 41, 2) + b"ok"),
+    ("an error", pack(REPLY, 5, 42, 2, err=errno.ENOENT) + b"no"),
+    ("a traced reply", pack(REPLY, 5, 42, 2, trace=9, event=1) + b"ok"),
+    ("a request", pack(REQUEST, 5, 42, 2) + b"ok"),
+    ("a lying length", pack(REPLY, 5, 42, 9) + b"ok"),
+    ("garbage", b"not a FIT frame at all, nor its header"),
+])
+def test_anything_but_the_plain_reply_is_read_and_handed_back(what, frame):
+    tx, back, rx, reply, bell = link()
+    assert reply.send(b"", frame)
+    ws, view = waitset(bell, back)
+    n = ws.call(tx, 5, 42, b"q", 1.0)
+    assert bytes(view[:n]) == frame, what
+    assert not ws.plain, what
 
 
 def test_a_request_sent_before_is_only_waited_for():
     tx, back, rx, reply, bell = link()
     assert tx.send(b"HEAD", b"question")   # the caller sent it, then did its own work
-    assert reply.send(b"", b"answer")
-    view, out = landing(1024)
-    n = waitset(bell, back).call(None, b"", b"", 0.0, 1.0, [], out, 1024)
-    assert bytes(view[:n]) == b"answer"
+    assert reply.send(pack(REPLY, 1, 3, 6), b"answer")
+    ws, view = waitset(bell, back)
+    n = ws.call(None, 1, 3, b"", 1.0)
+    assert bytes(view[HEADER_SIZE:n]) == b"answer" and ws.plain
     assert take(rx) == b"HEADquestion"   # sent once: nothing more went out
     assert rx.peek() is None
 
@@ -61,9 +84,8 @@ def test_a_full_ring_sends_nothing():
     tx, back, rx, _, bell = link()
     while tx.send(b"", b"x" * 1000):
         pass
-    view, out = landing(1024)
-    ws = waitset(bell, back)
-    assert ws.call(tx, b"", b"y" * 1000, 0.0, 0.05, [], out, 1024) == UNSENT
+    ws, _ = waitset(bell, back)
+    assert ws.call(tx, 1, 1, b"y" * 1000, 0.05) == UNSENT
     last = None
     while (got := take(rx)) is not None:
         last = got
@@ -73,27 +95,26 @@ def test_a_full_ring_sends_nothing():
 def test_a_request_in_another_ring_ends_the_wait_with_the_call_sent():
     tx, back, rx, _, bell = link()
     other_tx, _, other_rx, _, _ = link()
-    other_rx_ws = waitset(bell, back, other_rx)
+    ws, _ = waitset(bell, back, other_rx)
     assert other_tx.send(b"", b"serve me")
-    view, out = landing(1024)
-    assert other_rx_ws.call(tx, b"", b"q", 0.0, 1.0, [], out, 1024) == SENT
-    assert take(rx) == b"q"
+    assert ws.call(tx, 1, 1, b"q", 1.0) == SENT
+    assert parse(take(rx))[4] == b"q"
     assert take(other_rx) == b"serve me"
 
 
 def test_a_reply_larger_than_the_landing_stays_in_its_ring():
     tx, back, rx, reply, bell = link()
     assert reply.send(b"", b"z" * 2000)
-    view, out = landing(1024)
-    assert waitset(bell, back).call(tx, b"", b"q", 0.0, 1.0, [], out, 1024) == SENT
+    ws, _ = waitset(bell, back)
+    assert ws.call(tx, 1, 1, b"q", 1.0) == SENT
     assert take(back) == b"z" * 2000
 
 
 def test_no_reply_in_time_is_the_call_sent():
     tx, back, rx, _, bell = link()
-    view, out = landing(1024)
-    assert waitset(bell, back).call(tx, b"", b"q", 0.0, 0.02, [], out, 1024) == SENT
-    assert take(rx) == b"q"
+    ws, _ = waitset(bell, back)
+    assert ws.call(tx, 1, 1, b"q", 0.02) == SENT
+    assert parse(take(rx))[4] == b"q"
 
 
 def test_a_broken_ring_back_raises():
@@ -101,9 +122,9 @@ def test_a_broken_ring_back_raises():
     assert reply.send(b"", b"fine")
     data = 4096 + CAP   # ring 1's data: its first record's length and mark
     reply.seg.view[data:data + 8] = struct.pack("<II", 7, 0)   # no mark: garbage
-    view, out = landing(1024)
+    ws, _ = waitset(bell, back)
     with pytest.raises(RingBroken):
-        waitset(bell, back).call(tx, b"", b"q", 0.0, 1.0, [], out, 1024)
+        ws.call(tx, 1, 1, b"q", 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -127,9 +148,10 @@ def test_an_endpoints_calls_take_the_native_step_and_answer_as_before(rack):
         for size in (0, 1, 100, most, most + 1, 100_000):
             payload = os.urandom(size)
             assert bytes(ep.call("m0", Op.ECHO, payload)) == payload
-        assert len(seen) == 6                                  # every call went through it,
-        assert all(isinstance(got, bytes) for got in seen[:4])  # read at once up to the
-        assert all(got is True for got in seen[4:])             # landing's size, in place past
+        assert len(seen) == 6                                       # every call went
+        assert all(isinstance(got, memoryview) for got in seen[:4])  # through it, read at
+        assert all(got is True for got in seen[4:])                  # once (its header
+        #                                         read too) up to the landing's size, in place past
         with pytest.raises(OSError) as caught:
             ep.call("m0", 0x7FFF, b"")   # an op it has not: the error, as before
         assert caught.value.errno == errno.ENOSYS

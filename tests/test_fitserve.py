@@ -16,7 +16,7 @@ import fit_rpc.shm_transport  # noqa: F401  (states the header's constants to th
 from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER, HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION, pack
 from helpers import fit_link, take
-from native.fitring import WaitSet
+from native.fitring import TIMEOUT, WOKEN, WaitSet
 from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 CAP = 64 * 1024
@@ -67,6 +67,23 @@ def test_a_broken_ring_is_its_errno():
     rx.seg.view[rx._data:rx._data + 16] = b"\xff" * 16   # the peer scribbles on it
     assert inbox.take() == 0
     assert inbox.msg.at == -errno.EBADMSG
+
+
+def test_take_waits_for_a_message_and_without_one_says_why():
+    """take(spin_s, timeout_s): the wait and the next message in one native call; an
+    inbox with no rings yet (a monitor nobody has called) waits out its time too."""
+    ends = fit_link(CAP)   # (kept: a wait rings the callee's bell, which must stay mapped)
+    inbox = WaitSet(ends.callee.word, ends.callee.efd)
+    inbox.rings = [ends.rx]
+    threading.Timer(0.05, ends.out.send, (pack(REQUEST, 9, 3, 2), b"hi")).start()
+    assert inbox.take(0.0, 5.0) == 0
+    assert (inbox.msg.plain, inbox.msg.op, inbox.msg.seq) == (1, 9, 3)
+    ends.rx.consume()
+    assert inbox.take(0.0, 0.02) == TIMEOUT
+    empty = WaitSet(ends.callee.word, ends.callee.efd)
+    assert empty.take(0.0, 0.02) == TIMEOUT   # waited: no rings is no reason to spin
+    os.eventfd_write(ends.callee.efd, 1)
+    assert empty.take(0.0, 5.0) == WOKEN      # a doorbell with nothing behind it
 
 
 def test_an_answer_is_a_reply_and_the_request_released():
