@@ -65,6 +65,9 @@ class Channel:
         frame = self._link.recv(timeout_s)
         if frame is None:
             return None
+        if type(frame) is tuple:   # (op, payload): the transport read the header
+            self._rx_counters.rx(self.peer, frame[0], len(frame[1]) + HEADER_SIZE)
+            return frame
         try:
             _, op, _, _, trace, event, payload = header.parse_traced(frame)
         except FitError:

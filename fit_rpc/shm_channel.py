@@ -21,10 +21,11 @@ from typing import Any
 
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerUnreachable
+from fit_rpc.header import HEADER_SIZE
 from fit_rpc.identity import address_pid
 from fit_rpc.transport import Frame
-from native.fitring import NEVER, WOKEN, Segment, WaitSet, Waker
-from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
+from native.fitring import NEVER, Segment, WaitSet, Waker, landing
+from splitrack.params import FIT_CALL_COPY_BYTES, FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
 
 SCHEME = "shm://"
 
@@ -47,6 +48,7 @@ class ShmChannel:
         self.tx: Any = None
         self.rx: Any = None
         self._ws: WaitSet | None = None
+        self._landing, self._landing_handle = landing(FIT_CALL_COPY_BYTES)   # recv() reads here
         self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False
@@ -56,8 +58,10 @@ class ShmChannel:
         self.seg, self._peer_efd = seg, peer_efd
         self.tx = seg.ring(side, seg.bell_word(1 - side), peer_efd)
         self.rx = seg.ring(1 - side, None, peer_efd)
-        self._ws = WaitSet(seg.bell_word(side), self.efd)
-        self._ws.rings = [self.rx]
+        ws = WaitSet(seg.bell_word(side), self.efd)
+        ws.rings = [self.rx]
+        ws.calls(self._landing_handle, FIT_CALL_COPY_BYTES, [], self._t.spin_s)
+        self._ws = ws
         self._attached.set()
         os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
 
@@ -100,28 +104,31 @@ class ShmChannel:
             return
         raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
 
-    def recv(self, timeout_s: float) -> bytes | None:
-        """The next message (a copy, the caller's to keep), waiting up to timeout_s."""
-        if self._ws is None:
+    def recv(self, timeout_s: float) -> tuple[int, memoryview] | bytes | None:
+        """The next message, waiting up to timeout_s, read into this end's landing in
+        one native call (fitserve.h: fs_recv): (op, payload) if it is a well-formed,
+        untraced one-way message (its header read there), else its frame, for the
+        caller to parse; either a copy, the caller's to keep. None: none came."""
+        ws = self._ws
+        if ws is None:
             if timeout_s <= 0 or not self._attached.wait(timeout_s):
                 return None
-        rx = self.rx
-        view = rx.peek()
-        if view is None:
-            if timeout_s <= 0:
-                return None
-            ws, deadline = self._ws, time.monotonic() + timeout_s
-            while (i := ws.wait(self._t.spin_s, max(0.0, deadline - time.monotonic()))) \
-                    == WOKEN and ws.next_due() != NEVER:   # type: ignore[union-attr]
-                pass   # rung for a message not due yet: wait on, until it is
-            if i != 0:
-                return None
-            view = rx.peek()
-            if view is None:
-                return None
-        data = bytes(view)
-        rx.consume()
-        return data
+            ws = self._ws
+        deadline = time.monotonic() + timeout_s
+        while True:
+            n = ws.recv(timeout_s)
+            if n >= 0:
+                if ws.plain:
+                    return ws.op, memoryview(self._landing[HEADER_SIZE:n].tobytes())
+                return bytes(self._landing[:n])
+            view = self.rx.peek()   # one too large for the landing, or none
+            if view is not None:
+                data = bytes(view)
+                self.rx.consume()
+                return data
+            timeout_s = deadline - time.monotonic()
+            if timeout_s <= 0 or ws.next_due() == NEVER:
+                return None   # (else rung for a message not due yet: wait on, until it is)
 
     def fileno(self) -> int:
         return self.efd if self.waker is None else self.waker.fileno()

@@ -87,7 +87,9 @@ it (identity.py). zmq knows no pids (None): its ids are what senders say.
 
 A channel end (Endpoint.channel): one-way frames in order between two objects.
     address; connect(peer_end_address); send(frame, timeout_s, head=b"");
-    recv(timeout_s) -> bytes | None; fileno(), arm(), disarm(); close()
+    recv(timeout_s) -> bytes | (op, memoryview) | None (the latter: the transport
+    read the header itself and found a well-formed, untraced one-way message, as
+    shm does: native/fitserve.h); fileno(), arm(), disarm(); close()
 """
 
 from abc import ABC, abstractmethod

@@ -27,6 +27,10 @@ Interface:
                                        rings[0], read into out, in one native call
                                        (fitserve.h: fs_call); waitset.plain: it is
                                        the reply to seq, well-formed, err 0
+    waitset.recv(timeout_s) -> n | SENT    the next message of rings[0] (a channel's),
+                                       waited for and read into out (fs_recv);
+                                       waitset.plain: a well-formed one-way, op
+                                       waitset.op
     waitset.take(spin_s=0, timeout_s=0) -> index | -1 | WOKEN | TIMEOUT; waitset.msg
                                        ready() and that ring's message peeked with its
                                        header read, after a wait if none is there and
@@ -323,7 +327,8 @@ class WaitSet:
         self._c.bell, self._c.efd, self._c.rings = word, efd, self._array
         self._out: Any = None             # (the landing and the fds _c points at, kept
         self._watch: Any = None           # alive while it does)
-        self.plain = 0                    # call(): what came back is the reply, plain
+        self.plain = 0                    # call(), recv(): what came is the reply, plain
+        self.op = 0                       # recv(): its op, if plain
         self.due = NEVER   # after arm(): when a message published becomes due
 
     @property
@@ -420,6 +425,21 @@ class WaitSet:
         if rc < 0:
             raise _error(rc, "call")
         return SENT if rc == lib.FC_SENT else UNSENT
+
+    def recv(self, timeout_s: float) -> int:
+        """The next message of rings[0] (a channel's), waiting for it up to timeout_s
+        as calls() set the wait up, read into the landing and consumed (fitserve.h:
+        fs_recv): its length, and self.plain says whether it is a well-formed,
+        untraced one-way message with err 0 (self.op its op); SENT: none came, or
+        one too large for the landing (left in its ring). RingBroken if it is."""
+        c = self._c
+        rc = lib.fs_recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0)
+        if rc == lib.FC_REPLY:
+            self.plain, self.op = c.plain, c.op
+            return c.len
+        if rc < 0:
+            raise _error(rc, "recv")
+        return SENT
 
     def wait(self, spin_s: float, timeout_s: float | None, fds: list[int] | None = None) -> int:
         """A ring index with a message; len(rings) + k if fds[k] hung up; WOKEN if

@@ -62,18 +62,32 @@ int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *p
     return rc;
 }
 
+/* The message c->out holds (c->len bytes): well-formed, untraced, err 0, of kind `kind`
+ * (and, for a reply, to seq)? Its op into c->op. */
+static int plain(fs_caller *c, uint8_t kind, uint32_t seq) {
+    fit_header r;
+    if (c->len < HEADER_BYTES)
+        return 0;
+    memcpy(&r, c->out, HEADER_BYTES);
+    c->op = r.op;
+    return r.magic == K.magic && r.version == K.version && r.kind == kind &&
+           (kind != K.reply || r.seq == seq) && !r.err && !r.trace &&
+           r.length == c->len - HEADER_BYTES;
+}
+
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns) {
     fit_header h = {K.magic, K.version, K.request, op, 0, seq, n, 0, 0};
-    c->plain = 0;
     int rc = fr_call(tx, (const char *)&h, HEADER_BYTES, payload, n, c->rings, c->n, c->start,
                      c->bell, c->efd, c->fds, c->nfds, c->spin_ns, timeout_ns, c->out, c->cap,
                      &c->len);
-    if (rc == FC_REPLY && c->len >= HEADER_BYTES) {
-        fit_header r;
-        memcpy(&r, c->out, HEADER_BYTES);
-        c->plain = r.magic == K.magic && r.version == K.version && r.kind == K.reply &&
-                   r.seq == seq && !r.err && !r.trace && r.length == c->len - HEADER_BYTES;
-    }
+    c->plain = rc == FC_REPLY && plain(c, K.reply, seq);
+    return rc;
+}
+
+int fs_recv(fs_caller *c, int64_t timeout_ns) {
+    int rc = fr_call(NULL, NULL, 0, NULL, 0, c->rings, c->n, c->start, c->bell, c->efd, c->fds,
+                     c->nfds, c->spin_ns, timeout_ns, c->out, c->cap, &c->len);
+    c->plain = rc == FC_REPLY && plain(c, K.oneway, 0);
     return rc;
 }

@@ -42,6 +42,12 @@
  * caller then takes out + HEADER_BYTES as the payload); 0: anything else, for
  * the caller to parse.
  *
+ * fs_recv: the next message of c->rings[0] (a channel's), waiting for it as
+ * fs_call does, read into c->out and consumed: fr_call (fitcall.h) with no
+ * request. On FC_REPLY c->len is its bytes and c->plain 1 if it is a well-formed,
+ * untraced ONEWAY with err 0 (its op then in c->op); FC_SENT: none came (the
+ * wait ended otherwise), or one too large for out (left in its ring).
+ *
  * fs_init: the header's constants, as fit_rpc/header.py states them (once,
  * before the others; fitheader.h is the layout's copy in C).
  */
@@ -72,7 +78,9 @@ typedef struct {
     char *out;
     uint32_t cap;
     uint32_t len;      /* out: the bytes read */
-    uint8_t plain;     /* out: 1: the reply to seq, well-formed, err 0, untraced */
+    uint8_t plain;     /* out: 1: the reply to seq (fs_recv: a one-way message),
+                          well-formed, err 0, untraced */
+    uint16_t op;       /* out, fs_recv: the one-way message's op */
 } fs_caller;
 
 void fs_init(uint16_t magic, uint8_t version, uint8_t request, uint8_t reply, uint8_t oneway,
@@ -84,5 +92,6 @@ int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *p
               uint32_t n);
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns);
+int fs_recv(fs_caller *c, int64_t timeout_ns);
 
 #endif

@@ -535,3 +535,39 @@ def test_a_hung_link_whose_last_messages_a_native_plane_read_is_closed():
         b.close()
         a.close()
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# ---- a channel's messages, read in one native step ---------------------------------------
+
+def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(tmp_path):
+    """ShmChannel.recv reads a message into its landing with its header checked in C
+    (fitserve.h: fs_recv): a plain one-way message comes back as (op, payload); one
+    that is not plain (here: an err field set) as its frame, which Channel parses;
+    one larger than the landing is read in place. All arrive whole, in order, and
+    are counted."""
+    from splitrack.params import FIT_CALL_COPY_BYTES
+
+    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
+    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
+    try:
+        to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
+        to_b.connect(to_a.address)
+        big = os.urandom(FIT_CALL_COPY_BYTES + 100)
+        to_b.send(0x7001, b"plain", 1.0)
+        to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
+        to_b.send(0x7003, big, 1.0)
+        raw = to_a._link.recv(5.0)
+        assert type(raw) is tuple and raw[0] == 0x7001 and bytes(raw[1]) == b"plain"
+        assert type(to_a._link.recv(5.0)) is bytes   # (not plain: the frame, for Channel)
+        got = to_a.recv(5.0)
+        assert got[0] == 0x7003 and bytes(got[1]) == big
+        assert to_a.recv(0) is None
+        to_b.send(0x7001, b"again", 1.0)
+        to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
+        assert [(op, bytes(p)) for op, p in (to_a.recv(5.0), to_a.recv(5.0))] == \
+            [(0x7001, b"again"), (0x7002, b"odd")]
+        rx = b.counters.snapshot()["links"][a.id]
+        assert sum(row["rx_msgs"] for row in rx.values()) == 3   # (those Channel read)
+    finally:
+        a.close()
+        b.close()
