@@ -21,7 +21,7 @@ from typing import Any
 
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerUnreachable
-from fit_rpc.header import HEADER_SIZE
+from fit_rpc.header import HEADER_SIZE, ONEWAY, pack
 from fit_rpc.identity import address_pid
 from fit_rpc.transport import Frame
 from native.fitring import NEVER, Segment, WaitSet, Waker, landing
@@ -103,6 +103,14 @@ class ShmChannel:
                                     and tx.send(head, frame)):
             return
         raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
+
+    def post(self, op: int, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
+        """send() of an untraced ONEWAY message, its header written in C (fitserve.h:
+        fs_post); PeerUnreachable as send() says."""
+        tx = self.tx
+        if tx is not None and tx.post(op, head, frame):
+            return
+        self.send(frame, timeout_s, pack(ONEWAY, op, 0, len(head) + len(frame)) + head)
 
     def recv(self, timeout_s: float) -> tuple[int, memoryview] | bytes | None:
         """The next message, waiting up to timeout_s, read into this end's landing in

@@ -87,6 +87,8 @@ it (identity.py). zmq knows no pids (None): its ids are what senders say.
 
 A channel end (Endpoint.channel): one-way frames in order between two objects.
     address; connect(peer_end_address); send(frame, timeout_s, head=b"");
+    post(op, frame, timeout_s, head=b"") where the transport can (shm): send() of an
+    untraced one-way message whose header the transport writes itself;
     recv(timeout_s) -> bytes | (op, memoryview) | None (the latter: the transport
     read the header itself and found a well-formed, untraced one-way message, as
     shm does: native/fitserve.h); fileno(), arm(), disarm(); close()

@@ -14,6 +14,7 @@ Interface:
                                        write (sealed) holding the bell word, and an eventfd
     word = Bell.peer_word(page_fd)     a peer's bell word, mapped read only
     ring.send(head, payload)           one message (head + payload); False if no room now
+    ring.post(op, head, payload) -> bool  a ONEWAY message, its header written in C
     ring.reserve(n) -> memoryview      room for n bytes in the ring; then ring.commit(n)
     ring.wait_space(n, own_efd, spin_s, timeout_s) -> bool
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
@@ -203,6 +204,16 @@ class Ring:
         if rc == -errno.EAGAIN:
             return False
         raise _error(rc, "send")
+
+    def post(self, op: int, head: bytes, payload: Any) -> bool:
+        """One ONEWAY message (op; head, then payload), its FIT header written in C
+        (fitserve.h: fs_post); False if the ring has no room now."""
+        rc = lib.fs_post(self.r, op, head, len(head), _ptr(payload), len(payload))
+        if rc == 0:
+            return True
+        if rc == -errno.EAGAIN:
+            return False
+        raise _error(rc, "post")
 
     def reserve(self, n: int) -> memoryview | None:
         """Room for a message of n bytes, in the ring; None if there is none now."""

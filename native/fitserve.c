@@ -91,3 +91,19 @@ int fs_recv(fs_caller *c, int64_t timeout_ns) {
     c->plain = rc == FC_REPLY && plain(c, K.oneway, 0);
     return rc;
 }
+
+int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
+            uint32_t n) {
+    uint64_t total = (uint64_t)HEADER_BYTES + nhead + n;
+    if (total > fr_max_payload(tx))
+        return -EMSGSIZE;
+    int64_t at = fr_reserve(tx, (uint32_t)total);
+    if (at < 0)
+        return (int)at;
+    fit_header h = {K.magic, K.version, K.oneway, op, 0, 0, nhead + n, 0, 0};
+    memcpy(tx->data + at, &h, HEADER_BYTES);
+    memcpy(tx->data + at + HEADER_BYTES, head, nhead);
+    memcpy(tx->data + at + HEADER_BYTES + nhead, payload, n);
+    fr_commit(tx, (uint32_t)total);
+    return 0;
+}

@@ -48,6 +48,10 @@
  * untraced ONEWAY with err 0 (its op then in c->op); FC_SENT: none came (the
  * wait ended otherwise), or one too large for out (left in its ring).
  *
+ * fs_post: a ONEWAY message (err 0, untraced) with `op` into tx, its header
+ * written here, then `head` and `payload` (a channel's message: fit_rpc/channel.py).
+ * 0; -EAGAIN: no room now (nothing sent); < 0: tx's -errno.
+ *
  * fs_init: the header's constants, as fit_rpc/header.py states them (once,
  * before the others; fitheader.h is the layout's copy in C).
  */
@@ -93,5 +97,7 @@ int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *p
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns);
 int fs_recv(fs_caller *c, int64_t timeout_ns);
+int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
+            uint32_t n);
 
 #endif

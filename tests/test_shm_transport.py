@@ -540,8 +540,9 @@ def test_a_hung_link_whose_last_messages_a_native_plane_read_is_closed():
 # ---- a channel's messages, read in one native step ---------------------------------------
 
 def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(tmp_path):
-    """ShmChannel.recv reads a message into its landing with its header checked in C
-    (fitserve.h: fs_recv): a plain one-way message comes back as (op, payload); one
+    """Channel.send posts a message with its header written in C (fitserve.h: fs_post),
+    and ShmChannel.recv reads it into its landing with its header checked in C
+    (fs_recv): a plain one-way message comes back as (op, payload); one
     that is not plain (here: an err field set) as its frame, which Channel parses;
     one larger than the landing is read in place. All arrive whole, in order, and
     are counted."""

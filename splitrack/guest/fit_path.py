@@ -184,10 +184,14 @@ class FitPath:
             self.stub.pushed(op, payload)   # credit, STUB_CLOSED
             return
         stub = self.stub
-        with stub.lock:
+        lock = stub.lock
+        lock.acquire()   # (not `with`: a hot path, and a Condition's `with` is Python's)
+        try:
             if not stub.dead and len(payload) > SK.size:
                 self.rx.append(payload[SK.size:])   # a channel's payloads are ours to keep
                 stub.wake()
+        finally:
+            lock.release()
 
     def drain(self) -> bool:
         """The inbox thread's, holding `reading`: every message waiting on the channel;
