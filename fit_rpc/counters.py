@@ -43,32 +43,15 @@ class Counters:
             source(self)
 
     def tx(self, peer: str, op: int, nbytes: int) -> None:
-        cell = self._tx.get((peer, op))
-        if cell is None:
-            self._tx[(peer, op)] = [1, nbytes]
-        else:
-            cell[0] += 1
-            cell[1] += nbytes
+        _count(self._tx, (peer, op), nbytes)
 
     def rx(self, peer: str, op: int, nbytes: int) -> None:
-        cell = self._rx.get((peer, op))
-        if cell is None:
-            self._rx[(peer, op)] = [1, nbytes]
-        else:
-            cell[0] += 1
-            cell[1] += nbytes
+        _count(self._rx, (peer, op), nbytes)
 
     def call(self, peer: str, op: int, tx_bytes: int, rx_bytes: int) -> None:
         key = (peer, op)
-        tx, rx = self._tx.get(key), self._rx.get(key)
-        if tx is None or rx is None:   # the first of its kind: tx() and rx() make the cells
-            self.tx(peer, op, tx_bytes)
-            self.rx(peer, op, rx_bytes)
-            return
-        tx[0] += 1
-        tx[1] += tx_bytes
-        rx[0] += 1
-        rx[1] += rx_bytes
+        _count(self._tx, key, tx_bytes)
+        _count(self._rx, key, rx_bytes)
 
     def error(self, name: str, n: int = 1) -> None:
         self._errors[name] = self._errors.get(name, 0) + n
@@ -94,3 +77,11 @@ class Counters:
                 row[f"{direction}_bytes"] = nbytes
         return {"links": links, "errors": dict(self._errors)}
 
+
+def _count(table: dict[tuple[str, int], list[int]], key: tuple[str, int], nbytes: int) -> None:
+    cell = table.get(key)
+    if cell is None:
+        table[key] = [1, nbytes]
+    else:
+        cell[0] += 1
+        cell[1] += nbytes
