@@ -103,11 +103,14 @@ uint32_t fr_max_payload(const fr_ring *r) {
 /* Where a record of `rec` bytes would go: the bytes to skip first (0 or up to
  * the end of the data area), or -EAGAIN / -EBADMSG. It first believes the
  * consumer's tail as last read (r->seen: the tail only grows, so this errs
- * toward "full"), and reads the tail itself only when that finds no room: the
- * line the consumer writes on every message is not pulled across on every send. */
+ * toward "full"), and reads the tail itself only when that finds no room, or
+ * past FR_EARLY_WRAP, where an empty ring starts over at 0 (so that a ring in
+ * ping-pong stays in its first, warm, pages): the line the consumer writes on
+ * every message is not pulled across on every send. */
 static int64_t place(fr_ring *r, uint64_t rec) {
     uint64_t head = r->pos;
-    for (int fresh = 0;; fresh = 1) {
+    int fresh = head % r->cap > FR_EARLY_WRAP && r->seen != head;
+    for (;; fresh = 1) {
         uint64_t tail = r->seen;
         if (fresh) {
             tail = __atomic_load_n(&r->ctl->tail, __ATOMIC_ACQUIRE);
