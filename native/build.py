@@ -13,7 +13,9 @@
                                                                built in too, with victim.c)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
                    native/fitcall.{h,c}                        a call's common case on them,
-                   native/fitserve.{h,c}                       and a served message's)
+                   native/fitserve.{h,c}                       and those that know the
+                                                               header: a call's, a served
+                                                               message's, a channel's)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: extcache.c, victim.c
