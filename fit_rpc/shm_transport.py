@@ -268,9 +268,8 @@ class ShmTransport(Transport):
                 return False
         except RingBroken:
             return False   # (reply() finds it so and says so)
-        self._held.discard(link)   # released: done()'s work is done
-        if link.hung and not link.rx.pending():
-            self._close(link)
+        self._held.discard(link)   # released: done()'s work is done, but for
+        self._close_if_drained(link)   # a hung link's end
         return True
 
     def done(self, arrival: Arrival) -> None:
@@ -279,6 +278,10 @@ class ShmTransport(Transport):
             self._held.discard(link)
             if not link.closed:
                 link.rx.consume()
+        self._close_if_drained(link)
+
+    def _close_if_drained(self, link: Link) -> None:
+        """A hung link goes once everything its peer published is read."""
         if link.hung and not link.closed and not link.rx.pending():
             self._close(link)
 

@@ -330,7 +330,6 @@ class WaitSet:
         self._n = 0
         self._start = 0
         self._fds = ffi.new("int[]", 16)
-        self._nfds = -1
         self._fds_list: list[int] = []
         self._due = ffi.new("uint64_t *")
         self.msg = ffi.new("fs_msg *")   # take()'s message: at, len, plain, kind, op, seq
@@ -369,8 +368,7 @@ class WaitSet:
         the ring's index, `msg` describing the message (msg.at < 0: the ring's
         -errno); timeout_s 0: -1 if none; else WOKEN or TIMEOUT as wait() says."""
         i = lib.fs_next(self._array, self._n, self._start, self.word, self.efd,
-                        int(spin_s * 1e9), -1 if timeout_s is None else int(timeout_s * 1e9),
-                        self.msg)
+                        int(spin_s * 1e9), _ns(timeout_s), self.msg)
         if i >= 0:
             self._start = (i + 1) % self._n
             return i
@@ -429,7 +427,7 @@ class WaitSet:
         c = self._c
         c.start = self._start
         rc = lib.fs_call(c, ffi.NULL if tx is None else tx.r, op, seq, _ptr(payload),
-                         len(payload), -1 if timeout_s is None else int(timeout_s * 1e9))
+                         len(payload), _ns(timeout_s))
         if rc == lib.FC_REPLY:
             self.plain = c.plain
             return c.len
@@ -444,7 +442,7 @@ class WaitSet:
         untraced one-way message with err 0 (self.op its op); SENT: none came, or
         one too large for the landing (left in its ring). RingBroken if it is."""
         c = self._c
-        rc = lib.fs_recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0)
+        rc = lib.fs_recv(c, _ns(timeout_s))
         if rc == lib.FC_REPLY:
             self.plain, self.op = c.plain, c.op
             return c.len
