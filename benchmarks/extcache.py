@@ -6,7 +6,12 @@ Measured (each a distribution of single operations, timed with perf_counter_ns):
                           line having been written back before;
 - write_miss_zerofill     first touch of a page: zero-filled here, no message;
 - evict_writeback         a miss that evicts a dirty line of the same home: the
-                          victim rides in the M_MISS (LegoOS piggyback).
+                          victim rides in the M_MISS (LegoOS piggyback);
+- m_miss_call             read_miss's M_MISS alone: the same request for the
+                          same line after the same untimed invalidate, an
+                          Endpoint.call and nothing of the extCache (the
+                          interconnect's and the mComponent's part of a miss;
+                          the rest is the extCache's and the VM's).
 Baselines in the same run, interleaved with the read_miss repetitions:
 - raw pyzmq DEALER/ROUTER, a small request answered with one line, between
   this process and a plain process (raw_zmq_p50_us);
@@ -25,6 +30,7 @@ size <= 1 µs.
 JSON (--json FILE): {"bench": "extcache", "config": {...}, "results": [{"op", "size",
 "p50_us", "p99_us"}], "raw_zmq_p50_us", "raw_zmq_p99_us", "miss_ratio_p50",
 "floors": [{"size", "name", "p50_us", "p99_us"}], "copy_4k_us", "miss_over_floor",
+"miss_call_over_floor" (m_miss_call's p50 over the same bound as read_miss's),
 "targets": [{"name", "value", "low", "high", "limit", "sense", "verdict", "met"}],
 "stats", "machine", "settings"} (report.py; the target's range: repetition by
 repetition, that repetition's read_miss median over its floor plus its copy)
@@ -44,6 +50,8 @@ from benchmarks.progress import progress
 from benchmarks.raw_zmq import RawClient, RawServer
 from benchmarks.report import finish, print_stats
 from benchmarks.stats import Series, repetitions, spanning, target
+from fit_rpc import Op
+from fit_rpc.pages import MISS
 from splitrack.guest.vm import VirtualMemory
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
@@ -82,9 +90,10 @@ def run(spec: Any = None, rounds: int = MISS_ROUNDS, reps: int = REPS,
              zip(floor.reps["shm_eventfd", line], base.reps["copy_4k", COPY_BYTES], strict=True)]
     paired = [float(np.median(m)) / b for m, b in zip(ops.reps["read_miss", line], bound,
                                                        strict=True)]
-    over = spanning(miss["p50"] / (floors.p50(floor_rows, "shm_eventfd", line)
-                                   + base.summary("copy_4k", COPY_BYTES)["p50"]), paired)
-    hit = ops.summary("read_hit", line)
+    floor_and_copy = (floors.p50(floor_rows, "shm_eventfd", line)
+                      + base.summary("copy_4k", COPY_BYTES)["p50"])
+    over = spanning(miss["p50"] / floor_and_copy, paired)
+    hit, call = ops.summary("read_hit", line), ops.summary("m_miss_call", line)
     report = {"bench": "extcache",
               "config": {"pcomponent": p0["id"], "extcache_bytes": p0["extcache"],
                          "ways": p0["ways"], "eviction": p0["eviction"], "line": line},
@@ -94,6 +103,7 @@ def run(spec: Any = None, rounds: int = MISS_ROUNDS, reps: int = REPS,
               "floors": floor_rows,
               "copy_4k_us": round(base.summary("copy_4k", COPY_BYTES)["p50"], 4),
               "miss_over_floor": over["value"],
+              "miss_call_over_floor": round(call["p50"] / floor_and_copy, 3),
               "targets": [target(f"extCache read miss p50 / (shm_eventfd p50 at {line} B + "
                                  "4 KiB copy)", over, MISS_OVER_FLOOR),
                           target(f"extCache read hit p50 at {line} B, µs",
@@ -135,6 +145,7 @@ def _measure(vm: VirtualMemory, raw: RawClient, line: int, rounds: int, reps: It
     noise for all."""
     addr = vm.alloc(line)
     buf = bytearray(line)
+    home, ask = vm.home_of(addr), MISS.pack(vm.pid, addr // line, 0, 0)   # (m_miss_call's)
     evict = _eviction_pages(vm, line)
     raw.measure(28, BENCH_WARMUP_ROUNDS)  # the same warm-up for both sides
     _timed(BENCH_WARMUP_ROUNDS, lambda: vm.read_into(addr, buf),
@@ -149,6 +160,8 @@ def _measure(vm: VirtualMemory, raw: RawClient, line: int, rounds: int, reps: It
         base.add("raw_zmq_line", line, raw.measure(28, rounds))
         ops.add("read_miss", line, _timed(rounds, lambda: vm.read_into(addr, buf),
                                           before=lambda: vm.invalidate(addr, line)))
+        ops.add("m_miss_call", line, _timed(rounds, lambda: vm.ep.call(home, Op.M_MISS, ask),
+                                            before=lambda: vm.invalidate(addr, line)))
         ops.add("write_miss_zerofill", line, _zero_fills(vm, line, rounds))
         ops.add("evict_writeback", line, _evictions(vm, evict, line, rounds))
         baselines()
@@ -209,6 +222,9 @@ def print_table(report: dict[str, Any]) -> None:
     print_stats(report["stats"], "what")
     print(f"read_miss / raw pyzmq p50 = {report['miss_ratio_p50']:.3f}; one 4 KiB copy: "
           f"{report['copy_4k_us']:.3f}us")
+    print(f"over the bound (shm_eventfd at the line + one 4 KiB copy): read_miss "
+          f"{report['miss_over_floor']:.3f}, its M_MISS call alone "
+          f"{report['miss_call_over_floor']:.3f}")
 
 
 def main(args: argparse.Namespace) -> int:

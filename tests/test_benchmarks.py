@@ -123,7 +123,7 @@ def test_bench_extcache(run_root, tmp_path):
     assert report["bench"] == "extcache" and report["config"]["line"] == 4096
     ops = {(r["op"], r["size"]) for r in report["results"]}
     assert {("read_hit", 4096), ("write_hit", 4096), ("read_miss", 4096),
-            ("write_miss_zerofill", 4096), ("evict_writeback", 4096)} <= ops
+            ("write_miss_zerofill", 4096), ("evict_writeback", 4096), ("m_miss_call", 4096)} <= ops
     for r in report["results"]:
         assert 0 < r["p50_us"] <= r["p99_us"]
     assert report["raw_zmq_p50_us"] > 0 and report["miss_ratio_p50"] > 0
@@ -134,10 +134,14 @@ def test_bench_extcache(run_root, tmp_path):
                  if (r["name"], r["size"]) == ("shm_eventfd", 4096))
     assert report["miss_over_floor"] == pytest.approx(miss / (floor + report["copy_4k_us"]),
                                                      abs=2e-3)
+    call = next(r["p50_us"] for r in report["results"] if r["op"] == "m_miss_call")
+    assert report["miss_call_over_floor"] == pytest.approx(
+        call / (floor + report["copy_4k_us"]), abs=2e-3)
     check_targets(report, ["extCache read miss p50 / (shm_eventfd p50 at 4096 B + 4 KiB copy)",
                            "extCache read hit p50 at 4096 B, µs"])
     assert report["targets"][0]["value"] == report["miss_over_floor"]
     assert "read_miss / raw pyzmq p50" in stdout and "targets" in stdout
+    assert "its M_MISS call alone" in stdout
     check_report(report, {"op/read_miss", "base/copy_4k", "floor/shm_eventfd"})
 
 
