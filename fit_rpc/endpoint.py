@@ -71,7 +71,15 @@ from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.identity import kind_of
 from fit_rpc.ops import Op, op_name
 from fit_rpc.regions import Regions
-from fit_rpc.transport import Arrival, Frame, Transport
+from fit_rpc.transport import (
+    STEP_DONE,
+    STEP_SENT,
+    STEP_STOPPED,
+    STEP_UNSENT,
+    Arrival,
+    Frame,
+    Transport,
+)
 from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES, FIT_POLL_US
 
 log = logging.getLogger("fit_rpc")
@@ -251,14 +259,54 @@ class Endpoint:
         self.counters.tx(peer, op, n + HEADER_SIZE)
         if got is True:
             return _SENT
-        rseq = _seq_of(got)
+        return self._first_back(peer, seq, got)
+
+    def _first_back(self, peer: str, seq: int, frame: bytes) -> memoryview | object:
+        """The first frame back on the link after the request seq: its reply's payload
+        (or the peer's error, raised), or _SENT if it is another call's."""
+        rseq = _seq_of(frame)
         if rseq != seq:   # not this call's: an outer one's (a signal handler's call nested
             if rseq in self._awaiting:   # in it), or what its caller gave up on
-                self._early[rseq] = got
+                self._early[rseq] = frame
             else:
                 self.counters.error("stale_reply")
             return _SENT
-        return self._take_reply(peer, got)
+        return self._take_reply(peer, frame)
+
+    def call_native(self, peer: str, op: int, step: Any, timeout: float | None = None,
+                    serve: bool = True) -> memoryview | bool:
+        """call() for a caller whose request and reply both live in C: the request made,
+        waited for and its plain reply taken by one native call (`step`, on the link's
+        rings: transport.py's call_native; splitrack/guest/line_miss.py's LineMiss is one).
+        step(caller, tx, seq, timeout_ns) returns a STEP_ code (transport.py), and
+        step.sizes() the request's and the reply's payload bytes, for the counters.
+        Returns True: the step took the reply; False: nothing was sent (no native link,
+        a nested or traced call, no room, or the step stopped): the caller goes on its
+        own way; else the reply's payload, the call having gone on as call() makes it
+        (its errors raised as call() raises them)."""
+        if self._awaiting or _current.ctx is not None:
+            return False
+        if timeout is None:
+            timeout = FIT_CALL_TIMEOUT_S
+        deadline = time.monotonic() + timeout
+        self._seq = seq = (self._seq % 0xFFFFFFFF) + 1
+        got = self.transport.call_native(peer, seq, step, timeout, serve)
+        if got is None or got == STEP_UNSENT or got == STEP_STOPPED:
+            return False
+        out, back = step.sizes()
+        if got == STEP_DONE:
+            self.counters.call(peer, op, out + HEADER_SIZE, back + HEADER_SIZE)
+            return True
+        self.counters.tx(peer, op, out + HEADER_SIZE)
+        self._awaiting.add(seq)
+        try:
+            if got != STEP_SENT:   # STEP_READ: the frame that came back
+                reply = self._first_back(peer, seq, got)
+                if reply is not _SENT:
+                    return reply
+            return self._await_reply(peer, op, seq, deadline, serve)
+        finally:
+            self._awaiting.discard(seq)
 
     def call_args(self, peer: str, op: int, args: dict[str, Any] | None = None,
                   data: Frame = b"", timeout: float | None = None

@@ -59,7 +59,7 @@ from fit_rpc.fabric import Fabric, Model
 from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION, pack
 from fit_rpc.identity import check_claim, expected_pid
 from fit_rpc.shm_channel import SCHEME, ShmChannel
-from fit_rpc.transport import Arrival, Frame, Transport
+from fit_rpc.transport import STEP_READ, Arrival, Frame, Transport
 from native.fitring import (
     NEVER,
     SENT,
@@ -221,6 +221,29 @@ class ShmTransport(Transport):
                 return memoryview(self._back_view[HEADER_SIZE:got].tobytes())
             return bytes(self._back_view[:got])
         return got == SENT
+
+    def call_native(self, peer: str, seq: int, step: Callable[[Any, Any, int, int], int],
+                    timeout_s: float, serve: bool) -> int | bytes | None:
+        link = self.out.get(peer)
+        if link is None or link.hung:
+            return None
+        ws = self._reply_set(link, serve)
+        link.busy += 1   # (as call())
+        try:
+            got = step(ws.caller(), link.tx.r, seq, max(0, int(timeout_s * 1e9)))
+            if got == -errno.EBADMSG:   # (as call() on RingBroken)
+                self.count("ring_broken")
+                link.hung = True
+                raise PeerUnreachable(f"{peer} broke its ring")
+            if got < 0:
+                raise OSError(-got, f"FIT call to {peer}: {os.strerror(-got)}")
+        finally:
+            link.busy -= 1
+            if link.hung and not link.busy:
+                self._lost(link)
+        if got == STEP_READ:
+            return bytes(self._back_view[:ws.length()])
+        return got
 
     def reply(self, route: Any, frame: Frame, head: bytes = b"") -> None:
         link: Link = route

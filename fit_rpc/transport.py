@@ -52,6 +52,16 @@ Contract:
                      default is False. meanwhile(): run once the request is
                      out, before the wait (the caller's work that need not
                      come before the peer's); never run if nothing was sent
+    call_native(peer, seq, step, timeout_s, serve) -> int | bytes | None
+                     a call made in one native call by `step`, for a caller
+                     whose request and reply live in C (an extCache line's
+                     miss: native/xcmiss.h): step(caller, tx, seq, timeout_ns)
+                     gets the link's fs_caller and ring (native/fitserve.h)
+                     and returns a STEP_ code, or a ring's -errno (-EBADMSG:
+                     the link breaks, PeerUnreachable). The STEP_ code is
+                     returned, but STEP_READ, what came back and was not
+                     taken: that frame (bytes). None: no link up (nothing
+                     sent); the default
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep
@@ -100,6 +110,13 @@ from typing import Any, NamedTuple
 
 Frame = bytes | bytearray | memoryview
 
+# call_native's steps say (native/xcmiss.h's codes map onto these):
+STEP_DONE = 0     # the request made and its plain reply taken, in C
+STEP_UNSENT = 1   # nothing sent: the link's ring had no room
+STEP_SENT = 2     # the request is out; the wait ended otherwise, nothing read
+STEP_READ = 3     # the request is out; what came back is not the plain reply (read)
+STEP_STOPPED = 4  # nothing sent: the step stopped before the call, for a reason of its own
+
 
 class Arrival(NamedTuple):
     peer: str          # the sender's component id
@@ -135,6 +152,10 @@ class Transport(ABC):
     def call(self, peer: str, op: int, seq: int, frame: Frame, timeout_s: float, serve: bool,
              meanwhile: Callable[[], None] | None = None) -> memoryview | bytes | bool:
         return False
+
+    def call_native(self, peer: str, seq: int, step: Callable[[Any, Any, int, int], int],
+                    timeout_s: float, serve: bool) -> int | bytes | None:
+        return None
 
     @abstractmethod
     def fileno(self) -> int: ...

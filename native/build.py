@@ -14,8 +14,10 @@
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
                    native/fitcall.{h,c}                        a call's common case on them,
                    native/fitserve.{h,c}                       and those that know the
-                                                               header: a call's, a served
-                                                               message's, a channel's)
+                   native/xcmiss.{h,c}                         header: a call's, a served
+                                                               message's, a channel's, an
+                                                               extCache miss's: extcache.c
+                                                               and victim.c built in)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: extcache.c, victim.c
@@ -80,7 +82,8 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 extcache_ffi = _ffi("extcache", ["pthread"], sources=("victim",))
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
                  sources=("extcache", "victim"))
-fitring_ffi = _ffi("fitring", [], also=("fitcall", "fitserve"))
+fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss"),
+                   sources=("extcache", "victim"))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache", "victim"))
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
                    sources=("pager", "rackalloc", "rackpython", "extcache", "victim", "fitring",

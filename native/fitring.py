@@ -435,6 +435,15 @@ class WaitSet:
             raise _error(rc, "call")
         return SENT if rc == lib.FC_SENT else UNSENT
 
+    def caller(self) -> Any:
+        """The fs_caller call() uses (fitserve.h), for a native call of another's that
+        makes the same call (native/xcmiss.h); length() is then what it read."""
+        self._c.start = self._start
+        return self._c
+
+    def length(self) -> int:
+        return self._c.len
+
     def recv(self, timeout_s: float) -> int:
         """The next message of rings[0] (a channel's), waiting for it up to timeout_s
         as calls() set the wait up, read into the landing and consumed (fitserve.h:

@@ -7,9 +7,11 @@ The test process attaches itself as an emulated process of p0
 import errno
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -22,7 +24,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from fit_rpc import Op
+from fit_rpc import FitTimeout, Op
 from helpers import SPLITRACK, attached_vm, running_rack, small_spec, wait_until
 from splitrack import Rack
 from splitrack.guest.vm import VirtualMemory
@@ -216,6 +218,80 @@ def test_one_flush_over_two_homes_writes_each_line_back_to_its_own(tiny_rack, vm
     vm.invalidate(b, 4 * LINE)
     for addr, chunk in data.items():
         assert vm.read(addr, len(chunk)) == chunk
+
+
+def test_a_dirty_victim_of_another_home_is_written_back_before_the_miss(tiny_rack, vm):
+    """The native miss (native/xcmiss.h) hands a victim bound elsewhere back to
+    Python, which writes it back to its own home, then asks for the line."""
+    n = vm.xc.nsets * vm.xc.ways                  # the lines the extCache holds
+    a, b = vm.alloc(n * LINE), vm.alloc(n * LINE)
+    home_a, home_b = vm.home_of(a), vm.home_of(b)
+    assert home_a != home_b                        # GMM spreads by load
+    for p in range(n):                             # a's lines at their home, not cached
+        vm.write(a + p * LINE, bytes([p + 1]) * 8)
+    vm.flush(a, n * LINE)
+    vm.invalidate(a, n * LINE)
+    for p in range(n):                             # b's lines dirty, filling the extCache
+        vm.write(b + p * LINE, b"B" * 8)
+    def sent(home, op):
+        return vm.ep.counters.snapshot()["links"][home].get(op, {}).get("tx_msgs", 0)
+    wb_before, miss_before = sent(home_b, "M_WRITEBACK"), sent(home_a, "M_MISS")
+    for p in range(n):                             # misses to a's home evict b's lines
+        assert vm.read(a + p * LINE, 8) == bytes([p + 1]) * 8
+    assert sent(home_a, "M_MISS") - miss_before == n
+    assert sent(home_b, "M_WRITEBACK") > wb_before   # (none of them piggyback to a's home)
+    for p in range(n):
+        assert vm.read(b + p * LINE, 8) == b"B" * 8
+
+
+def test_the_native_miss_asks_in_fit_rpcs_miss_layout():
+    from fit_rpc.pages import MISS
+    from native.fitring import lib
+    assert lib.XM_HEAD == MISS.size
+
+
+def _set_is_free(vm, addr):
+    """Whether another thread can take the extCache set of addr's line (a look
+    that finds it absent locks the set too); False if it waits for 10 s."""
+    probe = threading.Thread(target=vm.xc.read_into, args=(vm.slot, vm.pid, addr,
+                                                           bytearray(1)), daemon=True)
+    probe.start()
+    probe.join(10)
+    return not probe.is_alive()
+
+
+def test_a_miss_the_home_refuses_raises_and_leaves_the_set_unlocked(tiny_rack, vm):
+    addr = vm.alloc(LINE)
+    vm.write(addr, b"x")
+    vm.flush(addr, LINE)
+    vm.invalidate(addr, LINE)
+    vm.ep.call_args(vm.home_of(addr), Op.M_FREE, {"pid": vm.pid, "start": addr})
+    with pytest.raises(OSError) as info:          # the home forgot the region, the VM not
+        vm.read(addr, 1)
+    assert info.value.errno == errno.EFAULT
+    assert _set_is_free(vm, addr)
+    with pytest.raises(OSError):                   # (gone at the home already)
+        vm.free(addr)
+
+
+def test_a_miss_to_a_stopped_home_times_out_and_leaves_the_set_unlocked(tiny_rack, vm):
+    addr = vm.alloc(LINE)
+    vm.write(addr, b"x")
+    vm.flush(addr, LINE)
+    vm.invalidate(addr, LINE)
+    home = vm.home_of(addr)
+    miss, pid = vm._line_miss, tiny_rack.components[home]["pid"]
+    miss.begin(addr // LINE, vm.m_ids.index(home))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(FitTimeout):
+            vm.ep.call_native(home, Op.M_MISS, miss, timeout=0.3, serve=False)
+        assert miss.locked()                        # the request out, no reply: Python's
+        vm.xc.miss_abort(vm.pid, addr // LINE)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert _set_is_free(vm, addr)
+    assert vm.read(addr, 1) == b"x"                 # (the late reply is stale, and skipped)
 
 
 def test_address_outside_the_regions_is_efault(vm):

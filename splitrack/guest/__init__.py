@@ -23,7 +23,8 @@ program's process holds, besides its own code:
     pipe_path.py     a shortcut on one pComponent (a pipe)
     fit_path.py      a shortcut between two (a FIT channel of the two stubs')
     vm.py          rack memory: regions at mComponents behind the extCache
-                   (public as `splitrack.vm`)
+                   (public as `splitrack.vm`); line_miss.py, a line's miss to
+                   its home in one native call
     files.py       the rack's storage, the sComponents (public as `splitrack.files`)
 
 Nothing here is imported by the front door's processes but vm and files (a

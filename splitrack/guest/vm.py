@@ -22,10 +22,11 @@ by all processes of the pComponent:
   p-local zero-fill);
 - miss: one M_MISS to the home mComponent; a dirty victim bound for the same
   mComponent rides in that message (piggyback), otherwise it is written back
-  first with M_WRITEBACK; the set stays locked meanwhile (extcache.h). When
-  the access goes on into more lines that are not cached but were written
-  back before, one M_FETCH brings them all (read-ahead), then they are
-  installed one by one.
+  first with M_WRITEBACK; the set stays locked meanwhile (extcache.h). Over
+  shm, all of it is one native call (line_miss.py), Python only for what that
+  call hands back. When the access goes on into more lines that are not
+  cached but were written back before, one M_FETCH brings them all
+  (read-ahead), then they are installed one by one.
 An address outside the process's regions is OSError(EFAULT); no rack memory
 left is OSError(ENOMEM). The process is known to its pMonitor (P_ATTACH),
 which frees everything it held when it exits or crashes.
@@ -43,8 +44,9 @@ import threading
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
-from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WritebackMessage, pack_writeback
+from fit_rpc.pages import FETCH, FETCH_MAX_LINES, WritebackMessage, pack_writeback
 from native.extcache import FLUSHES, ExtCache
+from splitrack.guest.line_miss import LineMiss
 from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
 
@@ -68,6 +70,7 @@ class VirtualMemory:
         self.line = info["line"]
         self.m_ids: list[str] = info["m_ids"]
         self.slot = self.xc.slot_acquire(self.pid)
+        self._line_miss = LineMiss(self.xc, self.slot, self.pid)   # _miss's native call
         self._starts: list[int] = []                  # sorted region starts
         self._writebacks: dict[int, WritebackMessage] = {}   # per home, reused by flushes
         self._last_home = 0                            # where the last flush's lines went
@@ -267,21 +270,24 @@ class VirtualMemory:
         if self.fill is not None:
             self.fill(vpage, home, None, True)
             return
-        victim = self.xc.miss_begin(self.slot, self.pid, vpage)
-        if victim is None:
-            return  # cached after all
-        vpid, vhome, vvpage = victim
-        try:
-            if vpid and vhome == home:              # LegoOS piggyback
-                request = MISS.pack(self.pid, vpage, vpid, vvpage) + self.xc.victim_buf
-            else:
-                if vpid:
-                    self._writeback(vhome, vpid, [vvpage], [self.xc.victim_buf])
-                request = MISS.pack(self.pid, vpage, 0, 0)
-            line = self.ep.call(self.m_ids[home], Op.M_MISS, request)
-            self.xc.miss_end(self.slot, self.pid, vpage, home, line)
+        miss, peer = self._line_miss, self.m_ids[home]
+        miss.begin(vpage, home)   # the set locked, the M_MISS made (a dirty victim of the
+        try:                      # same home piggybacked: LegoOS), the line installed, in C
+            got = self.ep.call_native(peer, Op.M_MISS, miss, serve=False)
+            if miss.rc is None:   # no native link to the home (yet): begun here, sent below
+                miss.prepare()
+            if not miss.locked():
+                miss.check()
+                return            # installed; or cached after all
+            if got is False:      # nothing sent: a dirty victim bound elsewhere goes first
+                victim = miss.victim()
+                if victim is not None:
+                    self._writeback(victim[1], victim[0], [victim[2]], [miss.victim_line()])
+                got = self.ep.call(peer, Op.M_MISS, miss.request(), serve=False)
+            self.xc.miss_end(self.slot, self.pid, vpage, home, got)
         except BaseException:
-            self.xc.miss_abort(self.pid, vpage)
+            if miss.locked():
+                self.xc.miss_abort(self.pid, vpage)
             raise
 
     def _fetch(self, home: int, vpage: int, n: int) -> None:
