@@ -10,6 +10,7 @@ Interface:
                                                             and dDDIO, over the region mapped
     xc.read_into(slot, pid, vaddr, buf) -> bytes copied before the first miss
     xc.write_from(slot, pid, vaddr, data) -> likewise
+    xc.read_ptr / write_ptr(slot, pid, vaddr, ptr, n)       the same through a C pointer
     xc.miss_begin / miss_end / miss_abort, xc.clean, xc.clean_run, xc.invalidate, xc.drop_pid
     xc.victim_holds(pid, vpage), xc.victim_entries(pid=0)   the victim cache (victim.c)
     xc.victim_flush(write)                                  its DIRTY entries written home
@@ -95,6 +96,14 @@ class ExtCache:
 
     def write_from(self, slot: int, pid: int, vaddr: int, data: Any) -> int:
         return lib.xc_write(self.base, slot, pid, vaddr, ffi.from_buffer(data), len(data))
+
+    def read_ptr(self, slot: int, pid: int, vaddr: int, dst: Any, n: int) -> int:
+        """read_into through `dst`, a C pointer to n bytes (ffi.from_buffer's, made
+        once by a caller that copies into one buffer line by line)."""
+        return lib.xc_read(self.base, slot, pid, vaddr, dst, n)
+
+    def write_ptr(self, slot: int, pid: int, vaddr: int, src: Any, n: int) -> int:
+        return lib.xc_write(self.base, slot, pid, vaddr, src, n)
 
     # ---- the miss transaction ------------------------------------------------------
     def miss_begin(self, slot: int, pid: int, vpage: int) -> tuple[int, int, int] | None:

@@ -331,6 +331,19 @@ def test_bad_sizes_are_einval(vm):
         assert info.value.errno == errno.EINVAL
 
 
+def test_buffers_of_any_item_size_and_no_read_into_a_read_only_one(vm):
+    import array
+    addr = vm.alloc(2 * LINE)
+    vm.write(addr + LINE - 4, array.array("i", [1, 2, 3]))   # across a line's end
+    out = array.array("i", [0, 0, 0])
+    vm.read_into(addr + LINE - 4, out)
+    assert out.tolist() == [1, 2, 3]
+    for ro in (b"\0" * 8, memoryview(bytearray(8)).toreadonly()):
+        with pytest.raises(TypeError):
+            vm.read_into(addr, ro)
+    assert ro == bytes(8)
+
+
 def test_no_memory_left_is_enomem(vm):
     with pytest.raises(OSError) as info:
         vm.alloc(64 << 20)  # more than m0 + m1 hold

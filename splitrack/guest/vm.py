@@ -45,7 +45,7 @@ from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, WritebackMessage, pack_writeback
-from native.extcache import FLUSHES, ExtCache
+from native.extcache import FLUSHES, ExtCache, ffi
 from splitrack.guest.line_miss import LineMiss
 from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
@@ -144,21 +144,26 @@ class VirtualMemory:
         return out
 
     def read_into(self, addr: int, buf: Any) -> None:
+        if type(buf) is not bytearray and memoryview(buf).readonly:
+            raise TypeError(f"read_into() needs a writable buffer, not {type(buf).__name__}")
         with self.lock:
-            self._access(addr, memoryview(buf).cast("B"), self.xc.read_into)
+            self._access(addr, buf, self.xc.read_ptr)
 
     def write(self, addr: int, data: Any) -> None:
         with self.lock:
-            self._access(addr, memoryview(data).cast("B"), self.xc.write_from)
+            self._access(addr, data, self.xc.write_ptr)
 
-    def _access(self, addr: int, view: memoryview, copy: Any) -> None:
-        """Copy through the extCache (C) line by line, faulting lines in as needed."""
+    def _access(self, addr: int, buf: Any, copy: Any) -> None:
+        """Copy through the extCache (C) line by line, faulting lines in as needed
+        (buf's bytes through one C pointer: each copy goes on at ptr + done)."""
         if addr < 0:
             raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
-        done = copy(self.slot, self.pid, addr, view)
-        while done < len(view):
-            self._fault(addr + done, len(view) - done)
-            done += copy(self.slot, self.pid, addr + done, view[done:])
+        ptr = ffi.from_buffer(buf)
+        n = len(ptr)
+        done = copy(self.slot, self.pid, addr, ptr, n)
+        while done < n:
+            self._fault(addr + done, n - done)
+            done += copy(self.slot, self.pid, addr + done, ptr + done, n - done)
 
     def fault(self, addr: int, n: int = 1) -> None:
         """Bring the line holding `addr` into the extCache, as an access of the n bytes
