@@ -209,4 +209,7 @@ def test_a_rack_heap_pages_through_the_victim_cache(rack):
         """, "--memory", "rack")
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)
-    assert counts["round_hits"] > 1000, counts
+    # of the 2,100 reads, 946-2,080 were victim hits over 18 runs: which of the
+    # interpreter's own pages share buf's set (the pid and the heap's random base
+    # choose) decides how many of its entries they take; none without the cache
+    assert counts["round_hits"] > 500, counts
