@@ -223,6 +223,17 @@ def test_one_flush_over_two_homes_writes_each_line_back_to_its_own(tiny_rack, vm
 def test_a_dirty_victim_of_another_home_is_written_back_before_the_miss(tiny_rack, vm):
     """The native miss (native/xcmiss.h) hands a victim bound elsewhere back to
     Python, which writes it back to its own home, then asks for the line."""
+    _victims_of_another_home(vm)
+
+
+def test_misses_over_zmq_are_made_in_python(tmp_path):
+    """No native link: the miss is begun in C and sent by Endpoint.call."""
+    with running_rack(lambda s: tiny_spec(s, name="vmzmq", transport="zmq")) as rack, \
+            attached_vm(rack) as vm:
+        _victims_of_another_home(vm)
+
+
+def _victims_of_another_home(vm):
     n = vm.xc.nsets * vm.xc.ways                  # the lines the extCache holds
     a, b = vm.alloc(n * LINE), vm.alloc(n * LINE)
     home_a, home_b = vm.home_of(a), vm.home_of(b)
