@@ -92,10 +92,18 @@ class ExtCache:
 
     # ---- hits ------------------------------------------------------------------
     def read_into(self, slot: int, pid: int, vaddr: int, buf: Any) -> int:
-        return lib.xc_read(self.base, slot, pid, vaddr, ffi.from_buffer(buf), len(buf))
+        """Cached bytes from vaddr into buf, up to the first missing line; how many.
+        buf is any writable buffer, counted in bytes (TypeError if read-only)."""
+        try:
+            dst = ffi.from_buffer(buf, require_writable=True)
+        except BufferError:   # (as socket.recv_into says it)
+            raise TypeError(f"read_into() needs a writable buffer, not {type(buf).__name__}"
+                            ) from None
+        return lib.xc_read(self.base, slot, pid, vaddr, dst, len(dst))
 
     def write_from(self, slot: int, pid: int, vaddr: int, data: Any) -> int:
-        return lib.xc_write(self.base, slot, pid, vaddr, ffi.from_buffer(data), len(data))
+        src = ffi.from_buffer(data)
+        return lib.xc_write(self.base, slot, pid, vaddr, src, len(src))
 
     def read_ptr(self, slot: int, pid: int, vaddr: int, dst: Any, n: int) -> int:
         """read_into through `dst`, a C pointer to n bytes (ffi.from_buffer's, made

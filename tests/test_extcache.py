@@ -2,6 +2,7 @@
 geometry, hits, the miss transaction, LRU vs FIFO, dirty victims, counters, the
 victim cache (tests/test_victim.py: on a rack)."""
 
+import array
 import errno
 import mmap
 import os
@@ -120,6 +121,21 @@ def test_miss_then_hit_and_ranges_stop_at_the_first_miss(make):
     assert small == b"\x01ab\x01"
     c = xc.counters(PID)
     assert c["misses"] == 2 and c["hits"] >= 3 and c["fetches"] == 2
+
+
+def test_copies_count_bytes_and_refuse_a_read_only_destination(make):
+    xc = make()
+    slot = xc.slot_acquire(PID)
+    install(xc, slot, 0, 1)
+    words = array.array("I", [0] * 4)   # 4 items, 16 bytes: all 16 are copied
+    assert xc.read_into(slot, PID, 0, words) == 16 and words.tobytes() == b"\x01" * 16
+    assert xc.write_from(slot, PID, 0, array.array("I", [0x02020202] * 2)) == 8
+    with pytest.raises(TypeError):
+        xc.read_into(slot, PID, 0, b"\0" * 4)
+    with pytest.raises(TypeError):
+        xc.read_into(slot, PID, 0, memoryview(bytearray(4)).toreadonly())
+    small = bytearray(10)
+    assert xc.read_into(slot, PID, 0, small) == 10 and small == b"\x02" * 8 + b"\x01" * 2
 
 
 def test_lru_evicts_the_least_recently_used(make):
