@@ -49,7 +49,8 @@ Interface:
                                        due time)
     waitset.arm_with(waker) -> bool    arm(), and the waker's timer set for a message
                                        not yet due
-    spin_yield() -> bool               a spinner's yield: False once another task wanted the CPU
+    spin_yield() -> bool               a spinner's yield: False once another task held
+                                       the CPU longer than a wake-up costs
 
 C return codes become exceptions here and nowhere else: a ring its peer broke
 (-EBADMSG) raises RingBroken, a message no ring can hold (-EMSGSIZE)
@@ -508,8 +509,9 @@ def now_ns() -> int:
 
 
 def spin_yield() -> bool:
-    """Yield the CPU once while spinning: False if another task ran meanwhile (the
-    CPU is contended: stop spinning and sleep)."""
+    """Yield the CPU once while spinning: False if another task ran meanwhile for
+    longer than a wake-up costs (FR_CONTENDED_NS: the CPU is contended, stop
+    spinning and sleep)."""
     return bool(lib.fr_spin_yield())
 
 
