@@ -101,10 +101,14 @@ def test_bench_fit_measures_shm_and_zmq_against_the_floors(run_root, tmp_path):
         slack = r["over_linux_tcp"] * 0.005 * (1 / r["fit_p50_us"] + 1 / tcp[r["size"]]) + 5e-4
         assert r["over_linux_tcp"] == pytest.approx(r["fit_p50_us"] / tcp[r["size"]],
                                                     abs=slack + 1e-9)
-        assert r["over_shm_eventfd"] > 0 and r["over_raw_zmq"] > 0
+        assert r["over_shm_eventfd"] > 0 and r["over_shm_spin"] > 0 and r["over_raw_zmq"] > 0
     check_targets(report, ["FIT shm RTT p50 / Linux TCP p50 at 128 B",
                            "FIT shm RTT p50 / Linux TCP p50 at 4 KiB", "shm rack up, seconds"])
     assert [t["limit"] for t in report["targets"]] == [1.0, 1.3, 2.0]
+    for t in report["targets"][:2]:   # each with its floor: the rings spinning, no FIT code
+        assert t["floor"]["name"] == "shm_spin / Linux TCP" and t["floor"]["value"] > 0
+        assert t["floor"]["below"] == (t["floor"]["value"] > t["limit"])
+    assert "floor" not in report["targets"][2]
     assert report["targets"][2]["value"] == report["rack_up_s"] and report["targets"][2]["once"]
     assert "targets" in stdout and "FIT shm RTT p50 / Linux TCP p50 at 128 B" in stdout
     assert "shm_eventfd" in stdout and "FIT zmq" in stdout
