@@ -24,8 +24,8 @@ for the benchmarks' floors: the rack's shared-memory hops with no FIT code.
 A waiter spins up to `spin_s` (yielding the CPU, and no longer once another
 task held it long: fitring's spin_yield), then sleeps on its eventfd, as
 every FIT waiter does (FIT's rack.poll_us). An empty message tells the child
-to stop spinning until the next one (the end of a batch). The child dies with its parent
-(PR_SET_PDEATHSIG) and when its socket to it hangs up.
+to stop spinning until the next one (the end of a batch). The child dies
+with its parent (PR_SET_PDEATHSIG) and when its socket to it hangs up.
 """
 
 import ctypes
