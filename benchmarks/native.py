@@ -132,11 +132,15 @@ def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
     got = _until_up([sockperf, "ping-pong", "--tcp", "-i", ip, "-p", str(port), "-m", str(size),
                      "-t", str(seconds), "--full-rtt", "--full-log", log], None,
                     lambda g: g.returncode == 0 and "percentile 50.000" in g.stdout)
-    if got.returncode != 0 or not os.path.exists(log):
-        raise RuntimeError(f"sockperf ping-pong to {ip}:{port} failed: {got.stdout[-400:]}")
-    with open(log) as f:
+    lines: list[str] = []
+    with contextlib.suppress(FileNotFoundError), open(log) as f:
         lines = f.read().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("packet,")) + 1
+    head = [i for i, line in enumerate(lines if got.returncode == 0 else [])
+            if line.startswith("packet,")]
+    if "percentile 50.000" not in got.stdout or not head:   # (no answer within _until_up's 30 s)
+        raise RuntimeError(f"sockperf ping-pong to {ip}:{port} failed: {got.stdout[-400:]} "
+                           f"{got.stderr[-400:]}")
+    start = head[0] + 1
     samples = []
     for line in lines[start:]:
         cells = line.split(",")
