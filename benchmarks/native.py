@@ -133,11 +133,11 @@ def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
                      "-t", str(seconds), "--full-rtt", "--full-log", log], None,
                     lambda g: g.returncode == 0 and "percentile 50.000" in g.stdout)
     lines: list[str] = []
-    with contextlib.suppress(FileNotFoundError), open(log) as f:
-        lines = f.read().splitlines()
-    head = [i for i, line in enumerate(lines if got.returncode == 0 else [])
-            if line.startswith("packet,")]
-    if "percentile 50.000" not in got.stdout or not head:   # (no answer within _until_up's 30 s)
+    if got.returncode == 0 and "percentile 50.000" in got.stdout:   # (else no answer in 30 s)
+        with open(log) as f:
+            lines = f.read().splitlines()
+    head = [i for i, line in enumerate(lines) if line.startswith("packet,")]
+    if not head:
         raise RuntimeError(f"sockperf ping-pong to {ip}:{port} failed: {got.stdout[-400:]} "
                            f"{got.stderr[-400:]}")
     start = head[0] + 1

@@ -9,7 +9,8 @@ Interface:
     ExtCache.open(mapping)                                  every process of the pComponent,
                                                             and dDDIO, over the region mapped
     xc.read_into(slot, pid, vaddr, buf) -> bytes copied before the first miss
-    xc.write_from(slot, pid, vaddr, data) -> likewise
+    xc.write_from(slot, pid, vaddr, data) -> likewise     (any buffers, counted in bytes)
+    need_writable(buf)                                      TypeError if buf is read-only
     xc.read_ptr / write_ptr(slot, pid, vaddr, ptr, n)       the same through a C pointer
     xc.miss_begin / miss_end / miss_abort, xc.clean, xc.clean_run, xc.invalidate, xc.drop_pid
     xc.victim_holds(pid, vpage), xc.victim_entries(pid=0)   the victim cache (victim.c)
@@ -45,6 +46,12 @@ def _check(rc: int, what: str) -> int:
     if rc < 0:
         raise OSError(-rc, f"extCache {what}: {os.strerror(-rc)}")
     return rc
+
+
+def need_writable(buf: Any) -> None:
+    """TypeError if `buf` cannot be written into, as socket.recv_into says it."""
+    if type(buf) is not bytearray and memoryview(buf).readonly:
+        raise TypeError(f"read_into() needs a writable buffer, not {type(buf).__name__}")
 
 
 class ExtCache:
@@ -94,11 +101,8 @@ class ExtCache:
     def read_into(self, slot: int, pid: int, vaddr: int, buf: Any) -> int:
         """Cached bytes from vaddr into buf, up to the first missing line; how many.
         buf is any writable buffer, counted in bytes (TypeError if read-only)."""
-        try:
-            dst = ffi.from_buffer(buf, require_writable=True)
-        except BufferError:   # (as socket.recv_into says it)
-            raise TypeError(f"read_into() needs a writable buffer, not {type(buf).__name__}"
-                            ) from None
+        need_writable(buf)
+        dst = ffi.from_buffer(buf)
         return lib.xc_read(self.base, slot, pid, vaddr, dst, len(dst))
 
     def write_from(self, slot: int, pid: int, vaddr: int, data: Any) -> int:

@@ -45,7 +45,7 @@ from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, WritebackMessage, pack_writeback
-from native.extcache import FLUSHES, ExtCache, ffi
+from native.extcache import FLUSHES, ExtCache, ffi, need_writable
 from splitrack.guest.line_miss import LineMiss
 from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
@@ -144,8 +144,7 @@ class VirtualMemory:
         return out
 
     def read_into(self, addr: int, buf: Any) -> None:
-        if type(buf) is not bytearray and memoryview(buf).readonly:
-            raise TypeError(f"read_into() needs a writable buffer, not {type(buf).__name__}")
+        need_writable(buf)
         with self.lock:
             self._access(addr, buf, self.xc.read_ptr)
 
