@@ -83,8 +83,8 @@
 #define FR_MARK 0x21544946        /* "FIT!": every record carries it */
 #define FR_SKIP 0xFFFFFFFF        /* a skip record's length: go on at offset 0 */
 #define FR_EARLY_WRAP 65536       /* an empty ring starts over at 0 past this offset */
-#define FR_CONTENDED_NS 100000    /* a sched_yield this long: another task held the CPU
-                                     longer than a wake-up from sleep costs (evaluation.md) */
+#define FR_CONTENDED_NS 20000     /* a sched_yield this long: another task wanted the CPU
+                                     (100 us was tried: evaluation.md) */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
                                      from sleep, timer slack off, is ~50 us late on a VM) */
@@ -235,9 +235,7 @@ void fr_ring_efd(int efd);
 /* One look's worth of yielding while spinning: 1 if the CPU was ours again
  * within FR_CONTENDED_NS (keep spinning), 0 if another task ran longer (the CPU
  * is contended: stop spinning and sleep, so that the work others have to do
- * gets done; a spinner that waits longer than that costs more than the wake-up
- * it saves). Another task's short turns (a handler, a copy) do not end a spin:
- * on a 2-core VM a sleeper's wake-up costs tens of microseconds. */
+ * gets done; on 2 cores a spinner otherwise costs more than the wake-up it saves). */
 int fr_spin_yield(void);
 
 #endif

@@ -50,7 +50,7 @@ Interface:
     waitset.arm_with(waker) -> bool    arm(), and the waker's timer set for a message
                                        not yet due
     spin_yield() -> bool               a spinner's yield: False once another task held
-                                       the CPU longer than a wake-up costs
+                                       the CPU longer than FR_CONTENDED_NS
 
 C return codes become exceptions here and nowhere else: a ring its peer broke
 (-EBADMSG) raises RingBroken, a message no ring can hold (-EMSGSIZE)
@@ -510,8 +510,7 @@ def now_ns() -> int:
 
 def spin_yield() -> bool:
     """Yield the CPU once while spinning: False if another task ran meanwhile for
-    longer than a wake-up costs (FR_CONTENDED_NS: the CPU is contended, stop
-    spinning and sleep)."""
+    longer than FR_CONTENDED_NS (the CPU is contended: stop spinning and sleep)."""
     return bool(lib.fr_spin_yield())
 
 
