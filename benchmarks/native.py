@@ -70,26 +70,29 @@ def run(spec: Any = None, sizes: tuple[int, ...] = SIZES, **settings: Any
         ports = iter(range(15301, 15400))
         sp = {"rack": (nic, next(ports)), "linux": (LINUX_IP, next(ports))}
         ip3 = {"rack-server": (nic, next(ports)), "linux": (LINUX_IP, next(ports))}
+        tools = {}   # (ip, port) -> its server, for what it said when a client failed
         for where, (ip, port) in sp.items():
-            up.enter_context(_tool_server(
+            tools[ip, port] = up.enter_context(_tool_server(
                 [sockperf, "server", "--tcp", "-i", ip, "-p", str(port)],
-                on_rack if where == "rack" else [], env))
+                on_rack if where == "rack" else [], env, scratch))
         for where, (ip, port) in ip3.items():
-            up.enter_context(_tool_server([iperf3, "-s", "-B", ip, "-p", str(port)],
-                                          on_rack if where == "rack-server" else [], env))
+            tools[ip, port] = up.enter_context(_tool_server(
+                [iperf3, "-s", "-B", ip, "-p", str(port)],
+                on_rack if where == "rack-server" else [], env, scratch))
         python = up.enter_context(server([*on_rack, sys.executable, "-m",
                                           "benchmarks.tcp_server", nic], env))
         for rep in repetitions(s["reps"], s.get("duration")):
             for size in sizes:
                 for where, (ip, port) in sp.items():
                     rtt.add(f"sockperf/{where}", size, _sockperf(
-                        sockperf, ip, port, size, s["seconds"], scratch))
+                        sockperf, ip, port, size, s["seconds"], scratch, tools[ip, port]))
                 rtt.add("python/rack", size, tcp_client.echo_rtts(*python, size, s["rounds"],
                                                                     50))
             for where, (ip, port) in ip3.items():
-                rate.add(f"iperf3/{where}", 0, _iperf3([iperf3], ip, port, s["seconds"]))
+                rate.add(f"iperf3/{where}", 0, _iperf3([iperf3], ip, port, s["seconds"],
+                                                       tools[ip, port]))
             rate.add("iperf3/rack-client", 0, _iperf3(
-                [*on_rack, iperf3], *ip3["linux"], s["seconds"], env))
+                [*on_rack, iperf3], *ip3["linux"], s["seconds"], tools[ip3["linux"]], env))
             advance(f"repetition {rep + 1}")
     series = {"rtt/": rtt, "throughput/": rate}
     return _report(series, sizes, s), series
@@ -103,35 +106,54 @@ def _tool(name: str) -> str:
     return path
 
 
+class _Tool:
+    """A tool's server process and the file its output goes to."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], scratch: str):
+        fd, self.log = tempfile.mkstemp(prefix="server-", suffix=".log", dir=scratch)
+        with os.fdopen(fd, "wb") as out:
+            self.proc = subprocess.Popen(argv, env=env, cwd="/", stdout=out,
+                                         stderr=subprocess.STDOUT)
+
+    def said(self) -> str:
+        """Whether it is still running, and the end of its output: for an error."""
+        with open(self.log, errors="replace") as f:
+            tail = f.read()[-600:].strip() or "(nothing)"
+        state = "running" if self.proc.poll() is None else f"exited ({self.proc.returncode})"
+        return f"its server ({' '.join(self.proc.args[-6:])}) is {state}; it said: {tail}"
+
+
 @contextlib.contextmanager
-def _tool_server(argv: list[str], prefix: list[str], env: dict[str, str]) -> Iterator[None]:
+def _tool_server(argv: list[str], prefix: list[str], env: dict[str, str],
+                 scratch: str) -> Iterator[_Tool]:
     """A tool's server (on the rack if `prefix` is `splitrack run ...`), always stopped."""
-    proc = subprocess.Popen([*prefix, *argv], env=env, cwd="/", stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    tool = _Tool([*prefix, *argv], env, scratch)
     try:
-        yield
+        yield tool
     finally:
-        stop(proc)
+        stop(tool.proc)
 
 
-def _until_up(argv: list[str], env: dict[str, str] | None, ok) -> subprocess.CompletedProcess:
-    """A client run, again until its server (started just before) answers (30 s)."""
+def _until_up(argv: list[str], env: dict[str, str] | None, ok,
+              tool: _Tool) -> subprocess.CompletedProcess:
+    """A client run, again until its server (started just before) answers (30 s), or
+    until that server has ended."""
     end = time.monotonic() + 30
     while True:
         got = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True,
                              timeout=300)
-        if ok(got) or time.monotonic() > end:
+        if ok(got) or time.monotonic() > end or tool.proc.poll() is not None:
             return got
         time.sleep(0.2)
 
 
 def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
-              scratch: str) -> list[float]:
+              scratch: str, tool: _Tool) -> list[float]:
     """Every round trip (µs) of one ping-pong run, its warm-up left out."""
     log = os.path.join(scratch, "rtt.csv")
     got = _until_up([sockperf, "ping-pong", "--tcp", "-i", ip, "-p", str(port), "-m", str(size),
                      "-t", str(seconds), "--full-rtt", "--full-log", log], None,
-                    lambda g: g.returncode == 0 and "percentile 50.000" in g.stdout)
+                    lambda g: g.returncode == 0 and "percentile 50.000" in g.stdout, tool)
     lines: list[str] = []
     if got.returncode == 0 and "percentile 50.000" in got.stdout:   # (else no answer in 30 s)
         with open(log) as f:
@@ -139,7 +161,7 @@ def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
     head = [i for i, line in enumerate(lines) if line.startswith("packet,")]
     if not head:
         raise RuntimeError(f"sockperf ping-pong to {ip}:{port} failed: {got.stdout[-400:]} "
-                           f"{got.stderr[-400:]}")
+                           f"{got.stderr[-400:]}; {tool.said()}")
     start = head[0] + 1
     samples = []
     for line in lines[start:]:
@@ -151,18 +173,19 @@ def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
     return samples
 
 
-def _iperf3(client: list[str], ip: str, port: int, seconds: float,
+def _iperf3(client: list[str], ip: str, port: int, seconds: float, tool: _Tool,
             env: dict[str, str] | None = None) -> float:
     """MB/s received at the server, one iperf3 run."""
     got = _until_up([*client, "-c", ip, "-p", str(port), "-t", str(seconds), "-J"], env,
-                    lambda g: g.returncode == 0 and '"error"' not in g.stdout)   # (-J: exit 0)
+                    lambda g: g.returncode == 0 and '"error"' not in g.stdout,   # (-J: exit 0)
+                    tool)
     try:
         report = json.loads(got.stdout[got.stdout.index("{"):])
         return report["end"]["sum_received"]["bytes"] / report["end"]["sum_received"][
             "seconds"] / 1e6
     except (ValueError, KeyError) as exc:
         raise RuntimeError(f"iperf3 to {ip}:{port} failed: {got.stdout[-400:]} "
-                           f"{got.stderr[-400:]}") from exc
+                           f"{got.stderr[-400:]}; {tool.said()}") from exc
 
 
 def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
