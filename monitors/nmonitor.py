@@ -123,6 +123,12 @@ def _abortive(skel: Any, on: bool) -> None:
 class NMonitor(Monitor):
     kind = "n"
 
+    def __init__(self, cid: str, config: dict[str, Any], *args: Any):
+        for tid in os.listdir("/proc/self/task") if config.get("cpus") else ():
+            os.sched_setaffinity(int(tid), config["cpus"])   # ncomponent.cpus (split_cpus):
+            # every thread there is; those started later inherit it
+        super().__init__(cid, config, *args)
+
     def setup(self) -> None:
         self.proxy = Proxy(self.config["nics"], self.rack["loopback"], self.config["dram"])
         self.skels: dict[int, Skeleton] = {}

@@ -36,10 +36,14 @@ nComponent serves the rack's 127.0.0.1), pcomponent.nic (that pComponent's
 NIC; required for every pComponent under nic_policy "explicit"),
 ncomponent.dram (its DRAM for socket buffers).
 
-Placement keys (slices, monitors/slices.py): pcomponent.cpus (the host CPUs its
-programs are pinned to, e.g. [0]; default: not pinned), pcomponent.cores (how
-many processes GPM's "pack" puts on it, default 4; a placement capacity,
-independent of cpus).
+Placement keys: pcomponent.cpus (the host CPUs its programs are pinned to,
+e.g. [0]), ncomponent.cpus (the host CPUs its nMonitor runs on), rack.split_cpus
+(false, the default: the host's scheduler places what no cpus pin; true: when
+no component names cpus and the host lets us use two CPUs or more, each
+nComponent gets the first of them and each pComponent's programs the others;
+docs/rack.md says what each costs), pcomponent.cores (how many processes
+GPM's "pack" puts on it, default 4; a placement capacity for slices,
+monitors/slices.py, independent of cpus).
 """
 
 import ipaddress
@@ -66,14 +70,14 @@ from splitrack.params import (
 
 _RACK_KEYS = {"name": "default", "transport": "shm", "poll_us": FIT_POLL_US, "endpoints": "ipc",
               "mode": "ddio", "shortcuts": True, "line": 4096, "nic_policy": "round-robin",
-              "loopback": "127.0.0.10", "gmm_policy": "least-used"}
+              "loopback": "127.0.0.10", "gmm_policy": "least-used", "split_cpus": False}
 _POLL_US_MAX = 100_000
 _SECTIONS = {"pcomponent": "p", "mcomponent": "m", "ncomponent": "n", "scomponent": "s"}
 _FIELDS = {  # per kind: field -> required
     "p": {"id": True, "extcache": True, "ways": True, "eviction": False, "victim": False,
           "nic": False, "cpus": False, "cores": False},
     "m": {"id": True, "memory": True},
-    "n": {"id": True, "nics": True, "dram": False},
+    "n": {"id": True, "nics": True, "dram": False, "cpus": False},
     "s": {"id": True, "root": True},
 }
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -106,6 +110,7 @@ class RackSpec:
     nic_policy: str
     loopback: str
     gmm_policy: str
+    split_cpus: bool
     components: list[dict[str, Any]] = field(default_factory=list)
     fabric: dict[str, Any] | None = None   # the interconnect model (fit_rpc/fabric.py's form)
     source: str = "<embedded default>"
@@ -182,6 +187,7 @@ def _validate(data: dict, label: str, base: str | None, name: str | None) -> Rac
         for i, entry in enumerate(entries):
             spec.components.append(_component(entry, kind, f"{section}[{i}]", base))
     _check_rack(spec)
+    _split_cpus(spec)
     for comp in spec.components:
         if comp["kind"] == "p" and comp["extcache"] < comp["ways"] * spec.line:
             raise _Bad(f"{comp['id']}.extcache", f"{comp['extcache']} B cannot hold one set of "
@@ -208,8 +214,9 @@ def _rack_section(section: Any) -> dict[str, Any]:
         raise _Bad("rack.poll_us", f"{poll!r} is not an integer in 0..{_POLL_US_MAX} "
                    "(microseconds a waiter spins before it sleeps)")
     _choice(rack, "mode", ("dma", "ddio"))
-    if not isinstance(rack["shortcuts"], bool):
-        raise _Bad("rack.shortcuts", f"must be true or false, not {rack['shortcuts']!r}")
+    for key in ("shortcuts", "split_cpus"):
+        if not isinstance(rack[key], bool):
+            raise _Bad(f"rack.{key}", f"must be true or false, not {rack[key]!r}")
     if not isinstance(rack["name"], str):
         raise _Bad("rack.name", "must be a string")
     _choice(rack, "nic_policy", NIC_POLICIES)
@@ -261,6 +268,7 @@ def _component(entry: Any, kind: str, where: str, base: str) -> dict[str, Any]:
         out["dram"] = _size(entry.get("dram", NCOMPONENT_DRAM_DEFAULT), f"{where}.dram")
         if out["dram"] < NCOMPONENT_DRAM_MIN_BYTES:
             raise _Bad(f"{where}.dram", f"{out['dram']} B is less than 1MiB")
+        out["cpus"] = _cpus(entry["cpus"], f"{where}.cpus") if "cpus" in entry else None
     else:
         root = entry["root"]
         if not isinstance(root, str) or not root:
@@ -385,6 +393,25 @@ def _cpus(value: Any, where: str) -> list[int]:
             raise _Bad(f"{where}[{i}]", f"no CPU {cpu} on this host (it has "
                        f"{', '.join(map(str, sorted(host)))})")
     return sorted(set(value))
+
+
+def _split_cpus(spec: RackSpec) -> None:
+    """rack.split_cpus: nComponents on the host's first CPU, pComponents' programs
+    on the others. A program and the nComponent that carries its bytes then never
+    share a CPU, and a host program talking to the rack tends to join the
+    nComponent's (Linux wakes a task where its waker runs when that CPU is free
+    enough): the DDIO echo no longer depends on where the kernel put the three
+    processes. On two CPUs, though, all programs then share one, and two rack
+    programs talking through a shortcut take turns on it (docs/rack.md). A spec
+    that pins anything itself is left as written."""
+    host = sorted(os.sched_getaffinity(0))
+    kinds = {"n": host[:1], "p": host[1:]}
+    if not spec.split_cpus or len(host) < 2 or \
+            any(c.get("cpus") for c in spec.components):
+        return
+    for comp in spec.components:
+        if comp["kind"] in kinds:
+            comp["cpus"] = kinds[comp["kind"]]
 
 
 def _nics(value: Any, where: str) -> list[str]:

@@ -35,6 +35,20 @@ def test_up_and_down_leave_no_process_behind(run_root, tmp_path):
     assert not os.path.exists(rack.run.path)
 
 
+def test_split_cpus_pins_the_nmonitor_and_the_programs_apart(run_root, tmp_path):
+    host = sorted(os.sched_getaffinity(0))
+    if len(host) < 2:
+        pytest.skip(f"one CPU ({host}): rack.split_cpus has nothing to split")
+    with Rack(small_spec(str(tmp_path / "s"), split_cpus=True)) as rack:
+        n0 = psutil.Process(rack.components["n0"]["pid"])
+        assert {tuple(psutil.Process(t.id).cpu_affinity()) for t in n0.threads()} == {
+            tuple(host[:1])}   # every thread of the nMonitor
+        assert psutil.Process(rack.components["m0"]["pid"]).cpu_affinity() == host
+        out = cli("run", "--name", "t", "--on", "p1", "--", sys.executable, "-c",
+                  "import os; print(sorted(os.sched_getaffinity(0)))").stdout
+        assert out.strip() == str(host[1:])
+
+
 def test_context_manager_cleans_up_after_an_exception(run_root, tmp_path):
     pids = []
     with pytest.raises(ZeroDivisionError):

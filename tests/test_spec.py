@@ -1,5 +1,7 @@
 """Rack spec validation: every bad field gets a one-line error that names it."""
 
+import os
+
 import pytest
 
 from helpers import small_spec
@@ -56,6 +58,25 @@ def test_spec_file_relative_root_is_relative_to_the_file(tmp_path):
     assert spec.components[1]["memory"] == 10**6
 
 
+def test_split_cpus_gives_ncomponents_the_first_cpu_and_programs_the_others(tmp_path):
+    host = sorted(os.sched_getaffinity(0))
+    split = {c["id"]: c["cpus"] for c in load_spec(small_spec(str(tmp_path), split_cpus=True)
+                                                   ).components if c["kind"] in "pn"}
+    if len(host) < 2:   # one CPU: nothing to split
+        assert set(map(str, split.values())) == {"None"}
+    else:
+        assert split == {"p0": host[1:], "p1": host[1:], "n0": host[:1]}
+    off = load_spec(small_spec(str(tmp_path)))   # the default: the host's scheduler places
+    assert [c.get("cpus") for c in off.components if c["kind"] in "pn"] == [None] * 3
+    assert off.split_cpus is False and default_spec().split_cpus is False
+    mine = small_spec(str(tmp_path), split_cpus=True)   # a spec that pins anything: as written
+    mine["ncomponent"][0]["cpus"] = [host[-1]]
+    comps = {c["id"]: c for c in load_spec(mine).to_json()["components"]}
+    assert (comps["n0"]["cpus"], comps["p0"]["cpus"], comps["p1"]["cpus"]) == (
+        [host[-1]], None, None)
+    assert load_spec(mine).to_json()["rack"]["split_cpus"] is True
+
+
 def _err(mutate, tmp_path) -> str:
     spec = small_spec(str(tmp_path))
     mutate(spec)
@@ -93,6 +114,9 @@ def _err(mutate, tmp_path) -> str:
     (lambda s: s["rack"].update(mode="fast"), "rack.mode: 'fast' is not one of dma, ddio"),
     (lambda s: s["rack"].update(transport="verbs"), "rack.transport: 'verbs' is not available"),
     (lambda s: s["rack"].update(shortcuts="yes"), "rack.shortcuts: must be true or false"),
+    (lambda s: s["rack"].update(split_cpus=1), "rack.split_cpus: must be true or false, not 1"),
+    (lambda s: s["ncomponent"][0].update(cpus=[4096]), "ncomponent[0].cpus[0]: no CPU 4096"),
+    (lambda s: s["ncomponent"][0].update(cpus=[]), "ncomponent[0].cpus: must be a non-empty"),
     (lambda s: s["rack"].update(name="Bad Name"), "rack.name: 'Bad Name' is not 1-32"),
     (lambda s: s["rack"].update(speed=1), "rack.speed: unknown key"),
     (lambda s: s["ncomponent"].append({"id": "n1", "nics": ["127.0.0.12"]}),
