@@ -13,16 +13,23 @@ What is measured (a rack from the spec; DDIO, its default data path):
 - throughput, MB/s: `iperf3 -c -t SECONDS` from outside to `iperf3 -s` on the rack
   (iperf3/rack-server: the rack receives), from the rack to a server outside
   (iperf3/rack-client: the rack sends), and both ends plain (iperf3/linux).
+- what the interposer costs a program that makes no socket call, ms a run, the
+  whole process timed from outside: `dd` copying 10 MB of zeros in 512-byte
+  reads and writes (40,000 calls the interposer sees and passes on), plain
+  (no-sockets/plain) and with the interposer preloaded as `splitrack run` does
+  (no-sockets/preloaded), NO_SOCKETS_RUNS of each a repetition, in turn.
 All are interleaved in `reps` repetitions (`--duration S`: until S seconds).
 
 Targets (the unmodified-programs issue): sockperf/rack p50 <= 1.3 x python/rack p50
-at each size; iperf3 through the rack >= 0.5 x iperf3 on Linux, each direction.
+at each size; iperf3 through the rack >= 0.5 x iperf3 on Linux, each direction;
+"nothing measurable" for a program without sockets, taken as preloaded / plain
+<= 1.05 (whole-process timings on this machine spread by about that much).
 
 Needs sockperf and iperf3 (Debian: `apt install sockperf iperf3`).
 
 JSON (--json FILE): {"bench": "native", "sizes", "reps", "rtt": [{"size", "name",
-"p50_us", "p99_us"}], "throughput": [{"name", "MBps"}], "targets", "stats",
-"machine", "settings"} (report.py)
+"p50_us", "p99_us"}], "throughput": [{"name", "MBps"}], "no_sockets": [{"name",
+"p50_ms", "p99_ms"}], "targets", "stats", "machine", "settings"} (report.py)
 """
 
 import argparse
@@ -42,6 +49,7 @@ from benchmarks.progress import progress
 from benchmarks.report import finish, print_stats
 from benchmarks.servers import LINUX_IP, server, stop
 from benchmarks.stats import Series, repetitions, target
+from splitrack.native_run import preload_env
 from splitrack.rack import Rack
 from splitrack.spec import load_spec
 
@@ -50,6 +58,9 @@ DEFAULTS = {"rounds": 1000, "reps": 5, "seconds": 1.0}
 ROUNDS, REPS = DEFAULTS["rounds"], DEFAULTS["reps"]
 RTT_OVER_PYTHON = 1.3     # sockperf on the rack, against bench tcp's DDIO echo
 IPERF_OVER_LINUX = 0.5
+PRELOAD_OVER_PLAIN = 1.05   # "nothing measurable": within whole-process timing's spread
+NO_SOCKETS_RUNS = 10        # dd runs of each kind a repetition
+_NO_SOCKETS = ["if=/dev/zero", "of=/dev/null", "bs=512", "count=20000"]   # dd's: 10 MB
 _WARMUP_S = 0.4           # sockperf's own warm-up, left out of its log
 
 
@@ -60,7 +71,8 @@ def run(spec: Any = None, sizes: tuple[int, ...] = SIZES, **settings: Any
     rack_spec = load_spec(spec, name=f"bench-native-{os.getpid()}")
     p0 = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
     nic = next(c for c in rack_spec.components if c["kind"] == "n")["nics"][0]
-    rtt, rate = Series(), Series("MB/s")
+    rtt, rate, cost = Series(), Series("MB/s"), Series("ms")
+    dd = [_tool("dd"), *_NO_SOCKETS]
     with progress("bench native", None if s.get("duration") else s["reps"]) as advance, \
             Rack(rack_spec) as rack, contextlib.ExitStack() as up, \
             tempfile.TemporaryDirectory() as scratch:
@@ -93,8 +105,10 @@ def run(spec: Any = None, sizes: tuple[int, ...] = SIZES, **settings: Any
                                                        tools[ip, port]))
             rate.add("iperf3/rack-client", 0, _iperf3(
                 [*on_rack, iperf3], *ip3["linux"], s["seconds"], tools[ip3["linux"]], env))
+            for name, ms in _no_sockets(dd, NO_SOCKETS_RUNS).items():
+                cost.add(f"no-sockets/{name}", 0, ms)
             advance(f"repetition {rep + 1}")
-    series = {"rtt/": rtt, "throughput/": rate}
+    series = {"rtt/": rtt, "throughput/": rate, "cost/": cost}
     return _report(series, sizes, s), series
 
 
@@ -188,9 +202,24 @@ def _iperf3(client: list[str], ip: str, port: int, seconds: float, tool: _Tool,
                            f"{got.stderr[-400:]}; {tool.said()}") from exc
 
 
+def _no_sockets(argv: list[str], runs: int) -> dict[str, list[float]]:
+    """ms a whole run of argv (a program without sockets) takes, plain and with the
+    interposer preloaded as the pMonitor starts a program, `runs` of each in turn."""
+    plain = dict(os.environ)
+    preloaded = {**plain, **preload_env(plain)}
+    ms: dict[str, list[float]] = {"plain": [], "preloaded": []}
+    for _ in range(runs):
+        for name, env in (("plain", plain), ("preloaded", preloaded)):
+            t0 = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True, timeout=60)
+            ms[name].append((time.perf_counter() - t0) * 1e3)
+    return ms
+
+
 def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
             ) -> dict[str, Any]:
-    rtt, rate = series["rtt/"], series["throughput/"]
+    rtt, rate, cost = series["rtt/"], series["throughput/"], series["cost/"]
     targets = [target(f"sockperf on the rack / bench tcp's DDIO echo, RTT p50 at {z} B",
                       rtt.ratio(("sockperf/rack", z), ("python/rack", z)), RTT_OVER_PYTHON)
                for z in sizes]
@@ -198,6 +227,10 @@ def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
                        rate.ratio((f"iperf3/{what}", 0), ("iperf3/linux", 0)),
                        IPERF_OVER_LINUX, at_most=False)
                 for what in ("rack-server", "rack-client")]
+    targets.append(target("a program without sockets (dd, 512 B reads and writes): "
+                          "interposer preloaded / plain, whole run p50",
+                          cost.ratio(("no-sockets/preloaded", 0), ("no-sockets/plain", 0)),
+                          PRELOAD_OVER_PLAIN))
     return {"bench": "native", "sizes": list(sizes), "reps": len(rate.reps["iperf3/linux", 0]),
             "rtt": [{"size": z, "name": name, "p50_us": round(rtt.summary(name, z)["p50"], 2),
                      "p99_us": round(rtt.summary(name, z)["p99"], 2)}
@@ -206,6 +239,9 @@ def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
             "throughput": [{"name": name, "MBps": round(rate.summary(name, 0)["p50"], 1)}
                            for name in ("iperf3/linux", "iperf3/rack-server",
                                         "iperf3/rack-client")],
+            "no_sockets": [{"name": name, "p50_ms": round(cost.summary(name, 0)["p50"], 3),
+                            "p99_ms": round(cost.summary(name, 0)["p99"], 3)}
+                           for name in ("no-sockets/plain", "no-sockets/preloaded")],
             "targets": targets, "settings": {**s, "sizes": list(sizes)}}
 
 
@@ -214,6 +250,8 @@ def print_table(report: dict[str, Any]) -> None:
     print_stats([r for r in report["stats"] if r["series"].startswith("rtt/")])
     print("iperf3, MB/s received (rack-server: the rack receives; rack-client: it sends)")
     print_stats([r for r in report["stats"] if r["series"].startswith("throughput/")])
+    print("a program without sockets (dd), ms a run: plain, and with the interposer preloaded")
+    print_stats([r for r in report["stats"] if r["series"].startswith("cost/")])
 
 
 def main(args: argparse.Namespace) -> int:

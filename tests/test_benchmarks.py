@@ -236,6 +236,21 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     assert "targets" in stdout and "connect() p50" in stdout
 
 
+def test_bench_natives_program_without_sockets_runs_with_the_interposer_and_without():
+    """The A/B behind "the interposer adds nothing measurable": each preloaded run has
+    native/preload.c mapped, each plain run has not (a run that says otherwise exits 3,
+    which _no_sockets raises on), and every run is timed."""
+    from benchmarks.native import _no_sockets
+    from splitrack.native_run import preload_env
+    assert "_preload" in preload_env({})["LD_PRELOAD"]   # what the preloaded runs get
+    probe = ("import os, sys; mapped = '_preload' in open('/proc/self/maps').read(); "
+             "sys.exit(0 if mapped == ('_preload' in os.environ.get('LD_PRELOAD', '')) "
+             "else 3)")
+    ms = _no_sockets([sys.executable, "-c", probe], 3)
+    assert sorted(ms) == ["plain", "preloaded"]
+    assert all(len(v) == 3 and min(v) > 0 for v in ms.values())
+
+
 def test_the_connect_floor_makes_each_connection_from_the_nic():
     listener = socket.create_server(("127.0.0.5", 0), backlog=16)
     listener.settimeout(10)
