@@ -21,6 +21,10 @@ import sysconfig
 from importlib.util import find_spec
 
 _PT_INTERP = 3   # an ELF program header: the program asks for a dynamic loader
+# Asked once, at import: sysconfig fills its table on first use without a lock
+# (Python 3.11), so two of the pMonitor's launch threads asking at once could see it
+# half filled, LIBDIR None, and start a native program without its interpreter.
+_LIBDIR, _LDLIBRARY = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
 
 
 def preload_env(env: dict[str, str]) -> dict[str, str]:
@@ -31,10 +35,9 @@ def preload_env(env: dict[str, str]) -> dict[str, str]:
         raise ValueError("splitrack's native interposer is not built: reinstall splitrack "
                          "with pip")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
     return {
         "LD_PRELOAD": os.pathsep.join(p for p in (preload.origin, env.get("LD_PRELOAD")) if p),
-        "SPLITRACK_LIBPYTHON": _libpython(libdir, library),
+        "SPLITRACK_LIBPYTHON": _libpython(_LIBDIR, _LDLIBRARY),
         "SPLITRACK_PYTHONHOME": sys.base_prefix,
         "SPLITRACK_GUEST_SITE": os.pathsep.join([here, *site.getsitepackages()]),
         "SPLITRACK_GUEST_LIB": guest.origin,

@@ -217,6 +217,33 @@ def test_a_python_inetd_that_closes_its_copy_after_dup2_still_hands_over(net, bu
         assert server.wait(timeout=30) == 0, server.stderr.read()
 
 
+def test_native_programs_launched_at_once_each_get_the_interpreter():
+    """The pMonitor launches each program in a thread of its own; two native programs
+    launched at once, the first on a fresh pComponent, each asked sysconfig where
+    libpython is while its table was half filled (Python 3.11 fills it without a
+    lock), and one started with "no shared library" (bench native's iperf3 server,
+    exit 127). native_run now asks at import: threads started after it see a whole
+    table, in each of five fresh interpreters."""
+    probe = textwrap.dedent("""
+        import sysconfig, threading
+        import splitrack.native_run
+        from splitrack.native_run import preload_env
+        start, got = threading.Barrier(4), []
+        def launch():
+            start.wait()
+            got.append((sysconfig.get_config_var("LIBDIR"),
+                        preload_env({})["SPLITRACK_LIBPYTHON"]))
+        threads = [threading.Thread(target=launch) for _ in range(4)]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        print(sum(d is None or not lib.startswith("/") for d, lib in got))
+    """)
+    for _ in range(5):
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "0"
+
+
 def test_a_static_binary_is_refused_with_the_reason(net, built, tmp_path):
     _, env = net
     cc = shutil.which("cc") or shutil.which("gcc")
