@@ -400,8 +400,8 @@ def _split_cpus(spec: RackSpec) -> None:
     on the others. A program and the nComponent that carries its bytes then never
     share a CPU, and a host program talking to the rack tends to join the
     nComponent's (Linux wakes a task where its waker runs when that CPU is free
-    enough): the DDIO echo no longer depends on where the kernel put the three
-    processes. On two CPUs, though, all programs then share one, and two rack
+    enough): the DDIO echo then depends far less on where the kernel put the
+    three processes. On two CPUs, though, all programs then share one, and two rack
     programs talking through a shortcut take turns on it (docs/rack.md). A spec
     that pins anything itself is left as written."""
     host = sorted(os.sched_getaffinity(0))
