@@ -79,6 +79,36 @@ def test_write_read_across_lines_with_constant_evictions(vm):
     assert c["evictions"] > 50 and c["writebacks"] > 0 and c["zerofills"] > 0
 
 
+def test_threads_hitting_and_missing_at_once_keep_every_byte(vm):
+    """Hits take no Python lock (the C copy locks the set); misses do. Four threads,
+    each writing and reading back its own lines while the others evict them, and
+    all of them reading one shared line that none writes."""
+    size, threads = 16 * LINE, 4
+    addr, shared = vm.alloc(threads * size), vm.alloc(LINE)
+    vm.write(shared, b"\x7f" * LINE)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        rng, base = random.Random(i), addr + i * size
+        try:
+            for round_ in range(60):
+                data = bytes([i * 16 + round_ % 16]) * rng.randrange(1, 3 * LINE)
+                off = rng.randrange(size - len(data))
+                vm.write(base + off, data)
+                assert vm.read(base + off, len(data)) == data
+                assert vm.read(shared, LINE) == b"\x7f" * LINE
+        except BaseException as e:   # the main thread reports it
+            errors.append(e)
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(60)
+    assert not any(t.is_alive() for t in pool)
+    assert errors == []
+
+
 def test_first_touch_is_zero_filled_without_mcomponent_traffic(tiny_rack, vm):
     addr = vm.alloc(4 * LINE)
     home = vm.regions()[0][2]

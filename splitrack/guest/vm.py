@@ -145,24 +145,27 @@ class VirtualMemory:
 
     def read_into(self, addr: int, buf: Any) -> None:
         need_writable(buf)
-        with self.lock:
-            self._access(addr, buf, self.xc.read_ptr)
+        self._access(addr, buf, self.xc.read_ptr)
 
     def write(self, addr: int, data: Any) -> None:
-        with self.lock:
-            self._access(addr, data, self.xc.write_ptr)
+        self._access(addr, data, self.xc.write_ptr)
 
     def _access(self, addr: int, buf: Any, copy: Any) -> None:
         """Copy through the extCache (C) line by line, faulting lines in as needed
-        (buf's bytes through one C pointer: each copy goes on at ptr + done)."""
+        (buf's bytes through one C pointer: each copy goes on at ptr + done).
+        The hits take no lock here: the C copy locks each line's set, as it must for
+        the other processes of the pComponent, which share the extCache. Only a
+        fault takes the lock (one thread in the miss path and the endpoint)."""
         if addr < 0:
             raise OSError(errno.EFAULT, f"address {addr:#x} is outside this process's regions")
         ptr = ffi.from_buffer(buf)
         n = len(ptr)
         done = copy(self.slot, self.pid, addr, ptr, n)
-        while done < n:
-            self._fault(addr + done, n - done)
-            done += copy(self.slot, self.pid, addr + done, ptr + done, n - done)
+        if done < n:
+            with self.lock:
+                while done < n:
+                    self._fault(addr + done, n - done)
+                    done += copy(self.slot, self.pid, addr + done, ptr + done, n - done)
 
     def fault(self, addr: int, n: int = 1) -> None:
         """Bring the line holding `addr` into the extCache, as an access of the n bytes
