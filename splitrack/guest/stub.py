@@ -12,9 +12,9 @@ EOF, errors, the accept queue); its parts are mixins in files of their own,
 each over the same state: connect() is connecting.py's, bind, listen and
 accept listening.py's, the shortcuts' connect and accept shortcuts.py's,
 recv receiving.py's, send sending.py's, the socket options sockopts.py's,
-fileno()'s readiness bell.py's, and what the API takes and says (errors,
-addresses, timeouts) sockargs.py's. A connected stub's bytes take a path
-object:
+shutdown, close and detach closing.py's, fileno()'s readiness bell.py's, and
+what the API takes and says (errors, addresses, timeouts) sockargs.py's. A
+connected stub's bytes take a path object:
 `NicPath` (nic_path.py: through the skeleton, DMA or DDIO; the mode is the
 rack's, or SPLITRACK_MODE from `splitrack run --mode`, or per socket
 `set_rack_mode()`), or, to a listener of the rack, a shortcut (shortcuts.py):
@@ -41,7 +41,6 @@ In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 Untraced, the class is as written here.
 """
 
-import _socket
 import errno
 import operator
 import os
@@ -53,9 +52,10 @@ from collections import deque
 from typing import Any
 
 from fit_rpc import Op, codec, tracing
-from fit_rpc.netpath import CLOSE_UNREAD, SK, SK_ERR
+from fit_rpc.netpath import SK, SK_ERR
 from splitrack.guest import forked, handles
 from splitrack.guest.bell import Bell
+from splitrack.guest.closing import Closing
 from splitrack.guest.connecting import Connecting
 from splitrack.guest.face import StubFace
 from splitrack.guest.fit_path import PEER_CLOSED
@@ -87,8 +87,8 @@ class _Meta(type):
         return type.__instancecheck__(cls, obj)   # a subclass is itself
 
 
-class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Options, Bell, _std,
-                    metaclass=_Meta):
+class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Options, Closing,
+                    Bell, _std, metaclass=_Meta):
     # A handle's own: its timeout and whether it is closed; the rest (`__dict__`) is
     # the connection's, shared by every handle of it (handles.py: dup, fromfd)
     __slots__ = ("__dict__", "_timeout", "_gone")
@@ -254,100 +254,6 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
             return self._connect_ended()
         return bool(self._path.can_send() or self._error or self._shut_wr or self._broken
                     or self._peer_gone or self._dead)
-
-    # ---- shutdown, close, options --------------------------------------------------------------
-    def shutdown(self, how: int) -> None:
-        self._alive()
-        if operator.index(how) not in (0, 1, 2):
-            raise err(errno.EINVAL)
-        if self._peer is None and not self._listening:
-            raise err(errno.ENOTCONN)
-        with self._lock:
-            if how in (_socket_module.SHUT_RD, _socket_module.SHUT_RDWR):
-                self._shut_rd = True
-                self._ring()
-            if how in (_socket_module.SHUT_WR, _socket_module.SHUT_RDWR):
-                self._shut_wr = True
-                self._wake_senders()
-            if self._path is not None and self._n is None:   # a shortcut: no skeleton
-                self._path.shutdown(how)
-                return
-            if self._path is not None:
-                self._path.announce_held()   # held sends come before the shutdown
-        self._rt.call_raw(self._n, Op.N_SHUTDOWN, SK_ERR.pack(self._sk, how))
-
-    def _real_close(self, _ss: Any = _std) -> None:
-        last = handles.release(self, _std.fileno(self))
-        if last is None:
-            return   # closed already, or detached
-        if last:   # else another handle is open: only this one's descriptor closes
-            self._close_connection()
-        super()._real_close()
-
-    def _close_connection(self) -> None:
-        """The connection's end, whatever handles are open (the last one closed, or the
-        process exits: runtime.close)."""
-        if self._rt.forked:   # a fork()ed child's copy: its descriptors, nothing more
-            self._close_own()
-            return
-        with self._cond:
-            if self._dead:
-                return
-            self._dead = True
-            self._cond.notify_all()
-            unread = False
-            if self._path is not None and self._n is not None:
-                self._path.announce_held()   # held sends come before the close
-                # bytes it never read: Linux's close resets the connection then
-                unread = not self._broken and bool(self._path.take(1, None, True))
-        if self._n is not None and self._sk:
-            try:   # a call: every byte sent before it reaches the skeleton first
-                self._rt.call_raw(self._n, Op.N_CLOSE,
-                                  SK.pack(self._sk) + (CLOSE_UNREAD if unread else b""))
-            except OSError:
-                pass   # the nComponent is gone: nothing left to close
-        self._rt.unregister(self._id)
-        with self._lock:
-            if self._path is not None:
-                self._path.release()
-            waiting = [info["stub"] for info in self._accepts if "stub" in info]
-            self._accepts.clear()
-        for conn in waiting:   # shortcut connections no accept() took: their peers see EOF
-            conn.close()
-        self._n, self._sk = None, 0
-        self._close_own()
-
-    def _close_own(self) -> None:
-        """The connection's own descriptors: the bell pair (handles.py)."""
-        with self._lock:
-            if self._bell is not None:
-                self._bell.close()
-                self._bell = None
-        self._own.close()
-
-    def __del__(self) -> None:
-        """A handle dropped without close(): its descriptor closes, as a CPython socket's
-        does. Nothing here takes a lock (the collector may run inside code that holds
-        the stub's): the connection counts the handle gone at its next handle change,
-        and closes with the last handle (handles.py)."""
-        try:
-            if not self._gone and _std.fileno(self) >= 0:
-                self._gone = True
-                handles.dropped(self, _std.fileno(self))
-        except Exception:   # (half made, or the interpreter is going away)
-            pass
-        _socket.socket.close(self)
-
-    def detach(self) -> int:
-        """This handle's descriptor, for socket(fileno=) to take back (handles.py);
-        the handle is closed, the connection is not. (dup() is CPython's: a dup of
-        fileno() made into a handle by __init__.)"""
-        if not handles.detach(self, _std.fileno(self)):
-            return -1
-        fd = _std.detach(self)
-        from splitrack.guest import interposer  # (it imports this module)
-        interposer.hand_over(fd)   # under the native interposer, C code may take it
-        return fd
 
     def _alive(self) -> None:
         if self._dead or self._gone:
