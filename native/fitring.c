@@ -347,10 +347,20 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static __thread unsigned held_in_a_row;   /* fr_spin_yield's long yields, this thread's */
+
 int fr_spin_yield(void) {
     uint64_t t = now_ns();
     sched_yield();
-    return now_ns() - t < FR_CONTENDED_NS;
+    uint64_t held = now_ns() - t;
+    if (held < FR_CONTENDED_NS) {
+        held_in_a_row = 0;
+        return 1;
+    }
+    if (held < FR_CONTENDED_SLICE_NS && ++held_in_a_row < FR_CONTENDED_TURNS)
+        return 1;
+    held_in_a_row = 0;   /* it sleeps now: its next spin counts afresh */
+    return 0;
 }
 
 /* Sleep on efd and the fds' hang-ups until `until` (FR_NEVER: no limit; exact:

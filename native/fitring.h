@@ -83,8 +83,10 @@
 #define FR_MARK 0x21544946        /* "FIT!": every record carries it */
 #define FR_SKIP 0xFFFFFFFF        /* a skip record's length: go on at offset 0 */
 #define FR_EARLY_WRAP 65536       /* an empty ring starts over at 0 past this offset */
-#define FR_CONTENDED_NS 20000     /* a sched_yield this long: another task wanted the CPU
+#define FR_CONTENDED_NS 20000     /* a sched_yield this long: another task held the CPU
                                      (100 us was tried: evaluation.md) */
+#define FR_CONTENDED_TURNS 2      /* ... so many of them in a row: it wants the CPU */
+#define FR_CONTENDED_SLICE_NS 200000  /* ... or one this long: a CPU-bound task's time slice */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
                                      from sleep, timer slack off, is ~50 us late on a VM) */
@@ -232,10 +234,15 @@ void fr_timer_at(int tfd, uint64_t at_ns);
 /* Ring an eventfd once (a wake-up for a thread of this process, say). */
 void fr_ring_efd(int efd);
 
-/* One look's worth of yielding while spinning: 1 if the CPU was ours again
- * within FR_CONTENDED_NS (keep spinning), 0 if another task ran longer (the CPU
- * is contended: stop spinning and sleep, so that the work others have to do
- * gets done; on 2 cores a spinner otherwise costs more than the wake-up it saves). */
+/* One look's worth of yielding while spinning: 1 to keep spinning, 0 once the
+ * CPU is contended: then the spinner sleeps, so that the work others have to do
+ * gets done (on 2 cores a spinner otherwise costs more than the wake-up it
+ * saves). Contended: a yield of this thread gave the CPU away for
+ * FR_CONTENDED_SLICE_NS or more (a CPU-bound task had its slice), or
+ * FR_CONTENDED_TURNS yields in a row each for FR_CONTENDED_NS or more. One
+ * shorter yield is a neighbour's turn (a handler, a client's send): spinning on
+ * through it keeps this CPU busy, so the next wake-up meant for it is not sent
+ * across the CPUs, which costs 20-30 us on a VM whose idle CPUs halt. */
 int fr_spin_yield(void);
 
 #endif

@@ -49,8 +49,9 @@ Interface:
                                        due time)
     waitset.arm_with(waker) -> bool    arm(), and the waker's timer set for a message
                                        not yet due
-    spin_yield() -> bool               a spinner's yield: False once another task held
-                                       the CPU longer than FR_CONTENDED_NS
+    spin_yield() -> bool               a spinner's yield: False once other tasks held
+                                       the CPU longer than FR_CONTENDED_NS in
+                                       FR_CONTENDED_TURNS yields in a row
 
 C return codes become exceptions here and nowhere else: a ring its peer broke
 (-EBADMSG) raises RingBroken, a message no ring can hold (-EMSGSIZE)
@@ -509,8 +510,9 @@ def now_ns() -> int:
 
 
 def spin_yield() -> bool:
-    """Yield the CPU once while spinning: False if another task ran meanwhile for
-    longer than FR_CONTENDED_NS (the CPU is contended: stop spinning and sleep)."""
+    """Yield the CPU once while spinning: False once other tasks ran for longer than
+    FR_CONTENDED_NS in each of FR_CONTENDED_TURNS yields of this thread in a row (the
+    CPU is contended: stop spinning and sleep; fitring.h says why one is not)."""
     return bool(lib.fr_spin_yield())
 
 
