@@ -9,34 +9,15 @@ SPLITRACK_PACKING):
   ("pN.PID") carries every call a stub makes; `vm.lock` serialises them, so
   stubs may be used from several threads.
 - an inbox (shm://RUN_DIR/pN.PID.fit, on the rack's transport) for the pushes
-  of skeletons (STUB_*, 0x07xx), each handed to the stub it names. Stubs are named by an id the
-  runtime gives them before their skeleton exists, so a push can never arrive
-  for a stub not yet known. Who reads the inbox (`wait`):
-    inline (the start): a thread that waits on a socket reads it itself, if no
-      other thread does (the leader); the others park in short slices. No
-      thread hop: a cross-thread wake-up costs ~40 us a round trip here.
-    threaded (once a program asks for a socket's fileno(), to select on it):
-      one inbox thread reads it, and rings the stubs' descriptors.
-  The channels of FIT shortcuts (fit_path.FitPath) are read likewise: inline
-  by a thread waiting on that socket, threaded by the inbox thread, which
-  watches every channel `watch()` gave it beside the inbox: it spins on all of
-  them for rack.poll_us, then arms each and sleeps in poll() on their
-  readiness fds (the transport contract, fit_rpc/transport.py).
+  of skeletons (STUB_*, 0x07xx), each handed to the stub it names. Stubs are
+  named by an id the runtime gives them before their skeleton exists, so a
+  push can never arrive for a stub not yet known. Who reads it, and the FIT
+  shortcuts' channels: inbox_reader.py (inline, or one inbox thread once the
+  program selects on a socket).
 - buffers: each stub's receive and send rings live in rack memory, in regions
   (vm.alloc) of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and
   reuses.
-- the flusher: a thread, started the first time a stub holds sends back
-  (message packing, nic_path.py), that sends a batch still held PACK_DELAY_S
-  after its first byte, so that held bytes leave even while the program
-  computes. What tells it is the watch (native/stubpath.c, sp_watch), a
-  native thread that needs no interpreter lock: it sleeps until the first
-  held batch is due and rings the flusher only if that batch is still held.
-  A program that keeps sending sends its batches itself, so then the watch
-  wakes only itself and the flusher not at all (a Python thread that woke to
-  look every PACK_DELAY_S took the interpreter from a sending program: 30 %
-  of its send() time). The flusher takes a stub's lock only to send, and
-  waits for it only once the batch is twice PACK_DELAY_S old (the watch rings
-  again meanwhile).
+- the flusher (message packing): flusher.py.
 - routing: `nic()` (GNM_ALLOCATE, once: the NIC of this process's unbound
   sockets) and `owner(ip)` (GNM_OWNER, cached: the nComponent of a NIC).
 At exit every open stub closes, so data sent just before exit still leaves.
@@ -57,19 +38,16 @@ from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from fit_rpc.channel import Channel
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
-from native import stubpath
-from native.fitring import spin_yield
 from splitrack.guest import forked, handles, shortcuts
+from splitrack.guest.flusher import Flusher
+from splitrack.guest.inbox_reader import InboxReading
 from splitrack.guest.vm import VirtualMemory, own
 from splitrack.params import (
     FIT_POLL_US,
-    PACK_DELAY_S,
     PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
     SOCKET_SEND_BUFFER_BYTES,
     SOCKET_SLOTS_PER_REGION,
-    STUB_FOLLOWER_SLICE_S,
-    STUB_LEADER_SLICE_S,
 )
 
 _STUB_ID = SK   # every push starts with the stub's id
@@ -79,7 +57,7 @@ _INBOX_BATCH = 64   # the inbox thread serves at most this many messages between
 _SLOT_BYTES = SOCKET_BUFFER_BYTES + SOCKET_SEND_BUFFER_BYTES   # one socket's two rings
 
 
-class Runtime:
+class Runtime(InboxReading, Flusher):
     def __init__(self, vm: VirtualMemory, run_dir: str, mode: str, loopback: str,
                  shortcuts: bool = True, packing: bool = True, poll_us: int = FIT_POLL_US):
         self.vm = vm
@@ -91,9 +69,7 @@ class Runtime:
         self.shortcuts = shortcuts        # pipe/FIT shortcuts to listeners of the rack
         self.loopback = loopback          # the rack's 127.0.0.1, an alias an nComponent serves
         self.packing = packing            # message packing of small sends (nic_path.py)
-        self._held: list[Any] = []        # data paths the watch watches, for the flusher
-        self._watch: Any = None           # the watch (stubpath.sp_watch), once one holds
-        self._flush_efd = -1              # ... which rings this when a batch is due
+        self._init_flusher()
         self.stubs: dict[int, Any] = {}   # stub id -> stub
         self._ids = itertools.count(1)
         self._owners: dict[str, str] = {}
@@ -116,9 +92,7 @@ class Runtime:
         self._stop = False
         self.threaded = False
         self.forked = False   # this is a fork()ed child's copy (_after_fork_in_child)
-        self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
-        self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread
-        self._rewatch = False                 # _watched changed since the inbox thread looked
+        self._init_inbox_reading()
         atexit.register(self.close)
 
     # ---- calls (any thread) ---------------------------------------------------------------
@@ -242,85 +216,7 @@ class Runtime:
         """A port for a shortcut connection's local address (Linux's ephemeral range)."""
         return self._ports.randrange(32768, 61000)
 
-    # ---- message packing: held sends leave at most PACK_DELAY_S later ----------------------
-    def hold(self, path: Any) -> None:
-        """`path` (a NicPath, its stub's lock held) started holding a new batch back."""
-        if self._watch is None:
-            with _runtime_lock:   # one watch and one flusher, whichever thread holds first
-                if self._watch is None:
-                    self._start_flusher()
-        if not path.c.watched:
-            self._held.append(path)
-        stubpath.lib.sp_watch_add(self._watch, path.c)
-
-    def unhold(self, path: Any) -> None:
-        """`path` goes (its socket closed): the watch forgets it."""
-        if self._watch is not None and path.c.watched:
-            stubpath.lib.sp_watch_remove(self._watch, path.c)
-            self._held.remove(path)
-
-    def _start_flusher(self) -> None:
-        self._flush_efd = os.eventfd(0, os.EFD_CLOEXEC)
-        watch = stubpath.lib.sp_watch_start(self._flush_efd)
-        if watch == stubpath.ffi.NULL:
-            code = stubpath.ffi.errno
-            os.close(self._flush_efd)
-            raise OSError(code, "the packing watch's thread")
-        threading.Thread(target=self._flush_held, daemon=True,
-                         name="splitrack-stub-flusher").start()
-        self._watch = watch
-
-    def _flush_held(self) -> None:
-        """The flusher: what the watch says is due goes to its skeleton."""
-        clock = time.monotonic
-        while True:
-            os.read(self._flush_efd, 8)   # (no interpreter lock while it waits)
-            for path in list(self._held):
-                age = clock() - path.held_since   # a plain read: no lock to look
-                if not path.held or age < PACK_DELAY_S:
-                    continue   # sent by the program meanwhile, or a younger batch
-                lock = path.stub.lock   # the program may be in a call on that socket:
-                if not lock.acquire(blocking=age >= 2 * PACK_DELAY_S):   # the watch rings
-                    continue                                             # again
-                try:
-                    path.announce_held()
-                finally:
-                    lock.release()
-
-    # ---- who reads the inbox -----------------------------------------------------------------
-    def wait(self, ready: Callable[[], bool], deadline: float | None,
-             park: Callable[[float | None], object]) -> bool:
-        """Until ready() (True) or the deadline (False). Inline, the waiter reads the
-        inbox if nobody else does; otherwise park(timeout) waits for a wake-up."""
-        if handles.DROPPED:
-            handles.reap(self)
-        while not ready():
-            now = time.monotonic()
-            left = None if deadline is None else deadline - now
-            if left is not None and left <= 0:
-                return False
-            if now >= self._next_check:
-                self.check_components()
-                continue
-            if not self.threaded and self._inbox_lock.acquire(blocking=False):
-                try:
-                    if not ready():
-                        self.inbox.serve(_slice(left, STUB_LEADER_SLICE_S))
-                finally:
-                    self._inbox_lock.release()
-            else:
-                park(left if self.threaded else _slice(left, STUB_FOLLOWER_SLICE_S))
-        return True
-
-    def pump(self) -> None:
-        """Hand out what waits in the inbox now, if no other thread reads it."""
-        if not self.threaded and self._inbox_lock.acquire(blocking=False):
-            try:
-                while self.inbox.serve(0):
-                    pass
-            finally:
-                self._inbox_lock.release()
-
+    # ---- who reads the inbox ----------------------------------------------------------------
     def go_threaded(self) -> None:
         """From now on one thread reads the inbox (a program selects on fileno())."""
         with _runtime_lock:
@@ -330,85 +226,6 @@ class Runtime:
             threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
         for stub in list(self.stubs.values()):
             stub._face.sync_bell()   # its fileno() rings from now on, and it holds no sends back
-
-    def watch(self, path: Any) -> None:
-        """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""
-        self._watched.add(path)
-        self._rewatch = True
-
-    def unwatch(self, path: Any) -> None:
-        self._watched.discard(path)
-        self._rewatch = True
-
-    def _serve(self) -> None:
-        """The inbox thread: the inbox, and the watched channels."""
-        with self._inbox_lock:   # a leader finishes its slice first
-            paths: dict[int, Any] = {}   # a channel's readiness fd -> its path (`reading` held)
-            poller = select.poll()
-            poller.register(self.inbox.fileno(), select.POLLIN)
-            clock = time.monotonic
-            next_tick = clock() + PEER_CHECK_S
-            idle_since: float | None = None
-            while True:
-                busy = self._sync(poller, paths) if self._rewatch else False
-                wait = STUB_FOLLOWER_SLICE_S if busy else max(0.0, next_tick - clock())
-                if not paths:   # the inbox alone: its own wait spins, then sleeps
-                    self.inbox.serve(wait)
-                elif self._drain(paths):
-                    idle_since = None
-                else:
-                    now = clock()
-                    idle_since = idle_since or now
-                    if now - idle_since >= self.spin_s or not spin_yield():
-                        self._sleep(poller, paths, wait)
-                        idle_since = None
-                if clock() >= next_tick:
-                    if self._tick():
-                        return
-                    next_tick = clock() + PEER_CHECK_S
-
-    def _drain(self, paths: dict[int, Any]) -> bool:
-        """What waits in the inbox (a batch) and in every watched channel; any?"""
-        served = 0
-        while served < _INBOX_BATCH and self.inbox.serve(0):
-            served += 1
-        return any([path.drain() for path in paths.values()]) or served > 0
-
-    def _sleep(self, poller: select.poll, paths: dict[int, Any], wait: float) -> None:
-        """Arm the inbox and every channel, sleep until one is rung, disarm them all."""
-        sources = [self.inbox, *(path.channel for path in paths.values())]
-        armed = []
-        for source in sources:
-            if not source.arm():
-                break
-            armed.append(source)
-        else:
-            poller.poll(wait * 1000)
-        for source in armed:
-            source.disarm()
-
-    def _sync(self, poller: select.poll, paths: dict[int, Any]) -> bool:
-        """The poller watches what watch() asked for; True if a waiting thread still
-        reads a channel (try again soon)."""
-        self._rewatch = False
-        wanted = set(self._watched)
-        for fd, path in list(paths.items()):
-            if path not in wanted:
-                poller.unregister(fd)
-                del paths[fd]
-                path.let_go()
-        busy = False
-        for path in wanted.difference(paths.values()):
-            if path.released:
-                continue
-            if path.reading.acquire(blocking=False):
-                fd = path.channel.fileno()
-                poller.register(fd, select.POLLIN)
-                paths[fd] = path
-            else:
-                busy = True
-        self._rewatch = self._rewatch or busy
-        return busy
 
     def _vouch(self, peer: str, pid: int | None) -> bool:
         """Who may push to this process's stubs: an nComponent (global says which pid
@@ -497,10 +314,6 @@ class Runtime:
         self._stop = True
         if self._inbox_lock.acquire(timeout=1.0):   # nobody reads it any more
             self.inbox.close()
-
-
-def _slice(left: float | None, most: float) -> float:
-    return most if left is None else min(left, most)
 
 
 _runtime: Runtime | None = None

@@ -1,0 +1,154 @@
+"""Who reads an emulated process's inbox, and its FIT shortcuts' channels.
+
+`InboxReading` is the part of the runtime (runtime.py) that hands the
+skeletons' pushes to the stubs waiting for them; its state is the runtime's.
+Who reads the inbox (`wait`):
+  inline (the start): a thread that waits on a socket reads it itself, if no
+    other thread does (the leader); the others park in short slices. No
+    thread hop: a cross-thread wake-up costs ~40 us a round trip here.
+  threaded (once a program asks for a socket's fileno(), to select on it):
+    one inbox thread reads it, and rings the stubs' descriptors.
+The channels of FIT shortcuts (fit_path.FitPath) are read likewise: inline
+by a thread waiting on that socket, threaded by the inbox thread, which
+watches every channel `watch()` gave it beside the inbox: it spins on all of
+them for rack.poll_us, then arms each and sleeps in poll() on their
+readiness fds (the transport contract, fit_rpc/transport.py).
+"""
+
+import select
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from native.fitring import spin_yield
+from splitrack.guest import handles
+from splitrack.params import PEER_CHECK_S, STUB_FOLLOWER_SLICE_S, STUB_LEADER_SLICE_S
+
+_INBOX_BATCH = 64   # the inbox thread serves at most this many messages between polls
+
+
+class InboxReading:
+    """The runtime's inbox readers: wait() and pump() inline, the inbox thread
+    threaded."""
+
+    def _init_inbox_reading(self) -> None:
+        self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
+        self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread
+        self._rewatch = False                 # _watched changed since the inbox thread looked
+
+    def wait(self, ready: Callable[[], bool], deadline: float | None,
+             park: Callable[[float | None], object]) -> bool:
+        """Until ready() (True) or the deadline (False). Inline, the waiter reads the
+        inbox if nobody else does; otherwise park(timeout) waits for a wake-up."""
+        if handles.DROPPED:
+            handles.reap(self)
+        while not ready():
+            now = time.monotonic()
+            left = None if deadline is None else deadline - now
+            if left is not None and left <= 0:
+                return False
+            if now >= self._next_check:
+                self.check_components()
+                continue
+            if not self.threaded and self._inbox_lock.acquire(blocking=False):
+                try:
+                    if not ready():
+                        self.inbox.serve(_slice(left, STUB_LEADER_SLICE_S))
+                finally:
+                    self._inbox_lock.release()
+            else:
+                park(left if self.threaded else _slice(left, STUB_FOLLOWER_SLICE_S))
+        return True
+
+    def pump(self) -> None:
+        """Hand out what waits in the inbox now, if no other thread reads it."""
+        if not self.threaded and self._inbox_lock.acquire(blocking=False):
+            try:
+                while self.inbox.serve(0):
+                    pass
+            finally:
+                self._inbox_lock.release()
+
+    def watch(self, path: Any) -> None:
+        """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""
+        self._watched.add(path)
+        self._rewatch = True
+
+    def unwatch(self, path: Any) -> None:
+        self._watched.discard(path)
+        self._rewatch = True
+
+    def _serve(self) -> None:
+        """The inbox thread: the inbox, and the watched channels."""
+        with self._inbox_lock:   # a leader finishes its slice first
+            paths: dict[int, Any] = {}   # a channel's readiness fd -> its path (`reading` held)
+            poller = select.poll()
+            poller.register(self.inbox.fileno(), select.POLLIN)
+            clock = time.monotonic
+            next_tick = clock() + PEER_CHECK_S
+            idle_since: float | None = None
+            while True:
+                busy = self._sync(poller, paths) if self._rewatch else False
+                wait = STUB_FOLLOWER_SLICE_S if busy else max(0.0, next_tick - clock())
+                if not paths:   # the inbox alone: its own wait spins, then sleeps
+                    self.inbox.serve(wait)
+                elif self._drain(paths):
+                    idle_since = None
+                else:
+                    now = clock()
+                    idle_since = idle_since or now
+                    if now - idle_since >= self.spin_s or not spin_yield():
+                        self._sleep(poller, paths, wait)
+                        idle_since = None
+                if clock() >= next_tick:
+                    if self._tick():
+                        return
+                    next_tick = clock() + PEER_CHECK_S
+
+    def _drain(self, paths: dict[int, Any]) -> bool:
+        """What waits in the inbox (a batch) and in every watched channel; any?"""
+        served = 0
+        while served < _INBOX_BATCH and self.inbox.serve(0):
+            served += 1
+        return any([path.drain() for path in paths.values()]) or served > 0
+
+    def _sleep(self, poller: select.poll, paths: dict[int, Any], wait: float) -> None:
+        """Arm the inbox and every channel, sleep until one is rung, disarm them all."""
+        sources = [self.inbox, *(path.channel for path in paths.values())]
+        armed = []
+        for source in sources:
+            if not source.arm():
+                break
+            armed.append(source)
+        else:
+            poller.poll(wait * 1000)
+        for source in armed:
+            source.disarm()
+
+    def _sync(self, poller: select.poll, paths: dict[int, Any]) -> bool:
+        """The poller watches what watch() asked for; True if a waiting thread still
+        reads a channel (try again soon)."""
+        self._rewatch = False
+        wanted = set(self._watched)
+        for fd, path in list(paths.items()):
+            if path not in wanted:
+                poller.unregister(fd)
+                del paths[fd]
+                path.let_go()
+        busy = False
+        for path in wanted.difference(paths.values()):
+            if path.released:
+                continue
+            if path.reading.acquire(blocking=False):
+                fd = path.channel.fileno()
+                poller.register(fd, select.POLLIN)
+                paths[fd] = path
+            else:
+                busy = True
+        self._rewatch = self._rewatch or busy
+        return busy
+
+
+def _slice(left: float | None, most: float) -> float:
+    return most if left is None else min(left, most)
