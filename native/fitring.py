@@ -49,9 +49,8 @@ Interface:
                                        due time)
     waitset.arm_with(waker) -> bool    arm(), and the waker's timer set for a message
                                        not yet due
-    spin_yield() -> bool               a spinner's yield: False once other tasks held
-                                       the CPU longer than FR_CONTENDED_NS in
-                                       FR_CONTENDED_TURNS yields in a row
+    spin_yield() -> bool               a spinner's yield: False once the CPU is
+                                       contended (fitring.h: fr_spin_yield)
 
 C return codes become exceptions here and nowhere else: a ring its peer broke
 (-EBADMSG) raises RingBroken, a message no ring can hold (-EMSGSIZE)
@@ -510,9 +509,10 @@ def now_ns() -> int:
 
 
 def spin_yield() -> bool:
-    """Yield the CPU once while spinning: False once other tasks ran for longer than
-    FR_CONTENDED_NS in each of FR_CONTENDED_TURNS yields of this thread in a row (the
-    CPU is contended: stop spinning and sleep; fitring.h says why one is not)."""
+    """Yield the CPU once while spinning: False once the CPU is contended (stop
+    spinning and sleep): another task held it FR_CONTENDED_SLICE_NS or more in one
+    yield, or FR_CONTENDED_NS or more in each of FR_CONTENDED_TURNS yields of this
+    thread in a row (fitring.h says why one shorter yield is not contention)."""
     return bool(lib.fr_spin_yield())
 
 
