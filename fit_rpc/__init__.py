@@ -3,7 +3,8 @@
 Every cross-component interaction in splitrack is a FIT message; the wire format
 is docs/protocol.md. Public face:
 
-    Endpoint, Message     endpoint.py    calls, one-way sends, handlers
+    Endpoint, Message     endpoint.py    calls, one-way sends, handlers (its parts:
+                                         calling.py, serving.py)
     Op, op_name           ops.py         operation codes
     codec                 codec.py       the "args" payload layout
     pages                 pages.py       struct layouts of the memory path's messages
@@ -11,7 +12,9 @@ is docs/protocol.md. Public face:
     Channel               channel.py     one-way messages, object to object
     Transport             transport.py   the interface a transport implements:
                                          shm_transport.py (rings in shared memory, the
-                                         default; its channels: shm_channel.py),
+                                         default; its parts: shm_links.py,
+                                         shm_receiving.py, shm_sending.py; its
+                                         channels: shm_channel.py),
                                          zmq_transport.py (ZeroMQ)
     rendezvous, identity  rendezvous.py  where shm endpoints meet; identity.py: the ids
                                          and what the kernel vouches for them

@@ -1,0 +1,195 @@
+"""The receive side of a ShmTransport (shm_transport.py): the inbox and replies.
+
+`ShmReceiving` is the part of ShmTransport that takes messages in; its state
+is the transport's. Interface (transport.py's contract):
+    fileno(), arm(), disarm(), pending()   readiness, for an outside loop
+    recv_inbound(t) -> Arrival | None      a peer's request or one-way message,
+                                           read in place in its ring
+    answer(arrival, op, seq, frame)        a reply written and the request freed,
+                                           in one step (a plain request only)
+    done(arrival)                          the request's slot freed
+    recv_reply(peer, t, serve)             the next frame back on our link to peer
+    inbox_rings(known)                     the inbound rings, for a native data plane
+Invariants: one message per inbound link is held at a time (_held: taken,
+not yet done()); a nested wait (a handler's call) leaves held links out, so
+it cannot find that message again. The wait sets (_inbox_set, _reply_set)
+are made again only when the links or the held ones change, not per wait:
+each watches the endpoint's one bell, and a call's also its link's
+rendezvous socket (its hang-up). A hung link is closed once all its peer
+published is read (by done() or answer(), or by _sync() if a native data
+plane read it).
+"""
+
+import errno
+from typing import Any
+
+from fit_rpc.errors import PeerUnreachable
+from fit_rpc.shm_links import Link
+from fit_rpc.transport import Arrival, Frame
+from native.fitring import NEVER, WOKEN, Ring, RingBroken, WaitSet
+from splitrack.params import FIT_CALL_COPY_BYTES
+
+
+class ShmReceiving:
+    """ShmTransport's receive side: readiness, the inbox, replies, wait sets."""
+
+    # ---- readiness (an outside loop sleeps on fileno()) -------------------------------------
+    def fileno(self) -> int:
+        return self.bell.efd if self.waker is None else self.waker.fileno()
+
+    def arm(self) -> bool:
+        self._sync()
+        return self._inbox_set()[0].arm_with(self.waker)
+
+    def disarm(self) -> None:
+        if self.waker is not None:
+            self.waker.at(0)
+        if not self._inbox.disarm():
+            return
+        self._sync()
+
+    def pending(self) -> bool:
+        self._sync()
+        return self._inbox_set()[0].ready() >= 0
+
+    # ---- receiving ----------------------------------------------------------------------------
+    def recv_inbound(self, timeout_s: float | None) -> Arrival | None:
+        if self._new or self._hung or self._draining:
+            self._sync()
+        ws, links = self._inbox_set()
+        i = ws.take(self.spin_s, timeout_s)
+        if i < 0:
+            if timeout_s != 0:
+                if i == WOKEN and not (self._new or self._hung) and ws.next_due() == NEVER:
+                    self.count("doorbell_empty")
+                self._sync()
+            return None
+        link, msg = links[i], ws.msg
+        if msg.at < 0:
+            if msg.at != -errno.EAGAIN:
+                self._lost(link, "ring_broken")
+            return None
+        self._held.add(link)
+        return _arrival(Arrival, (link.peer, link, [link.rx.view(msg.at, msg.len)], link.pid,
+                                  link, (msg.kind, msg.op, msg.seq) if msg.plain else None))
+
+    def answer(self, arrival: Arrival, op: int, seq: int, frame: Frame) -> bool:
+        link: Link = arrival.link
+        if link.closed or arrival.head is None:
+            return False
+        try:
+            if not link.tx.answer(link.rx, op, seq, frame):
+                return False
+        except RingBroken:
+            return False   # (reply() finds it so and says so)
+        self._held.discard(link)   # released: done()'s work is done, but for
+        self._close_if_drained(link)   # a hung link's end
+        return True
+
+    def done(self, arrival: Arrival) -> None:
+        link: Link = arrival.link
+        if link in self._held:
+            self._held.discard(link)
+            if not link.closed:
+                link.rx.consume()
+        self._close_if_drained(link)
+
+    def _close_if_drained(self, link: Link) -> None:
+        """A hung link goes once everything its peer published is read."""
+        if link.hung and not link.closed and not link.rx.pending():
+            self._close(link)
+
+    def recv_reply(self, peer: str, timeout_s: float, serve: bool) -> Frame | None:
+        link = self.out.get(peer)
+        if link is None:
+            raise PeerUnreachable(f"no link to {peer}")
+        link.busy += 1   # not closed under us, whatever _sync() learns meanwhile
+        try:
+            while True:
+                try:
+                    view = link.rx.peek()
+                except RingBroken:
+                    self.count("ring_broken")
+                    link.hung = True   # closed on the way out
+                    raise PeerUnreachable(f"{peer} broke its ring") from None
+                if view is not None:
+                    data = bytes(view)
+                    link.rx.consume()
+                    return data
+                if link.hung and not link.rx.pending():   # all it published is read: gone
+                    raise PeerUnreachable(f"{peer} is gone (its process ended)")
+                ws = self._reply_set(link, serve)   # (hung: a reply not yet due waits)
+                i = ws.wait(self.spin_s, timeout_s, [] if link.hung else [link.sock.fileno()])
+                if i == 0:
+                    continue
+                if i >= len(ws.rings):
+                    link.hung = True   # read what it published, then say it is gone
+                    continue
+                if i < 0:
+                    self._sync()       # woken: new links, hang-ups, a signal; or the time is up
+                return None            # (i > 0: a request waits, the caller serves it)
+        finally:
+            link.busy -= 1
+            if link.hung and not link.busy:
+                self._lost(link)
+
+    # ---- for a native data plane ---------------------------------------------------------------
+    def inbox_rings(self, known: int = -1
+                    ) -> tuple[int, list[tuple[str, Ring, Ring, Any]] | None]:
+        """(generation, [(peer, ring, reply ring, verdict)]) of the inbound links (the
+        reply ring: ours back to the peer on the same link, where replies go; verdict:
+        the endpoint's vouch, None until it was asked); the generation changes
+        whenever the list does (a ring in an older list may be unmapped). None for the
+        list if the generation is still `known`."""
+        self._sync()
+        if known == self._gen:
+            return known, None
+        return self._gen, [(x.peer, x.rx, x.tx, x.verdict) for x in self.inbound]
+
+    # ---- wait sets ------------------------------------------------------------------------
+    def _inbox_set(self) -> tuple[WaitSet, list[Link]]:
+        """The inbound rings and their links, in order; those of links whose message a
+        handler holds left out (a nested wait must not find that message again). Made
+        again only when the links or the held ones change, not per wait."""
+        if not self._held:
+            if self._inbox_gen != self._gen:
+                self._inbox.rings = [x.rx for x in self.inbound]
+                self._inbox_links = list(self.inbound)
+                self._inbox_gen = self._gen
+            return self._inbox, self._inbox_links
+        key = (self._gen, frozenset(self._held))
+        if self._nested is None or self._nested_key != key:
+            links = [x for x in self.inbound if x not in self._held]
+            self._nested, self._nested_key = (self._wait_set([x.rx for x in links]), links), key
+        return self._nested
+
+    def _reply_set(self, link: Link, serve: bool) -> WaitSet:
+        """Ring 0: the link's replies; then, if serving, the inbound rings (as
+        _inbox_set() leaves them). Made again only when those change."""
+        if not serve or not self.inbound:
+            if link._alone is None:
+                link._alone = self._wait_set([link.rx], link)
+            return link._alone
+        if self._held:
+            key = (self._gen, frozenset(self._held))
+            if link._held_set is None or link._held_key != key:
+                ws = self._wait_set([link.rx, *(x.rx for x in self.inbound
+                                                if x not in self._held)], link)
+                link._held_set, link._held_key = ws, key
+            return link._held_set
+        if link._serve_gen != self._gen or link._serve_set is None:
+            link._serve_set = self._wait_set([link.rx, *(x.rx for x in self.inbound)], link)
+            link._serve_gen = self._gen
+        return link._serve_set
+
+    def _wait_set(self, rings: list[Ring], link: Link | None = None) -> WaitSet:
+        """A wait set of `rings`; for `link`'s calls, with its rendezvous socket watched."""
+        ws = WaitSet(self.bell.word, self.bell.efd)
+        ws.rings = rings
+        if link is not None:
+            ws.calls(self._back, FIT_CALL_COPY_BYTES, [link.sock.fileno()], self.spin_s)
+        return ws
+
+
+_arrival = tuple.__new__   # Arrival's fields in order, made in C (a NamedTuple's own
+#                           __new__ is Python's: a good part of a served message's time)
