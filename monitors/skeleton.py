@@ -59,7 +59,7 @@ class Skeleton:
         self.sk = sk
         self.c = conn                   # the data plane's state (native/skelpath.h): the
         #                                 window, counts and stream offsets live there
-        self.in_plane = False           # the plane can run it (its fd fits: NMonitor._new)
+        self.in_plane = False           # the plane can run it (its fd fits: NMonitor.new)
         self.owner = owner              # the stub's process endpoint id, "pN.PID"
         self.stub = 0                   # the stub's id in its process (pushes name it)
         self.inbox = ""                 # the stub's process's FIT inbox (a listener's: lookups)
