@@ -66,6 +66,7 @@ from fit_rpc.identity import kind_of
 from splitrack import argtypes
 from splitrack.params import NCOMPONENT_RING_BYTES
 from splitrack.rack import Rack, RackError
+from splitrack.rack_verbs import running_rack
 from splitrack.rundir import identify
 
 LINKS = ("p-m", "p-n", "n-m", "p-p", "p-s", "global")   # always shown, in this order
@@ -277,9 +278,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     from rich.live import Live
     from rich.text import Text
 
-    from splitrack.cli import _running_rack  # here: cli imports this module (add_parser)
-
-    name, rack = _running_rack(args)
+    name, rack = running_rack(args)
     if rack is None:
         raise RackError(f"rack {name!r} is not up")
     line = _line(rack)
