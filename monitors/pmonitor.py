@@ -13,7 +13,8 @@ processes pN tracks and to the nComponents (dDDIO reads and writes its lines):
   SPLITRACK_SHORTCUTS, SPLITRACK_PACKING, the drop-in socket module on
   PYTHONPATH, and the native interposer preloaded: splitrack/native_run.py,
   which also refuses a statically linked program), answers its PID, and, when it
-  ends, its exit status. One thread per launched program does only that. A
+  ends, its exit status (monitors/launching.py: the launch socket, a mixin of
+  the PMonitor). One thread per launched program does only that. A
   program dies with its pMonitor (PR_SET_PDEATHSIG, SIGKILL): a pComponent that
   fails takes its processes with it, as a board does. With `cpus` in its spec
   entry, the pMonitor pins its programs to those host CPUs (sched_setaffinity).
@@ -47,13 +48,10 @@ carries the extCache's hits, misses, evictions, write-backs, zero-fills and
 victim-cache hits, stores and flushes, per process and in total.
 """
 
-import contextlib
 import ctypes
 import errno
 import json
 import os
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -65,29 +63,19 @@ from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid, kind_of, process_of
 from fit_rpc.pages import pack_writeback
-from fit_rpc.transport import CURVE_ENV
 from monitors.core import Monitor
+from monitors.launching import Launching
 from native.extcache import FLUSH_FAILED, FLUSH_GONE, FLUSH_WRITTEN, ExtCache
 from native.extcache import lib as xc_lib
-from splitrack.native_run import preload_env, refuse_static
 from splitrack.params import FIT_CALL_TIMEOUT_S, MONITOR_IDLE_CHECK_S, VICTIM_FLUSH_S
 from splitrack.rundir import identify
 
-_SPAWN_MAX_BYTES = 1 << 20
-_DROPIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "splitrack", "guest", "_dropin")   # the sitecustomize.py of rack programs
 RELEASE_TIMEOUT_S = 0.5   # a component that cannot take a release in this is stopping
-_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_PR_SET_CHILD_SUBREAPER = 36
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def _die_with_the_pmonitor() -> None:
-    """In a program, between fork and exec: SIGKILL when its launching thread (so
-    the pMonitor) dies, as a board that fails takes its processes with it."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-class PMonitor(Monitor):
+class PMonitor(Launching, Monitor):
     kind = "p"
 
     def setup(self) -> None:
@@ -322,123 +310,3 @@ class PMonitor(Monitor):
         with open(os.path.join(self.run_dir, "spec.json")) as f:
             spec = json.load(f)
         return [c["id"] for c in spec["components"] if c["kind"] == kind]
-
-    # ---- launching (a thread per program; it touches no FIT socket) ------------------
-    def _start_spawn_server(self) -> socket.socket:
-        path = os.path.join(self.run_dir, f"{self.id}.spawn")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)   # a dead pMonitor's (restart); the run directory is ours alone
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(path)
-        sock.listen(16)
-        threading.Thread(target=self._accept_loop, args=(sock,), daemon=True).start()
-        return sock
-
-    def _accept_loop(self, sock: socket.socket) -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return  # closed: we are stopping
-            threading.Thread(target=self._launch, args=(conn,), daemon=True).start()
-
-    def _launch(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                request, fds = _recv_request(conn)
-            except (OSError, ValueError) as exc:
-                self.log.warning("bad launch request: %s", exc)
-                _send(conn, {"error": f"bad launch request: {exc}"})
-                return
-            try:
-                self._check_slice(request.get("slice"))
-                env = self._runtime_env(request)
-                refuse_static(request["argv"], env, request.get("cwd"))
-                # A session of its own: the caller's terminal is not its controlling
-                # terminal, so it may read and write it without job control stopping it.
-                with self._launching:
-                    proc = subprocess.Popen(
-                        request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                        cwd=request.get("cwd"), env=env,
-                        start_new_session=True, preexec_fn=self._in_child)
-                    self.children[proc.pid] = proc
-            except (OSError, ValueError, KeyError, TypeError, IndexError,
-                    subprocess.SubprocessError) as exc:
-                _send(conn, {"error": str(exc), "errno": getattr(exc, "errno", None)})
-                return
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            self.tracked[proc.pid] = psutil.Process(proc.pid).create_time()
-            self.log.info("launched %d: %s", proc.pid, " ".join(request["argv"]))
-            _send(conn, {"pid": proc.pid})
-            status = proc.wait()
-            del self.children[proc.pid]
-            try:
-                _send(conn, {"exit": status})
-            except OSError:
-                pass  # the launcher is gone; the process's end is still released by tick()
-
-    def _check_slice(self, name: Any) -> None:
-        """A launch must name the slice this pComponent is granted to, or none if free."""
-        mine = self.slices.get(self.id)
-        if name == mine:
-            return
-        self.ep.counters.error("slice")
-        if name is None:
-            why = (f"{self.id} is granted to slice {mine}: a launch there must name it "
-                   f"(splitrack job submit --slice {mine})")
-        else:
-            why = f"{self.id} is {f'granted to slice {mine}' if mine else 'free'}, " \
-                  f"not of slice {name}"
-        raise PermissionError(errno.EPERM, why)
-
-    def _in_child(self) -> None:
-        """Between fork and exec: die with us; run on our CPUs, if the spec says."""
-        _die_with_the_pmonitor()
-        if self.cpus:
-            os.sched_setaffinity(0, self.cpus)
-
-    def _runtime_env(self, request: dict[str, Any]) -> dict[str, str]:
-        """The program's environment: the caller's, plus what the rack runtime reads,
-        plus the drop-in socket module first on PYTHONPATH (splitrack/guest/rsocket.py),
-        plus the native interposer, preloaded (splitrack/native_run.py)."""
-        env = dict(request["env"])
-        mode = request.get("mode") or self.rack["mode"]
-        if mode not in ("dma", "ddio"):
-            raise ValueError(f"no data path {mode!r} (dma, ddio)")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_DROPIN, env.get("PYTHONPATH")) if p)
-        env.update(preload_env(env))
-        shortcuts = self.rack["shortcuts"] and request.get("shortcuts", True)
-        env.update(SPLITRACK_PCOMPONENT=self.id, SPLITRACK_RUN_DIR=self.run_dir,
-                   SPLITRACK_GLOBAL=self.ep.address_of_global(), SPLITRACK_MODE=mode,
-                   SPLITRACK_POLL_US=str(self.rack["poll_us"]),
-                   SPLITRACK_LOOPBACK=self.rack["loopback"],
-                   SPLITRACK_SHORTCUTS="1" if shortcuts else "0")
-        if not request.get("packing", True):
-            env["SPLITRACK_PACKING"] = "0"   # else the caller's environment decides
-        if CURVE_ENV in os.environ:   # tcp endpoints: the rack's key, which the caller lacks
-            env[CURVE_ENV] = os.environ[CURVE_ENV]
-        return env
-
-
-def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """One JSON launch request (u32 length first) with three fds attached."""
-    data, fds, _, _ = socket.recv_fds(conn, _SPAWN_MAX_BYTES, 3)
-    try:
-        if len(fds) != 3:
-            raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
-        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "little"):
-            chunk = conn.recv(_SPAWN_MAX_BYTES)
-            if not chunk:
-                raise ValueError("launch request cut short")
-            data += chunk
-        return json.loads(data[4:4 + int.from_bytes(data[:4], "little")]), fds
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-
-
-def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
-    conn.sendall(json.dumps(obj).encode() + b"\n")

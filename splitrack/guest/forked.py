@@ -36,45 +36,38 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
   (EOPNOTSUPP there; the parent's twins of other children's handles are not
   inherited), or outlive its parent with them (the parent's exit closes its
   connections: ECONNRESET); nor can it use its parent's rack memory (vm.py).
+
+This file is the fork hooks and the child's side (the `Forked` handle,
+`inherit`, `handle_over`); the parent's side, the twins and the thread that
+serves the child's calls on them, is fork_server.py; the channel's messages
+(and INHERIT, the token of `inherit`) are fork_channel.py's.
 """
 
 import _socket
 import errno
 import gc
-import itertools
 import os
-import pickle
-import select
 import socket as _socket_module
-import struct
 import threading
 from typing import Any
 
 from splitrack.guest import handles
+from splitrack.guest.fork_channel import INHERIT, receive_message, send_message
+from splitrack.guest.fork_server import TWINS, serve_child, twin_of
 from splitrack.guest.sockargs import bytes_view, err, scatter
 
 _std = _socket_module.socket
-_LEN = struct.Struct("<I")
 _pending: tuple[tuple[Any, Any], dict[int, Any]] | None = None   # between the fork hooks
 _channel: Any = None            # the child's end, once forked
 _turn = threading.Lock()        # the child's calls take turns on it
 _TOKENS: dict[int, int] = {}    # a child's descriptor -> its handle at the parent, if not its own
 _OWNED: dict[int, int] = {}     # a child's Forked descriptor -> the pid whose channel serves it
-_KEYS = itertools.count(1 << 20)   # the parent's keys of handles it makes later (accept, dup):
-#                                    past every descriptor number (the inherited ones' keys)
-_TWINS: dict[int, Any] = {}     # the parent's: every child's handles here, by their own fd
 _INHERITED: dict[int, int] = {}  # the child's: an inherited socket's state (id) -> a token
 _owner = 0                      # the child's pid: a grandchild may not use the channel
 CHANNEL_ENV = "SPLITRACK_FORK_CHANNEL"   # "fd:pid": the channel, for what the child exec()s
-INHERIT = -1                    # the token of a call on no handle: an image's `inherit`
-_CALLS = frozenset((            # what a child may ask its parent to make on its handle
-    "connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt", "getsockopt",
-    "getsockname", "getpeername", "settimeout", "gettimeout", "setblocking", "getblocking",
-    "recv", "recvfrom", "set_rack_mode", "send", "sendall", "sendto", "close", "accept",
-    "dup"))
 
 
-# ---- the parent ---------------------------------------------------------------------------
+# ---- the parent (its thread that serves the child: fork_server.py) -------------------------
 def before_fork(rt: Any) -> None:
     """(the parent's, before a fork) The child's handles, and the channel to it."""
     global _pending
@@ -83,22 +76,10 @@ def before_fork(rt: Any) -> None:
     theirs = {}
     for stub in list(rt.stubs.values()):
         for fd in handles.live_fds(stub):
-            if fd != stub._fd and fd not in _TWINS:   # (not another child's)
-                theirs[fd] = twin = _twin(stub, fd)
-                _TWINS[_std.fileno(twin)] = twin
+            if fd != stub._fd and fd not in TWINS:   # (not another child's)
+                theirs[fd] = twin = twin_of(stub, fd)
+                TWINS[_std.fileno(twin)] = twin
     _pending = (_socket_module.socketpair(), theirs)
-
-
-def _twin(stub: Any, fd: int) -> Any:
-    """One more handle of descriptor fd's connection, for the child, made without the
-    connection's lock (a thread may hold it across the fork: handles.forking). Its
-    timeout is the connection's first handle's."""
-    twin = _std.__new__(type(stub))
-    _std.__init__(twin, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, os.dup(fd))
-    twin.__dict__ = stub.__dict__
-    twin._gone, twin._timeout = False, stub._timeout
-    handles.forking(twin, _std.fileno(twin))
-    return twin
 
 
 def after_fork_in_parent(rt: Any) -> None:
@@ -108,107 +89,8 @@ def after_fork_in_parent(rt: Any) -> None:
     (mine, child), theirs = _pending
     _pending = None
     child.close()
-    threading.Thread(target=_serve, args=(rt, mine, theirs), name="splitrack-forked-child",
+    threading.Thread(target=serve_child, args=(rt, mine, theirs), name="splitrack-forked-child",
                      daemon=True).start()
-
-
-def _serve(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
-    """The child's calls, one at a time, until it ends; then what it held closes. (The
-    runtime goes threaded here, not in the fork's hook: that takes every stub's lock,
-    and a thread may hold one until the fork has returned.)"""
-    rt.go_threaded()
-    pidfd = -1
-    try:
-        (pid, _), _ = _receive(channel)   # the child says who it is first
-        pidfd = os.pidfd_open(pid)
-        ready = select.poll()   # the channel, and the child's end: a process it started
-        ready.register(channel.fileno(), select.POLLIN)   # may hold the channel too (an
-        ready.register(pidfd, select.POLLIN)              # exec()ed image's inherits it)
-        while True:
-            if any(fd == pidfd for fd, _ in ready.poll()):
-                return
-            try:
-                request, _ = _receive(channel)
-            except (EOFError, OSError):
-                return
-            fds: list[int] = []
-            try:
-                token, method, args = request
-                reply = (True, _made(theirs, token, method, args, fds))
-            except Exception as exc:   # (whatever the call raised goes to the child)
-                reply = (False, exc if isinstance(exc, OSError) else
-                         OSError(errno.EIO, f"{type(exc).__name__}: {exc}"))
-            try:
-                _send(channel, reply, fds)
-            except OSError:
-                return
-    except (EOFError, OSError):
-        return   # the child ended before it said who it is
-    finally:
-        for handle in theirs.values():
-            _close_twin(handle)
-        channel.close()
-        if pidfd >= 0:
-            os.close(pidfd)
-
-
-def _close_twin(handle: Any) -> None:
-    _TWINS.pop(_std.fileno(handle), None)
-    try:
-        handle.close()
-    except OSError:
-        pass
-
-
-def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: list[int]) -> Any:
-    """The child's call, on its handle `token`; a new handle's descriptor into fds."""
-    if token == INHERIT and method == "inherit":
-        return _twins_of(theirs, args[0])
-    handle = theirs.get(token)
-    if handle is None:
-        raise err(errno.EBADF)
-    if method not in _CALLS:
-        raise err(errno.EOPNOTSUPP)
-    if method == "close":
-        _close_twin(theirs.pop(token))
-        return None
-    if method in ("accept", "dup"):   # a new handle: its descriptor goes to the child
-        new, *rest = handle.accept() if method == "accept" else (handle.dup(),)
-        return (_new_twin(theirs, new, fds), new.type == _socket_module.SOCK_DGRAM, *rest)
-    return getattr(handle, method)(*args)
-
-
-def _new_twin(theirs: dict[int, Any], new: Any, fds: list[int] | None = None) -> int:
-    """A handle made here for the child: its key (its descriptor into fds, if given)."""
-    key = next(_KEYS)
-    theirs[key] = _TWINS[_std.fileno(new)] = new
-    if fds is not None:
-        fds.append(_std.fileno(new))
-    return key
-
-
-def _twins_of(theirs: dict[int, Any], inodes: list[tuple[int, Any]]
-              ) -> dict[int, tuple[int, bool]]:
-    """Which of an exec()ed image's socket descriptors (fd, inode) are the child's rack
-    sockets here (every handle of a connection shares its inode): {fd: (key, dgram)},
-    a handle here for each (one it had, else a dup). The handles no descriptor took
-    were its old image's, closed by exec(): they close here too."""
-    pool: dict[Any, list[tuple[int, Any]]] = {}
-    for key, twin in list(theirs.items()):
-        if _std.fileno(twin) >= 0:
-            pool.setdefault(handles.inode(_std.fileno(twin)), []).append((key, twin))
-    sample = {ino: held[0][1] for ino, held in pool.items()}
-    got: dict[int, tuple[int, bool]] = {}
-    for fd, ino in inodes:
-        ino = tuple(ino)
-        if ino not in sample:
-            continue   # not a rack socket: the kernel's
-        key = pool[ino].pop()[0] if pool[ino] else _new_twin(theirs, sample[ino].dup())
-        got[fd] = (key, sample[ino].type == _socket_module.SOCK_DGRAM)
-    for held in pool.values():
-        for key, _ in held:
-            _close_twin(theirs.pop(key))
-    return got
 
 
 # ---- the child ----------------------------------------------------------------------------
@@ -220,12 +102,12 @@ def after_fork_in_child() -> None:
     (parents, mine), _ = _pending
     _pending = None
     parents.close()
-    for handle in _TWINS.values():   # the parent's (this child's, other children's): only
+    for handle in TWINS.values():   # the parent's (this child's, other children's): only
         handle._gone = True          # their descriptors were copied
         os.close(_std.detach(handle))
-    _TWINS.clear()
+    TWINS.clear()
     _channel, _owner = mine, os.getpid()
-    _send(mine, (_owner, "pid"), [])
+    send_message(mine, (_owner, "pid"), [])
     os.set_inheritable(mine.fileno(), True)   # (for an image it exec()s)
     os.environ[CHANNEL_ENV] = f"{mine.fileno()}:{_owner}"
     stream, dgram = _forked_class(False), _forked_class(True)
@@ -268,8 +150,8 @@ def _ask(token: int, method: str, args: tuple) -> tuple[Any, list[int]]:
         raise OSError(errno.EOPNOTSUPP, "a rack socket passes one fork() only")
     with _turn:
         try:
-            _send(_channel, (token, method, args), [])
-            (ok, result), fds = _receive(_channel)
+            send_message(_channel, (token, method, args), [])
+            (ok, result), fds = receive_message(_channel)
         except (EOFError, OSError):
             raise OSError(errno.ECONNRESET, "the parent that held this socket has ended"
                           ) from None
@@ -421,31 +303,3 @@ def _forked_class(dgram: bool) -> type:
         _CLASSES[False] = type("ForkedStream", (Forked, BsdSocketStub), {"__slots__": ()})
         _CLASSES[True] = type("ForkedDatagram", (Forked, DatagramStub), {"__slots__": ()})
     return _CLASSES[dgram]
-
-
-# ---- the channel: a length, a pickle, and descriptors ------------------------------------------
-def _send(channel: Any, obj: Any, fds: list[int]) -> None:
-    data = pickle.dumps(obj)
-    message = _LEN.pack(len(data)) + data
-    sent = _socket_module.send_fds(channel, [message[:4]], fds) if fds else 0
-    channel.sendall(message[sent:])
-
-
-def _receive(channel: Any) -> tuple[Any, list[int]]:
-    head, fds, _, _ = _socket_module.recv_fds(channel, 4, 4)
-    if not head:
-        raise EOFError
-    while len(head) < 4:
-        more = channel.recv(4 - len(head))
-        if not more:
-            raise EOFError
-        head += more
-    n, = _LEN.unpack(head)
-    data = bytearray()
-    while len(data) < n:
-        more = channel.recv(min(n - len(data), 1 << 20))
-        if not more:
-            raise EOFError
-        data += more
-    return pickle.loads(data), fds
-
