@@ -1,9 +1,11 @@
 from setuptools import Extension, setup
 
 # native/build.py says what each is. The preload is a plain C library (no module):
-# it does not link the interpreter, it starts one (native/preload.c); preload_memory.c
-# is its malloc and mmap for --memory rack.
-preload = Extension("native._preload", sources=["native/preload.c", "native/preload_memory.c"],
+# it does not link the interpreter, it starts one (native/preload.c, whose head lists
+# its files); preload_memory.c is its malloc and mmap for --memory rack.
+preload = Extension("native._preload",
+                    sources=["native/preload.c", "native/preload_socket.c", "native/preload_fd.c",
+                             "native/preload_memory.c"],
                     include_dirs=["native"],
                     extra_compile_args=["-O2", "-std=gnu11", "-Wall"], libraries=["dl", "pthread"])
 

@@ -1,0 +1,129 @@
+/* The native interposer's own parts, shared by its three files (none of it is
+ * exported from the library: hidden visibility).
+ *
+ *   preload.c         which descriptors are the rack's, the interpreter it starts,
+ *                     fork() and exec(); the contract of the whole interposer
+ *   preload_socket.c  the socket calls on rack descriptors (socket ... getsockopt)
+ *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup, poll, select, epoll
+ *
+ * Interface:
+ *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited
+ *                   by an exec()ed image, asked about on first use (preload.c)
+ *   is_rack(fd)     fd is a rack socket's, and the call is the program's
+ *   python_thread() the call is the interpreter's own (it goes to libc)
+ *   GUEST(sr.fn, ...) a call of native/guest.h, counted as the interpreter's
+ *   libc_NAME()     libc's definition of NAME (REAL(...) declares it, per file)
+ *   ret(r)          -errno -> -1 with errno set, as libc returns
+ *   mark(fd)        a new rack descriptor into the table (ret() of a -errno)
+ *   start_guest     once (guest_once): the interpreter and native._guest loaded
+ *   watch(fd)       the first wait on a rack socket makes the runtime threaded
+ */
+#ifndef SPLITRACK_PRELOAD_H
+#define SPLITRACK_PRELOAD_H
+
+#include <Python.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define RACK_FDS 65536
+#define EXIT_CANNOT_RUN 127
+#define MAYBE 2          /* rack[fd] of an inherited socket not asked about yet */
+
+#pragma GCC visibility push(hidden)
+
+extern _Atomic unsigned char rack[RACK_FDS];
+extern int python_host;                  /* the program has an interpreter of its own */
+extern int (*py_is_up)(void);            /* its Py_IsInitialized */
+extern int fit_over_tcp;                 /* the rack's FIT is ZeroMQ over TCP */
+extern int guest_up;                     /* the interpreter and native._guest are loaded */
+extern pthread_once_t guest_once, inherit_once;
+extern _Atomic int inheriting;           /* meanwhile MAYBE is no rack socket */
+extern _Atomic int watched;              /* the runtime is threaded (sr_watch made) */
+extern PyThreadState *(*py_this_thread)(void);   /* PyGILState_GetThisThreadState */
+
+/* Which calls are the interpreter's: a thread inside a call to native._guest (the
+ * stub's own syscalls), or a thread of the interpreter's own (the runtime's threads:
+ * a Python thread state, and never a caller of native._guest). A thread of the
+ * program that called it keeps a thread state too (cffi keeps one per thread). In a
+ * Python program every thread has one, so there only the first counts. */
+extern __thread int in_guest, program_thread;
+#define GUEST(fn, ...) ({ in_guest++; program_thread = 1; \
+                          __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
+
+/* native._guest's functions (native/guest.h), found when it is loaded */
+extern struct guest_calls {
+    int (*socket)(int, int, int);
+    int (*bind)(int, uint32_t, int);
+    int (*connect)(int, uint32_t, int);
+    int (*listen)(int, int);
+    int (*accept)(int, int, uint32_t *, int *);
+    long (*send)(int, const void *, size_t, int, int, uint32_t, int);
+    long (*recv)(int, void *, size_t, int, uint32_t *, int *);
+    int (*shutdown)(int, int);
+    int (*close)(int);
+    int (*name)(int, int, uint32_t *, int *);
+    int (*setsockopt)(int, int, int, const void *, int);
+    int (*getsockopt)(int, int, int, void *, int *);
+    int (*blocking)(int, int);
+    int (*dup)(int, int);
+    int (*exit)(void);
+    int (*watch)(void);
+    int (*inherit)(const int *, int, int *);
+    int (*memory)(void);
+} sr;
+
+void start_guest(void);
+void adopt_inherited(void);
+int forked_child(void);   /* a fork()ed child of a rack program: its channel's fd, else -1 */
+int mark(int fd);
+void watch_now(void);
+
+#pragma GCC visibility pop
+
+/* libc's definition of `name`, looked up once (RTLD_NEXT: the one after this library) */
+#define REAL(ret, name, ...) \
+    static ret (*real_##name)(__VA_ARGS__); \
+    static ret (*libc_##name(void))(__VA_ARGS__) { \
+        if (!real_##name) real_##name = dlsym(RTLD_NEXT, #name); \
+        return real_##name; }
+
+static inline int python_thread(void)
+{
+    return guest_up && (in_guest || (!python_host && !program_thread && py_this_thread() != NULL));
+}
+
+static inline int is_rack(int fd)
+{
+    if (fd < 0 || fd >= RACK_FDS)
+        return 0;
+    int v = atomic_load_explicit(&rack[fd], memory_order_relaxed);
+    if (v == MAYBE) {   /* (not while python itself starts: the guest needs it up) */
+        if (atomic_load(&inheriting) || (python_host && !py_is_up()))
+            return 0;
+        pthread_once(&inherit_once, adopt_inherited);
+        v = atomic_load(&rack[fd]);
+    }
+    return v == 1 && !python_thread();
+}
+
+static inline long ret(long r)
+{
+    if (r < 0) {
+        errno = (int)-r;
+        return -1;
+    }
+    return r;
+}
+
+static inline void watch(int fd)
+{
+    if (!atomic_load_explicit(&watched, memory_order_relaxed) && is_rack(fd)
+        && !atomic_exchange(&watched, 1))
+        GUEST(sr.watch);
+}
+
+#endif

@@ -1,0 +1,199 @@
+/* The native interposer's descriptor calls (native/preload.c states the contract).
+ *
+ *   - fcntl and ioctl(FIONBIO) on a rack descriptor: O_NONBLOCK is the stub's (its
+ *     descriptor stays non-blocking underneath, for the runtime); F_DUPFD is a dup;
+ *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
+ *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
+ *     takes the descriptors back from its parent (preload.c);
+ *   - poll, ppoll, select, pselect, epoll_ctl go to the kernel: a rack descriptor is
+ *     a real one whose readiness the stub keeps exact once the runtime is threaded,
+ *     and the first of them that names a rack socket makes it so (watch()).
+ */
+#define _GNU_SOURCE
+#include "preload.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <unistd.h>
+
+REAL(int, close, int)
+REAL(int, fcntl, int, int, ...)
+REAL(int, fcntl64, int, int, ...)
+REAL(int, ioctl, int, unsigned long, ...)
+REAL(int, dup, int)
+REAL(int, dup2, int, int)
+REAL(int, dup3, int, int, int)
+REAL(int, poll, struct pollfd *, nfds_t, int)
+REAL(int, ppoll, struct pollfd *, nfds_t, const struct timespec *, const sigset_t *)
+REAL(int, select, int, fd_set *, fd_set *, fd_set *, struct timeval *)
+REAL(int, pselect, int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *)
+REAL(int, epoll_ctl, int, int, int, struct epoll_event *)
+
+/* A new descriptor of a rack socket (the kernel's dup of `fd`) is one more handle of it. */
+static int one_more(int fd, int newfd)
+{
+    if (newfd < 0)
+        return newfd;
+    int r = GUEST(sr.dup, fd, newfd);
+    if (r < 0) {
+        libc_close()(newfd);
+        return ret(r);
+    }
+    return mark(newfd);
+}
+
+/* fcntl on a rack socket: O_NONBLOCK is the stub's (its descriptor stays non-blocking
+ * underneath: the runtime reads it); a dup is one more handle; the rest is the kernel's. */
+static int rack_fcntl(int fd, int cmd, long arg, int (*next)(int, int, ...))
+{
+    switch (cmd) {
+    case F_GETFL: {
+        int flags = next(fd, F_GETFL), blocking = GUEST(sr.blocking, fd, -1);
+        if (flags < 0 || blocking < 0)
+            return flags < 0 ? flags : ret(blocking);
+        return blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK;
+    }
+    case F_SETFL:
+        return ret(GUEST(sr.blocking, fd, !(arg & O_NONBLOCK)));
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+        return one_more(fd, next(fd, F_DUPFD_CLOEXEC, arg));
+    default:
+        return next(fd, cmd, arg);
+    }
+}
+
+/* (Python.h asks for 64-bit file offsets, under which glibc's header names fcntl
+ * fcntl64: both symbols are defined here by their own names.) */
+int fcntl_any(int fd, int cmd, ...) __asm__("fcntl");
+int fcntl_64(int fd, int cmd, ...) __asm__("fcntl64");
+
+int fcntl_any(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);   /* (every command's argument fits: int, long or pointer) */
+    va_end(ap);
+    return is_rack(fd) ? rack_fcntl(fd, cmd, arg, libc_fcntl()) : libc_fcntl()(fd, cmd, arg);
+}
+
+int fcntl_64(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
+    return is_rack(fd) ? rack_fcntl(fd, cmd, arg, libc_fcntl64())
+                       : libc_fcntl64()(fd, cmd, arg);
+}
+
+int ioctl(int fd, unsigned long request, ...)
+{
+    va_list ap;
+    va_start(ap, request);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (is_rack(fd) && request == FIONBIO)
+        return ret(GUEST(sr.blocking, fd, !*(int *)arg));
+    return libc_ioctl()(fd, request, arg);
+}
+
+int dup(int fd)
+{
+    return is_rack(fd) ? one_more(fd, libc_fcntl()(fd, F_DUPFD_CLOEXEC, 0)) : libc_dup()(fd);
+}
+
+int dup3(int fd, int newfd, int flags)
+{
+    if (python_thread() || (!is_rack(fd) && !is_rack(newfd)))
+        return libc_dup3()(fd, newfd, flags);
+    if (fd == newfd) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (is_rack(newfd))
+        close(newfd);   /* as dup3's own closing of newfd, but the stub's */
+    if (!is_rack(fd))
+        return libc_dup3()(fd, newfd, flags);
+    /* close-on-exec, unless an image exec()ed here can take it back (a fork()ed child's) */
+    return one_more(fd, libc_dup3()(fd, newfd, forked_child() >= 0 ? flags : O_CLOEXEC));
+}
+
+int dup2(int fd, int newfd)
+{
+    if (python_thread() || (!is_rack(fd) && !is_rack(newfd)))
+        return libc_dup2()(fd, newfd);
+    if (fd == newfd)
+        return newfd;
+    return dup3(fd, newfd, 0);
+}
+
+static void watch_polled(const struct pollfd *fds, nfds_t n)
+{
+    for (nfds_t i = 0; guest_up && !watched && i < n; i++)
+        watch(fds[i].fd);
+}
+
+static void watch_selected(int n, const fd_set *r, const fd_set *w, const fd_set *e)
+{
+    for (int fd = 0; guest_up && !watched && fd < n && fd < FD_SETSIZE; fd++)
+        if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e)))
+            watch(fd);
+}
+
+/* (glibc declares poll's fds write-only; they are read here, as the kernel reads them) */
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+    watch_polled(fds, n);
+    return libc_poll()(fds, n, timeout);
+}
+
+int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const sigset_t *mask)
+{
+    watch_polled(fds, n);
+    return libc_ppoll()(fds, n, timeout, mask);
+}
+
+/* _FORTIFY_SOURCE's checked polls */
+int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t room)
+{
+    if (n > room / sizeof *fds)
+        abort();
+    return poll(fds, n, timeout);
+}
+
+int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
+                const sigset_t *mask, size_t room)
+{
+    if (n > room / sizeof *fds)
+        abort();
+    return ppoll(fds, n, timeout, mask);
+}
+
+int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout)
+{
+    watch_selected(n, r, w, e);
+    return libc_select()(n, r, w, e, timeout);
+}
+
+int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
+            const sigset_t *mask)
+{
+    watch_selected(n, r, w, e);
+    return libc_pselect()(n, r, w, e, timeout, mask);
+}
+
+int epoll_ctl(int ep, int op, int fd, struct epoll_event *event)
+{
+    if (guest_up && op != EPOLL_CTL_DEL)
+        watch(fd);
+    return libc_epoll_ctl()(ep, op, fd, event);
+}
