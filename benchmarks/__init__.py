@@ -5,6 +5,7 @@
     extcache.py     `splitrack bench extcache`: extCache hits, misses, zero-fills and
                     evictions from a process on p0 vs the floors
     tcp.py          `splitrack bench tcp`: the paper's TCP micro-benchmarks vs Linux
+                    (its report and targets: tcp_report.py)
     wordcount.py    `splitrack bench wordcount`: the paper's macro benchmark vs Linux
     floors.py       the interconnect floors: Linux TCP, AF_UNIX, FIT's rings asleep and
                     spinning, raw pyzmq, between plain processes

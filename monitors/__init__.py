@@ -2,9 +2,11 @@
 
     core.py        the life every monitor shares (bind, register, serve, stop)
     gmonitor.py    global: GPM, GMM, GSM (registry.py) and GNM (gnm/)
-    pmonitor.py    pComponent (extCache, processes)
+    pmonitor.py    pComponent (extCache, processes; launching.py: its launch socket)
     mmonitor.py    mComponent (address_space.py: regions and page tables)
-    nmonitor.py    nComponent      smonitor.py  sComponent (storage_root.py)
+    nmonitor.py    nComponent (its loop plane_loop.py, its ops skeleton_ops.py, a
+                   skeleton's life skeleton_lifecycle.py)
+    smonitor.py    sComponent (storage_root.py)
     slices.py      the slice table (pure data): which component is granted to which slice
     __main__.py    `python -m monitors --run-dir D --id ID`
 

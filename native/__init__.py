@@ -7,7 +7,7 @@
     ddio.h / ddio.c             dDDIO's copies: DRAM ring <-> a process's extCache lines
     ddio.py                     its Python binding
     fitring.h / fitring.c       FIT's message rings and doorbells in shared memory
-    fitring.py                  its Python binding
+    fitring.py                  its Python binding (ring.py: a Ring; waitset.py: a WaitSet)
     stubpath.h / stubpath.c     a bsdSocketStub's hot path: a send or a recv in one call
     stubpath.py                 its Python binding
     skelpath.h / skelpath.c     the nComponent's data plane: its DDIO skeletons' hot path
@@ -16,6 +16,8 @@
     pager.c                     ... its userfaultfd fault handler, through the extCache
     rackalloc.c                 ... its allocator, and CPython's hooks into it
     preload.c                   the native interposer (LD_PRELOAD): a C program's sockets
+    preload_socket.c            ... its socket calls; preload_fd.c: fcntl, dup, poll, epoll
+    preload_memory.c            ... its malloc and mmap for --memory rack
     guest.h                     ... the stub's calls it makes (module _guest: cffi embedding)
     build.py                    the cffi build script (setup.py: cffi_modules)
 """

@@ -13,7 +13,9 @@ program's process holds, besides its own code:
                    sending.py (send), shortcuts.py (the intra-rack shortcuts'
                    connect and accept), sockopts.py (options), bell.py
                    (fileno()'s readiness), sockargs.py (what the API takes and
-                   says), handles.py (dup, fromfd, detach)
+                   says), handles.py (dup, fromfd, detach), closing.py
+                   (shutdown, close), forked.py (a socket shared across fork:
+                   fork_server.py the parent's side, fork_channel.py the channel)
     datagram.py    a UDP socket's bsdSocketStub: datagrams as records over the
                    same path
     face.py        the door into a stub that its paths and the runtime use
@@ -23,8 +25,8 @@ program's process holds, besides its own code:
     pipe_path.py     a shortcut on one pComponent (a pipe)
     fit_path.py      a shortcut between two (a FIT channel of the two stubs')
     vm.py          rack memory: regions at mComponents behind the extCache
-                   (public as `splitrack.vm`); line_miss.py, a line's miss to
-                   its home in one native call
+                   (public as `splitrack.vm`); faulting.py, its miss path;
+                   line_miss.py, a line's miss to its home in one native call
     files.py       the rack's storage, the sComponents (public as `splitrack.files`)
 
 Nothing here is imported by the front door's processes but vm and files (a
