@@ -44,7 +44,7 @@ from benchmarks.progress import progress
 from benchmarks.report import wrote
 from benchmarks.servers import LINUX_IP, server
 from benchmarks.stats import Series, repetitions
-from benchmarks.tcp import rack_client
+from benchmarks.tcp_client import rack_client
 from splitrack.params import BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
 from splitrack.spec import RackSpec, load_spec

@@ -55,9 +55,7 @@ printed are tcp_report.py's.
 
 import argparse
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -71,6 +69,7 @@ from benchmarks.report import finish
 from benchmarks.servers import LINUX_IP, server
 from benchmarks.shm_peer import ShmPeer
 from benchmarks.stats import Series, repetitions
+from benchmarks.tcp_client import rack_client
 from benchmarks.tcp_report import MODES, build_report, print_table
 from splitrack.params import BENCH_CONNECT_WARMUP_S, BENCH_WARMUP_ROUNDS
 from splitrack.rack import Rack
@@ -155,7 +154,7 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES,
                                tcp_client.tx(*addr[m + "-unpacked"], size, s["seconds"])["MBps"])
                 for m, on in on_rack.items():   # the client on the rack too: one launch a rep
                     got = rack_client(rack_run, env, on, addr[m],
-                                       [p for z in sizes for p in plan(z)])
+                                      [p for z in sizes for p in plan(z)])
                     for i, size in enumerate(sizes):
                         record(m, size, got[3 * i:3 * i + 3])
                 n = max(1, s["connects"] // reps)
@@ -190,19 +189,6 @@ def _connect_floor(peer: ShmPeer, addr: tuple[str, int], n: int, spin_s: float) 
     finally:
         peer.rest()
     return out
-
-
-def rack_client(rack_run: list[str], env: dict[str, str], on: str, addr: tuple[str, int],
-                plan: list[dict[str, Any]]) -> list[Any]:
-    """tcp_client.py's plan run on the rack (pComponent `on`); its results. rack_run:
-    the command `splitrack run --name RACK`."""
-    plan = [{**p, "ip": addr[0], "port": addr[1]} for p in plan]
-    proc = subprocess.run([*rack_run, "--on", on, "--", sys.executable, "-m",
-                           "benchmarks.tcp_client", json.dumps(plan)],
-                          env=env, cwd="/", capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the rack client failed: {proc.stderr.strip()[-800:]}")
-    return json.loads(proc.stdout)
 
 
 def _ncomponent_cpu(rack: Rack, n_id: str, addr: tuple[str, int] | None,

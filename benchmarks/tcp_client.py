@@ -8,6 +8,8 @@
     connect_times(ip, port, n, seconds)       -> connect() times in µs: n, or more
                                                  until `seconds` have passed
     at(t)                                     sleeps until time.monotonic() == t
+    rack_client(rack_run, env, on, addr, plan) a plan run on the rack (pComponent `on`),
+                                                 by the launcher: its results
 
     python -m benchmarks.tcp_client PLAN_JSON  runs a plan -- a list of
         {"kind": "echo"|"tx"|"rx"|"connect"|"at", ...the arguments} --
@@ -21,6 +23,7 @@ scaling adds up concurrent clients).
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from typing import Any
@@ -133,6 +136,19 @@ def _rate(total: int, start: float, end: float) -> dict[str, float]:
 def run_plan(plan: list[dict[str, Any]]) -> list[Any]:
     kinds = {"echo": echo_rtts, "tx": tx, "rx": rx, "connect": connect_times, "at": at}
     return [kinds[step.pop("kind")](**step) for step in plan]
+
+
+def rack_client(rack_run: list[str], env: dict[str, str], on: str, addr: tuple[str, int],
+                plan: list[dict[str, Any]]) -> list[Any]:
+    """tcp_client.py's plan run on the rack (pComponent `on`); its results. rack_run:
+    the command `splitrack run --name RACK`."""
+    plan = [{**p, "ip": addr[0], "port": addr[1]} for p in plan]
+    proc = subprocess.run([*rack_run, "--on", on, "--", sys.executable, "-m",
+                           "benchmarks.tcp_client", json.dumps(plan)],
+                          env=env, cwd="/", capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the rack client failed: {proc.stderr.strip()[-800:]}")
+    return json.loads(proc.stdout)
 
 
 if __name__ == "__main__":
