@@ -19,6 +19,7 @@ import ipaddress
 import os
 import re
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -55,12 +56,17 @@ def check_name(name: str) -> str:
     return name
 
 
-def parse_size(value: Any, where: str = "size") -> int:
-    """Bytes from an int or a string such as '64MB' or '1GiB'; SpecError if not a size."""
+def _checked(field: Callable[[Any, str], int], value: Any, where: str) -> int:
+    """field(value, where), a BadField said as a SpecError (the parse_* functions)."""
     try:
-        return field_size(value, where)
+        return field(value, where)
     except BadField as bad:
         raise SpecError(f"{bad.where}: {bad.problem}") from None
+
+
+def parse_size(value: Any, where: str = "size") -> int:
+    """Bytes from an int or a string such as '64MB' or '1GiB'; SpecError if not a size."""
+    return _checked(field_size, value, where)
 
 
 def field_size(value: Any, where: str) -> int:
@@ -77,18 +83,12 @@ def field_size(value: Any, where: str) -> int:
 
 def parse_time_ns(value: Any, where: str = "time") -> int:
     """Nanoseconds from 0 or a string such as '500ns', '2us', '1.5ms'; SpecError if not."""
-    try:
-        return field_time_ns(value, where)
-    except BadField as bad:
-        raise SpecError(f"{bad.where}: {bad.problem}") from None
+    return _checked(field_time_ns, value, where)
 
 
 def parse_bandwidth(value: Any, where: str = "bandwidth") -> int:
     """Bytes a second from a string such as '40Gbps', '10Gbit/s' (bits), '5GB/s' (bytes)."""
-    try:
-        return field_bandwidth(value, where)
-    except BadField as bad:
-        raise SpecError(f"{bad.where}: {bad.problem}") from None
+    return _checked(field_bandwidth, value, where)
 
 
 def field_time_ns(value: Any, where: str) -> int:
