@@ -1,8 +1,10 @@
 """cffi (API mode) build script for splitrack's C parts, one FFI per module:
 
     extcache_ffi   native/extcache.{h,c} -> native._extcache  (the pComponent's extCache;
-                   native/victim.c                             its victim cache, and the
-                   native/xclayout.h                           segment layout both share)
+                   native/victim.c                             its victim cache, its flush
+                   native/xcflush.c                            and invalidate, and the
+                   native/xclayout.h                           segment layout they share;
+                                                               EXTCACHE below: the three)
     nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring,
                    native/ddio.{h,c}                           dDDIO's copies between it and
                    native/skelconnect.{h,c}                    extCache lines, and the data
@@ -10,24 +12,22 @@
                                                                and their connect():
                                                                ddio.c calls extcache.c,
                                                                skelpath.c fitring.c, both
-                                                               built in too, with victim.c)
+                                                               built in too, with EXTCACHE)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
                    native/fitcall.{h,c}                        a call's common case on them,
                    native/fitserve.{h,c}                       and those that know the
                    native/xcmiss.{h,c}                         header: a call's, a served
                                                                message's, a channel's, an
-                                                               extCache miss's: extcache.c
-                                                               and victim.c built in)
+                                                               extCache miss's: EXTCACHE
+                                                               built in)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
-                                                               lines: extcache.c, victim.c
-                                                               built in too)
+                                                               lines: EXTCACHE built in too)
     rackmem_ffi    native/rackmem.h      -> native._rackmem   (a program's heap in rack memory:
                    native/pager.c                              the userfaultfd pager and the
                    native/rackalloc.c                          allocator CPython uses, hooked in
-                   native/rackpython.c                         by rackpython.c; extcache.c,
-                                                               victim.c, fitring.c and fitcall.c
-                                                               built in)
+                   native/rackpython.c                         by rackpython.c; EXTCACHE,
+                                                               fitring.c and fitcall.c built in)
     guest_ffi      native/guest.h        -> native._guest     (the stub's calls for a native
                                                                program: cffi's embedding API,
                                                                served by splitrack/guest/
@@ -79,15 +79,16 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
     return ffi
 
 
-extcache_ffi = _ffi("extcache", ["pthread"], sources=("victim",))
+EXTCACHE = ("extcache", "victim", "xcflush")   # the extCache's C files, built into every user
+
+extcache_ffi = _ffi("extcache", ["pthread"], sources=EXTCACHE[1:])
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
-                 sources=("extcache", "victim"))
+                 sources=EXTCACHE)
 fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss"),
-                   sources=("extcache", "victim"))
-stubpath_ffi = _ffi("stubpath", ["pthread"], sources=("extcache", "victim"))
+                   sources=EXTCACHE)
+stubpath_ffi = _ffi("stubpath", ["pthread"], sources=EXTCACHE)
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
-                   sources=("pager", "rackalloc", "rackpython", "extcache", "victim", "fitring",
-                            "fitcall"))
+                   sources=("pager", "rackalloc", "rackpython", *EXTCACHE, "fitring", "fitcall"))
 
 
 def _guest() -> FFI:

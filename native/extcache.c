@@ -38,8 +38,6 @@ void xc_lock(pthread_mutex_t *m) {
         pthread_mutex_consistent(m);
 }
 
-static void unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
-
 /* The offsets of a segment's parts (xclayout.h); returns its size, 0 if invalid. */
 static uint64_t layout(uint64_t capacity, uint32_t line_size, uint32_t ways, uint32_t victims,
                        xc_header_t *h) {
@@ -138,7 +136,7 @@ int xc_slot_acquire(void *base, uint32_t pid) {
         h->slots[found].pid = pid;
         h->slots[found].used = 1;
     }
-    unlock(&h->slots_lock);
+    xc_unlock(&h->slots_lock);
     return found;
 }
 
@@ -152,7 +150,7 @@ int xc_slot_release(void *base, uint32_t pid) {
             h->slots[i].used = 0;
             rc = 0;
         }
-    unlock(&h->slots_lock);
+    xc_unlock(&h->slots_lock);
     return rc;
 }
 
@@ -170,7 +168,7 @@ int xc_counters(void *base, uint32_t pid, xc_counters_t *out) {
             add(out, &h->slots[i].c);
             rc = 0;
         }
-    unlock(&h->slots_lock);
+    xc_unlock(&h->slots_lock);
     return rc;
 }
 
@@ -184,35 +182,19 @@ int xc_count(void *base, int slot, int which, uint64_t n) {
 
 /* ---- lookup and hits ---------------------------------------------------- */
 
-static inline int find(void *base, uint32_t s, uint32_t pid, uint64_t vpage) {
-    uint32_t ways = H(base)->ways;
-    for (uint32_t w = 0; w < ways; w++) {
-        xc_tag_t *t = tag_at(base, s, w);
-        if (t->valid && t->vpage == vpage && t->pid == pid)
-            return (int)w;
-    }
-    return -1;
-}
-
-static inline int in_heap(const void *p) {
-    return (uint64_t)p - XC_HEAP_LO < XC_HEAP_HI - XC_HEAP_LO;
-}
-
-#define BOUNCE 4096u   /* (rack heaps need 4 KiB lines: a bounced piece is at most one) */
-
-/* Copy one line's part (at most BOUNCE bytes if buf is in a rack heap: access_range
+/* Copy one line's part (at most XC_BOUNCE bytes if buf is in a rack heap: access_range
  * cuts it so); returns 1 on hit, 0 on miss. */
 static int access_line(void *base, int slot, uint32_t pid, uint64_t vaddr, char *buf,
                        uint64_t len, int write) {
     xc_header_t *h = H(base);
     uint64_t vpage = vaddr / h->line_size, off = vaddr % h->line_size;
     uint32_t s = xc_set_of(base, pid, vpage);
-    char bounce[BOUNCE];
-    char *mem = in_heap(buf) ? bounce : buf;
+    char bounce[XC_BOUNCE];
+    char *mem = xc_in_heap(buf) ? bounce : buf;
     if (write && mem == bounce)
         memcpy(bounce, buf, len);
     xc_lock(&set_at(base, s)->lock);
-    int w = find(base, s, pid, vpage);
+    int w = xc_find(base, s, pid, vpage);
     if (w >= 0) {
         xc_tag_t *t = tag_at(base, s, (uint32_t)w);
         if (write) {
@@ -224,7 +206,7 @@ static int access_line(void *base, int slot, uint32_t pid, uint64_t vaddr, char 
         if (h->policy == XC_LRU)
             t->stamp = tick(base, s);
     }
-    unlock(&set_at(base, s)->lock);
+    xc_unlock(&set_at(base, s)->lock);
     if (w >= 0 && !write && mem == bounce)
         memcpy(buf, bounce, len);
     xc_counters_t *c = ctr(base, slot);
@@ -239,7 +221,7 @@ static int64_t access_range(void *base, int slot, uint32_t pid, uint64_t vaddr, 
         uint64_t a = vaddr + done;
         uint64_t n = line - a % line;
         if (n > len - done) n = len - done;
-        if (n > BOUNCE && in_heap(buf + done)) n = BOUNCE;
+        if (n > XC_BOUNCE && xc_in_heap(buf + done)) n = XC_BOUNCE;
         if (!access_line(base, slot, pid, a, buf + done, n, write))
             break;
         done += n;
@@ -285,9 +267,7 @@ uint32_t xc_choose_way(void *base, uint32_t s, uint32_t pid, int own) {
     return empty != XC_NONE ? empty : best;
 }
 
-/* A page being flushed from the victim cache (-EAGAIN): nothing locked, wait a
- * little before looking again; -ETIMEDOUT once that flush has taken too long. */
-static int wait_flush(int rc, uint64_t *waited_us) {
+int xc_wait_flush(int rc, uint64_t *waited_us) {
     if (rc != -EAGAIN)
         return rc;
     if (*waited_us >= XC_VICTIM_WAIT_MAX_US)
@@ -302,18 +282,18 @@ int xc_miss_begin(void *base, int slot, uint32_t pid, uint64_t vpage, xc_victim_
     uint32_t s = xc_set_of(base, pid, vpage);
     memset(victim, 0, sizeof *victim);
     int rc = -EAGAIN;
-    for (uint64_t waited = 0; rc == -EAGAIN; rc = wait_flush(rc, &waited)) {
+    for (uint64_t waited = 0; rc == -EAGAIN; rc = xc_wait_flush(rc, &waited)) {
         xc_lock(&set_at(base, s)->lock);
-        rc = find(base, s, pid, vpage) >= 0 ? 1
+        rc = xc_find(base, s, pid, vpage) >= 0 ? 1
              : vc_hit(base, slot, s, pid, vpage, victim_buf, unpin, ctx);
         if (rc != 0)
-            unlock(&set_at(base, s)->lock);
+            xc_unlock(&set_at(base, s)->lock);
     }
     if (rc != 0)
         return rc;   /* present after all, served from the victim cache, or an error */
     uint32_t w = xc_choose_way(base, s, pid, unpin != NULL);
     if (w == XC_NONE) {
-        unlock(&set_at(base, s)->lock);
+        xc_unlock(&set_at(base, s)->lock);
         return -EBUSY;
     }
     xc_tag_t *t = tag_at(base, s, w);
@@ -337,7 +317,7 @@ int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t hom
      * the victim into the victim cache, an empty one */
     uint32_t w = xc_choose_way(base, s, pid, pin);
     if (w == XC_NONE) {
-        unlock(&set_at(base, s)->lock);
+        xc_unlock(&set_at(base, s)->lock);
         return -EINVAL;
     }
     xc_tag_t *t = tag_at(base, s, w);
@@ -363,121 +343,11 @@ int xc_miss_end(void *base, int slot, uint32_t pid, uint64_t vpage, uint32_t hom
     t->stamp = tick(base, s);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     t->valid = 1;
-    unlock(&set_at(base, s)->lock);
+    xc_unlock(&set_at(base, s)->lock);
     return 0;
 }
 
 int xc_miss_abort(void *base, uint32_t pid, uint64_t vpage) {
-    unlock(&set_at(base, xc_set_of(base, pid, vpage))->lock);
+    xc_unlock(&set_at(base, xc_set_of(base, pid, vpage))->lock);
     return 0;
-}
-
-/* ---- flush and invalidate ------------------------------------------------ */
-
-/* One page's dirty line (a way's or a victim entry's) copied to mem and marked
- * clean: 1 (its home in *home), 0 if none, -EXDEV if of a home other than want
- * (XC_NONE: any; not copied, *home says which), -ETIMEDOUT (extcache.h). */
-static int clean_one(void *base, uint32_t pid, uint64_t p, uint32_t want, char *mem,
-                     uint32_t *home) {
-    uint32_t s = xc_set_of(base, pid, p);
-    int rc = -EAGAIN;
-    for (uint64_t waited = 0; rc == -EAGAIN; rc = wait_flush(rc, &waited)) {
-        xc_lock(&set_at(base, s)->lock);
-        int w = find(base, s, pid, p);
-        xc_tag_t *t = w >= 0 ? tag_at(base, s, (uint32_t)w) : NULL;
-        if (!t) {
-            rc = vc_clean(base, pid, p, want, mem, home);
-        } else if (!t->dirty) {
-            rc = 0;
-        } else if (want != XC_NONE && t->home != want) {
-            *home = t->home;
-            rc = -EXDEV;
-        } else {
-            memcpy(mem, line_at(base, s, (uint32_t)w), H(base)->line_size);
-            t->dirty = 0;
-            *home = t->home;
-            rc = 1;
-        }
-        unlock(&set_at(base, s)->lock);
-    }
-    return rc;
-}
-
-int xc_clean(void *base, uint32_t pid, uint64_t vpage, void *out, uint32_t *home) {
-    uint32_t line = H(base)->line_size, at_home = 0;
-    char bounce[BOUNCE];
-    char *mem = in_heap(out) && line <= BOUNCE ? bounce : out;
-    int rc = clean_one(base, pid, vpage, XC_NONE, mem, &at_home);
-    if (rc == 1) {
-        if (mem == bounce) memcpy(out, bounce, line);
-        *home = at_home;
-    }
-    return rc;
-}
-
-int64_t xc_clean_run(void *base, uint32_t pid, uint64_t vpage, uint64_t npages, uint32_t home,
-                     void *out, uint64_t max, uint64_t *vpages, uint64_t *next,
-                     uint32_t *other_home) {
-    uint64_t k = 0, p = vpage, line = H(base)->line_size;
-    char bounce[BOUNCE];
-    int bounced = in_heap(out) && line <= BOUNCE;   /* (and vpages: written unlocked) */
-    uint32_t other = home, at;
-    for (; p < vpage + npages && k < max; p++) {
-        int rc = clean_one(base, pid, p, home, bounced ? bounce : (char *)out + k * line, &at);
-        if (rc == -EXDEV) {   /* another home's: the caller's turn */
-            other = at;
-            break;
-        }
-        if (rc < 0) {
-            if (k == 0)
-                return rc;
-            break;            /* these k first; the next call says why it stops */
-        }
-        if (rc == 1) {
-            if (bounced) memcpy((char *)out + k * line, bounce, line);
-            vpages[k++] = p;
-        }
-    }
-    *other_home = other;
-    *next = p;
-    return (int64_t)k;
-}
-
-static int64_t drop_where(void *base, uint32_t pid, uint64_t first, uint64_t npages) {
-    xc_header_t *h = H(base);
-    int64_t dropped = 0;
-    for (uint32_t s = 0; s < h->nsets; s++) {
-        xc_lock(&set_at(base, s)->lock);
-        for (uint32_t w = 0; w < h->ways; w++) {
-            xc_tag_t *t = tag_at(base, s, w);
-            if (t->valid && t->pid == pid && t->vpage - first < npages) {
-                t->valid = 0;
-                dropped++;
-            }
-        }
-        unlock(&set_at(base, s)->lock);
-    }
-    return dropped + vc_drop(base, pid, first, npages);
-}
-
-int64_t xc_invalidate(void *base, uint32_t pid, uint64_t vpage, uint64_t npages) {
-    xc_header_t *h = H(base);
-    if (npages > (uint64_t)h->nsets * h->ways)
-        return drop_where(base, pid, vpage, npages);
-    int64_t dropped = 0;
-    for (uint64_t p = vpage; p < vpage + npages; p++) {
-        uint32_t s = xc_set_of(base, pid, p);
-        xc_lock(&set_at(base, s)->lock);
-        int w = find(base, s, pid, p);
-        if (w >= 0) {
-            tag_at(base, s, (uint32_t)w)->valid = 0;
-            dropped++;
-        }
-        unlock(&set_at(base, s)->lock);
-    }
-    return dropped + vc_drop(base, pid, vpage, npages);
-}
-
-int64_t xc_drop_pid(void *base, uint32_t pid) {
-    return drop_where(base, pid, 0, UINT64_MAX);
 }

@@ -1,6 +1,6 @@
 /*
- * xclayout.h -- the extCache segment's layout, private to extcache.c and
- * victim.c (the interface is extcache.h):
+ * xclayout.h -- the extCache segment's layout, private to extcache.c,
+ * victim.c and xcflush.c (the interface is extcache.h):
  *
  *   xc_header_t | xc_set_t[nsets] | xc_tag_t[nsets*ways] | xc_ventry_t[vslots]
  *   | lines[nsets*ways] | victim lines[vslots]
@@ -141,5 +141,31 @@ int vc_store(void *base, int slot, uint32_t s, uint32_t w);
 int vc_clean(void *base, uint32_t pid, uint64_t vpage, uint32_t want, void *out, uint32_t *home);
 /* Invalidate: entries of pid in [first, first+npages) dropped (no set locked). */
 int64_t vc_drop(void *base, uint32_t pid, uint64_t first, uint64_t npages);
+
+/* A set's way holding (pid, vpage), or -1 (s locked). */
+static inline int xc_find(void *base, uint32_t s, uint32_t pid, uint64_t vpage) {
+    uint32_t ways = H(base)->ways;
+    for (uint32_t w = 0; w < ways; w++) {
+        xc_tag_t *t = tag_at(base, s, w);
+        if (t->valid && t->vpage == vpage && t->pid == pid)
+            return (int)w;
+    }
+    return -1;
+}
+
+static inline void xc_unlock(pthread_mutex_t *m) { pthread_mutex_unlock(m); }
+
+/* A buffer in a rack heap (its pages may fault into this extCache: copies into or
+ * out of one go through a bounce buffer of XC_BOUNCE bytes, never under a lock). */
+static inline int xc_in_heap(const void *p) {
+    return (uint64_t)p - XC_HEAP_LO < XC_HEAP_HI - XC_HEAP_LO;
+}
+
+#define XC_BOUNCE 4096u   /* (rack heaps need 4 KiB lines: a bounced piece is at most one) */
+
+/* A page being flushed from the victim cache (-EAGAIN): nothing locked, wait a
+ * little before looking again; -ETIMEDOUT once that flush has taken too long
+ * (extcache.c). */
+int xc_wait_flush(int rc, uint64_t *waited_us);
 
 #endif
