@@ -1,6 +1,7 @@
 """native: the C parts of splitrack, built with cffi in API mode at install time.
 
     extcache.h / extcache.c     the pComponent's extCache (shared-memory, set-associative)
+    victim.c, xcflush.c         ... its victim cache; its flush and invalidate
     extcache.py                 its Python binding: maps a segment, raises on C errors
     nring.h / nring.c           the nComponent's DRAM ring (kernel socket <-> ring)
     nring.py                    its Python binding
