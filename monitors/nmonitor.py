@@ -115,7 +115,6 @@ class NMonitor(PlaneLoop, SkeletonOps, SkeletonLifecycle, Monitor):
         # a dead board: its programs' connections first, then its regions go
         self.ep.on_peer_gone.extend((self._board_gone, self.memory.forget))
         self.ep.on_peer_gone.append(self._forget_peer)
-        self.gone: set[str] = set()        # stubs found dead; their skeletons close at tick
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self.connector = Connector(self, [*self.config["nics"], self.rack["loopback"]],
                                    self.memory.m_ids,
@@ -158,11 +157,10 @@ class NMonitor(PlaneLoop, SkeletonOps, SkeletonLifecycle, Monitor):
         for skel in list(self.skels.values()):
             if skel.lingered(now):
                 self.closed(skel)
-            elif skel.owner in self.gone and skel.closing_since is None:
+            elif skel.gone and skel.closing_since is None:
                 self._orphaned(skel)
             elif skel.connecting and now > skel.connect_deadline:
                 self.connect_done(skel, errno.ETIMEDOUT)
-        self.gone &= {skel.owner for skel in self.skels.values()}   # forget the finished
         self.connector.refill()
         self._report_load()
 

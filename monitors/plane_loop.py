@@ -159,7 +159,7 @@ class PlaneLoop:
         (Skeleton.plain) of a stub not found dead, on a transport with rings."""
         c = skel.c
         fast = self.rings is not None and skel.in_plane and skel.plain() and \
-            skel.owner not in self.gone
+            not skel.gone
         if fast and not c.fast:
             c.owner = self.peer_no(skel.owner)
             c.stub = skel.stub

@@ -80,6 +80,8 @@ class Skeleton:
         self.connect_deadline = 0.0
         self.dead = False               # closed and its rings freed
         self.broken = False             # the connection failed: what the stub sends is dropped
+        self.gone = False               # its stub is gone (its process ended, exec()ed, or took
+        #                                 no push): nothing is pushed; it closes as at an exit
         self.abortive = False           # SO_LINGER on with 0 s: close resets (NMonitor.n_sockopt)
         self.trace = tracing.current.ctx   # traced: the last traced message's context
 

@@ -2,7 +2,7 @@
 
 `SkeletonLifecycle` is the part of the NMonitor (nmonitor.py) that makes and
 ends skeletons and pushes to their stubs; its state is the nMonitor's
-(`skels`, `by_fd`, `gone`, `counts`). A skeleton is:
+(`skels`, `by_fd`, `counts`). A skeleton is:
 - made by new() over its kernel sockets (a Proxy's bind, a connect, an
   accept), its id from next_sk(): the fd in its low 16 bits (skelpath.h);
 - started by start() once its stub's buffers are known: DRAM rings from the
@@ -17,10 +17,12 @@ ends skeletons and pushes to their stubs; its state is the nMonitor's
   A second closed() does nothing (skel.dead).
 
 A stub that cannot take a push within STUB_PUSH_TIMEOUT_S (STUB_PUSH_PATIENT_S
-if its process is alive) is taken for dead (`gone`, as after N_RELEASE):
-nothing more is pushed to it, and at the next tick its skeletons close as at
-a process's exit (_orphaned: what was sent still leaves). A dead pComponent's
-processes' connections are reset (_board_gone).
+if its process is alive) is taken for dead (_gone, as after N_RELEASE): its
+skeletons are marked (`skel.gone`), nothing more is pushed to them, and at the
+next tick they close as at a process's exit (_orphaned: what was sent still
+leaves). The mark is the skeleton's, not the process id's: a process that
+exec()ed keeps its pid and FIT id, and the new image's sockets are not the old
+one's. A dead pComponent's processes' connections are reset (_board_gone).
 """
 
 import contextlib
@@ -99,7 +101,7 @@ class SkeletonLifecycle:
 
     # ---- what skeletons call (skeleton.Net) ---------------------------------------------
     def push(self, skel: Skeleton, op: int, payload: bytes) -> None:
-        if skel.owner in self.gone:
+        if skel.gone:
             return
         try:
             self._send_to_stub(skel.owner, op, payload)
@@ -128,11 +130,13 @@ class SkeletonLifecycle:
             self.ep.send(owner, op, payload, timeout=STUB_PUSH_PATIENT_S)
 
     def _gone(self, owner: str) -> None:
-        """A stub process found dead (or released): nothing more is pushed to it, and
-        its skeletons close at the next tick."""
-        self.gone.add(owner)
+        """A stub process found dead (or released): nothing more is pushed to the
+        skeletons it has now, and they close at the next tick. Those it makes later
+        are not touched: after an exec() the new image has the same pid, and so the
+        same FIT id, and its sockets are its own."""
         for skel in self.skels.values():
             if skel.owner == owner:
+                skel.gone = True
                 self.refresh(skel)
 
     def accepted(self, listener: Skeleton, conn: socket.socket) -> None:
@@ -152,21 +156,21 @@ class SkeletonLifecycle:
         skel.connecting = False
         self.refresh(skel)
         if err:
-            self._tell_connect(skel.owner, skel.stub, {"errno": err})
+            self._tell_connect(skel, {"errno": err})
             self.closed(skel)
             return
         self.counts["connected"] += 1
-        self._tell_connect(skel.owner, skel.stub,
-                           {"sk": skel.sk, "local": list(skel.sock.getsockname())})
+        self._tell_connect(skel, {"sk": skel.sk, "local": list(skel.sock.getsockname())})
         self.watch(skel)
 
-    def _tell_connect(self, owner: str, stub: int, answer: dict[str, Any]) -> None:
-        if owner in self.gone:
+    def _tell_connect(self, skel: Skeleton, answer: dict[str, Any]) -> None:
+        if skel.gone:
             return
         try:
-            self._send_to_stub(owner, Op.STUB_CONNECTED, SK.pack(stub) + codec.encode(answer))
+            self._send_to_stub(skel.owner, Op.STUB_CONNECTED,
+                               SK.pack(skel.stub) + codec.encode(answer))
         except OSError:
-            self._gone(owner)
+            self._gone(skel.owner)
 
     def drop_socket(self, skel: Skeleton, sock: socket.socket) -> None:
         """One of a skeleton's kernel sockets closes (it keeps the others)."""
@@ -189,7 +193,7 @@ class SkeletonLifecycle:
         self._lines_bytes += skel.c.lines_bytes
         if skel.connecting:
             skel.connecting = False
-            self._tell_connect(skel.owner, skel.stub, {"errno": errno.ECONNABORTED})
+            self._tell_connect(skel, {"errno": errno.ECONNABORTED})
         for s in skel.socks:
             self._close_socket(s)
         if skel.rx is not None:

@@ -142,7 +142,7 @@ class SkeletonOps:
         args, _ = msg.args()
         where = (need(args, "ip", str), need(args, "port", int))
         for skel in self.skels.values():
-            if skel.listening and not skel.dead and skel.owner not in self.gone and any(
+            if skel.listening and not skel.dead and not skel.gone and any(
                     s.getsockname() == where for s in skel.socks):
                 same = skel.owner.split(".")[0] == msg.src.split(".")[0]
                 self.counts["shortcuts_pipe" if same else "shortcuts_fit"] += 1

@@ -369,6 +369,43 @@ def test_exec_closes_the_old_images_sockets(net, mode):
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
 
 
+# The old image leaves bytes its peer does not read: its skeleton lingers on, sending.
+EXEC_BEHIND = textwrap.dedent("""
+    import os, socket, sys
+    address = ("127.0.0.5", int(sys.argv[1]))
+    old = socket.create_connection(address)
+    old.setblocking(False)
+    try:
+        while True:
+            old.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    new = ("import socket, sys\\n"
+           f"s = socket.create_connection({address!r}); s.sendall(b'new')\\n"
+           "sys.stdin.read()\\n")
+    os.execv(sys.executable, [sys.executable, "-c", new])
+""")
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_a_new_images_sockets_outlive_the_old_images(net, mode):
+    """exec() keeps the pid, and so the process's FIT id: the nComponent closes the
+    old image's sockets (as at an exit: what they hold still leaves) and not the
+    ones the new image makes meanwhile."""
+    with _with_a_server(net[1], mode, EXEC_BEHIND, stdin=subprocess.PIPE) as (server, proc):
+        old, _ = server.accept()
+        new, _ = server.accept()
+        with old, new:
+            new.settimeout(10)
+            assert new.recv(3) == b"new"
+            new.settimeout(1.0)   # ten of the nComponent's ticks: still open, nothing more
+            with pytest.raises(TimeoutError):
+                new.recv(1)
+            assert proc.poll() is None
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+
+
 PENDING = textwrap.dedent("""
     import select, socket, sys, time
     host = sys.argv[1]
