@@ -4,7 +4,7 @@ run, cp, logs and selftest, each a few lines over the Python API (rack.py).
 Interface (cli.py's parser points each verb at its cmd_*):
     cmd_VERB(args) -> exit status      args: the verb's parsed command line
     cmd_run(args, env, finished)       also `splitrack trace`'s run (trace.py)
-    running_rack(args)                the rack a verb on a running rack uses (top.py too)
+    running_rack(args)                 the rack a verb on a running rack uses (top.py too)
     EXIT_*                             the command's exit statuses (main's too)
 
 A verb prints its results on stdout and raises RackError (or SpecError) for an

@@ -6,11 +6,11 @@ connection stays open while the child holds it. `serve_child`, a thread of the
 parent from `after_fork_in_parent` on, takes the child's calls off the channel
 (fork_channel.py) one at a time and makes each on the twin the call names:
 
-    twin_of(stub, fd) -> handle          a twin of descriptor fd's connection (no lock taken)
-    serve_child(rt, channel, theirs)        the child's calls on `theirs` ({key: twin}) until
+    twin_of(stub, fd) -> handle        a twin of descriptor fd's connection (no lock taken)
+    serve_child(rt, channel, theirs)   the child's calls on `theirs` ({key: twin}) until
                                        it ends (the channel's EOF, or its pidfd), then
                                        closes the twins it still held
-    TWINS                             every child's twins here, by their own fd
+    TWINS                              every child's twins here, by their own fd
 
 Only the calls in `_CALLS` are made (others: EOPNOTSUPP; a key it does not
 hold: EBADF); one that makes a handle (accept, dup) keeps it as a twin under a
