@@ -8,6 +8,7 @@
     ddio.h / ddio.c             dDDIO's copies: DRAM ring <-> a process's extCache lines
     ddio.py                     its Python binding
     fitring.h / fitring.c       FIT's message rings and doorbells in shared memory
+    fitwait.c                   ... waiting on them: spin, bell, sleep
     fitring.py                  its Python binding (ring.py: a Ring; waitset.py: a WaitSet)
     stubpath.h / stubpath.c     a bsdSocketStub's hot path: a send or a recv in one call
     stubpath.py                 its Python binding

@@ -11,9 +11,10 @@
                    native/skelpath.{h,c}                       plane that runs its skeletons
                                                                and their connect():
                                                                ddio.c calls extcache.c,
-                                                               skelpath.c fitring.c, both
+                                                               skelpath.c FITRING, both
                                                                built in too, with EXTCACHE)
     fitring_ffi    native/fitring.{h,c}  -> native._fitring   (FIT's shared-memory rings,
+                   native/fitwait.c                            waiting on them (FITRING: the two),
                    native/fitcall.{h,c}                        a call's common case on them,
                    native/fitserve.{h,c}                       and those that know the
                    native/xcmiss.{h,c}                         header: a call's, a served
@@ -27,7 +28,7 @@
                    native/pager.c                              the userfaultfd pager and the
                    native/rackalloc.c                          allocator CPython uses, hooked in
                    native/rackpython.c                         by rackpython.c; EXTCACHE,
-                                                               fitring.c and fitcall.c built in)
+                                                               FITRING and fitcall.c built in)
     guest_ffi      native/guest.h        -> native._guest     (the stub's calls for a native
                                                                program: cffi's embedding API,
                                                                served by splitrack/guest/
@@ -80,15 +81,16 @@ def _ffi(name: str, libraries: list[str], also: tuple[str, ...] = (),
 
 
 EXTCACHE = ("extcache", "victim", "xcflush")   # the extCache's C files, built into every user
+FITRING = ("fitring", "fitwait")                # the rings' C files (fitring.h declares both's)
 
 extcache_ffi = _ffi("extcache", ["pthread"], sources=EXTCACHE[1:])
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
-                 sources=EXTCACHE)
+                 sources=(*EXTCACHE, *FITRING[1:]))
 fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss"),
-                   sources=EXTCACHE)
+                   sources=(*EXTCACHE, *FITRING[1:]))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=EXTCACHE)
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
-                   sources=("pager", "rackalloc", "rackpython", *EXTCACHE, "fitring", "fitcall"))
+                   sources=("pager", "rackalloc", "rackpython", *EXTCACHE, *FITRING, "fitcall"))
 
 
 def _guest() -> FFI:

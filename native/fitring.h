@@ -234,6 +234,12 @@ void fr_timer_at(int tfd, uint64_t at_ns);
 /* Ring an eventfd once (a wake-up for a thread of this process, say). */
 void fr_ring_efd(int efd);
 
+/* Drain an eventfd: whether it had been rung. */
+int fr_drain_efd(int efd);
+
+/* CLOCK_MONOTONIC in ns: the clock of due times. */
+uint64_t fr_now_ns(void);
+
 /* One look's worth of yielding while spinning: 1 to keep spinning, 0 once the
  * CPU is contended: then the spinner sleeps, so that the work others have to do
  * gets done (on 2 cores a spinner otherwise costs more than the wake-up it
