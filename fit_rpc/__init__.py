@@ -19,6 +19,7 @@ is docs/protocol.md. Public face:
     rendezvous, identity  rendezvous.py  where shm endpoints meet; identity.py: the ids
                                          and what the kernel vouches for them
     regions               regions.py     memory peers map, for one-sided access
+    FIT_* tunables        params.py      message and ring sizes, poll_us, timeouts
 """
 
 from fit_rpc import codec

@@ -29,8 +29,8 @@ from fit_rpc import codec, header, tracing
 from fit_rpc.errors import FitTimeout, MalformedMessage, MessageTooLarge, PeerMoved, from_code
 from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.ops import op_name
+from fit_rpc.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES
 from fit_rpc.transport import STEP_DONE, STEP_SENT, STEP_STOPPED, STEP_UNSENT, Frame
-from splitrack.params import FIT_CALL_TIMEOUT_S, FIT_MAX_PAYLOAD_BYTES
 
 _unpack_header = header.HEADER.unpack_from
 _pack_header = header.HEADER.pack

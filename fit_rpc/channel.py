@@ -26,7 +26,7 @@ from typing import Any
 from fit_rpc import header, tracing
 from fit_rpc.errors import FitError, MessageTooLarge
 from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, VERSION
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 
 _pack_header = header.HEADER.pack
 _current = tracing.current

@@ -67,10 +67,10 @@ from fit_rpc.counters import Counters
 from fit_rpc.errors import from_code
 from fit_rpc.identity import kind_of
 from fit_rpc.ops import Op
+from fit_rpc.params import FIT_POLL_US
 from fit_rpc.regions import Regions
 from fit_rpc.serving import Handler, Message, Serving
 from fit_rpc.transport import Transport
-from splitrack.params import FIT_POLL_US
 
 log = logging.getLogger("fit_rpc")
 GLOBAL_ID = "global"

@@ -16,7 +16,7 @@ specified in docs/protocol.md.
 import struct
 
 from fit_rpc.errors import MalformedMessage, MessageTooLarge
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 
 HEADER = struct.Struct("<HBBHHIIII")  # magic, version, kind, op, err, seq, length, trace, event
 HEADER_SIZE = HEADER.size

@@ -32,8 +32,8 @@ from fit_rpc import codec, header, tracing
 from fit_rpc.errors import FitError, MalformedMessage, MessageTooLarge, UnknownOp, from_code
 from fit_rpc.header import HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from fit_rpc.ops import op_name
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 from fit_rpc.transport import Arrival, Frame
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 log = logging.getLogger("fit_rpc")
 _unpack_header = header.HEADER.unpack_from

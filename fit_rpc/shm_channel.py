@@ -23,9 +23,9 @@ from fit_rpc import rendezvous
 from fit_rpc.errors import PeerUnreachable
 from fit_rpc.header import HEADER_SIZE, ONEWAY, pack
 from fit_rpc.identity import address_pid
+from fit_rpc.params import FIT_CALL_COPY_BYTES, FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
 from fit_rpc.transport import Frame
 from native.fitring import NEVER, Segment, WaitSet, Waker, landing
-from splitrack.params import FIT_CALL_COPY_BYTES, FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
 
 SCHEME = "shm://"
 

@@ -30,9 +30,9 @@ from fit_rpc import rendezvous
 from fit_rpc.errors import PeerMoved, PeerUnreachable
 from fit_rpc.fabric import Fabric, Model
 from fit_rpc.identity import check_claim, expected_pid
+from fit_rpc.params import FIT_RING_BYTES
 from fit_rpc.shm_channel import SCHEME
 from native.fitring import Bell, Segment, WaitSet
-from splitrack.params import FIT_RING_BYTES
 
 
 class Link:

@@ -24,10 +24,10 @@ import errno
 from typing import Any
 
 from fit_rpc.errors import PeerUnreachable
+from fit_rpc.params import FIT_CALL_COPY_BYTES
 from fit_rpc.shm_links import Link
 from fit_rpc.transport import Arrival, Frame
 from native.fitring import NEVER, WOKEN, Ring, RingBroken, WaitSet
-from splitrack.params import FIT_CALL_COPY_BYTES
 
 
 class ShmReceiving:

@@ -26,10 +26,10 @@ from typing import Any
 
 from fit_rpc.errors import PeerUnreachable
 from fit_rpc.header import HEADER_SIZE, REQUEST, pack
+from fit_rpc.params import FIT_REPLY_WAIT_S
 from fit_rpc.shm_links import Link
 from fit_rpc.transport import STEP_READ, Frame
 from native.fitring import SENT, Ring, RingBroken
-from splitrack.params import FIT_REPLY_WAIT_S
 
 
 class ShmSending:

@@ -63,6 +63,12 @@ from fit_rpc import rendezvous
 from fit_rpc.errors import PeerUnreachable
 from fit_rpc.fabric import Fabric
 from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
+from fit_rpc.params import (
+    FIT_CALL_COPY_BYTES,
+    FIT_CALL_TIMEOUT_S,
+    FIT_MAX_PAYLOAD_BYTES,
+    FIT_POLL_US,
+)
 from fit_rpc.shm_channel import SCHEME, ShmChannel
 from fit_rpc.shm_links import Link, ShmLinks
 from fit_rpc.shm_receiving import ShmReceiving
@@ -76,12 +82,6 @@ from native.fitring import (
     header_constants,
     landing,
     sealed_memfd,
-)
-from splitrack.params import (
-    FIT_CALL_COPY_BYTES,
-    FIT_CALL_TIMEOUT_S,
-    FIT_MAX_PAYLOAD_BYTES,
-    FIT_POLL_US,
 )
 
 header_constants(MAGIC, VERSION, REQUEST, REPLY, ONEWAY, FIT_MAX_PAYLOAD_BYTES)   # fitserve.h

@@ -46,14 +46,14 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from fit_rpc.errors import PeerUnreachable
-from fit_rpc.transport import CURVE_ENV, Arrival, Frame, Transport
-from splitrack.params import (
+from fit_rpc.params import (
     FIT_HARD_LIMIT_BYTES,
     FIT_HWM_MSGS,
     FIT_LINGER_MS,
     FIT_RECONNECT_IVL_MS,
     FIT_REPLY_SLICE_MS,
 )
+from fit_rpc.transport import CURVE_ENV, Arrival, Frame, Transport
 
 _NOBLOCK = zmq.NOBLOCK
 _RCVMORE = zmq.RCVMORE

@@ -41,10 +41,10 @@ from collections.abc import Collection
 from typing import Any
 
 from gnm.nic_registry import NicRegistry, parse_ip
-from splitrack.params import GNM_STICKY_MAX
 
 POLICIES = ("round-robin", "least-loaded", "explicit")
-STICKY_MAX = GNM_STICKY_MAX
+STICKY_MAX = 4096   # processes whose NIC GNM remembers (GNM's one tunable; it sits below
+#                     splitrack, whose params.py says so)
 _PROCESS = re.compile(r"(p\d{1,4})\.([1-9]\d{0,9})")
 
 

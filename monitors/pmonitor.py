@@ -63,11 +63,12 @@ from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import address_pid, kind_of, process_of
 from fit_rpc.pages import pack_writeback
+from fit_rpc.params import FIT_CALL_TIMEOUT_S
 from monitors.core import Monitor
 from monitors.launching import Launching
 from native.extcache import FLUSH_FAILED, FLUSH_GONE, FLUSH_WRITTEN, ExtCache
 from native.extcache import lib as xc_lib
-from splitrack.params import FIT_CALL_TIMEOUT_S, MONITOR_IDLE_CHECK_S, VICTIM_FLUSH_S
+from splitrack.params import MONITOR_IDLE_CHECK_S, VICTIM_FLUSH_S
 from splitrack.rundir import identify
 
 RELEASE_TIMEOUT_S = 0.5   # a component that cannot take a release in this is stopping

@@ -22,9 +22,9 @@ from typing import Any
 from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.identity import kind_of
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 from monitors.core import Monitor
 from monitors.storage_root import StorageRoot
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 _MAX_READ = FIT_MAX_PAYLOAD_BYTES - 64  # room for the reply's args
 SLICES_DIR = "slices"   # under the root: each slice's own root, slices/NAME/

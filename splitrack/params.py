@@ -1,23 +1,11 @@
-"""Every tunable of splitrack in one place (xv6's param.h).
+"""Every tunable of splitrack in one place (xv6's param.h), but those of the layers below.
 
-Units are in the names. Change a value here, not at its point of use.
+Units are in the names. Change a value here, not at its point of use. The
+layers below this package import nothing from it, so theirs are their own:
+FIT's (FIT_*: message and ring sizes, poll_us, timeouts) in fit_rpc/params.py,
+and GNM's one (STICKY_MAX: processes whose NIC it remembers) in
+gnm/allocation.py.
 """
-
-# --- FIT RPC -----------------------------------------------------------------
-FIT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024   # LegoOS FIT's largest message
-FIT_RING_BYTES = 4 * 1024 * 1024 + 4096   # shm: each ring of a link (a message is at most
-                                          # half a ring: two of the largest fit)
-FIT_POLL_US = 200                         # shm: a waiter spins this long before it sleeps
-                                          # (rack.poll_us; docs/evaluation.md says why 200)
-FIT_REPLY_WAIT_S = 0.1                    # shm: a reply waits this long for ring space
-FIT_CALL_COPY_BYTES = 16 * 1024           # shm: a reply up to this size is read by the call's
-#                                           native step (native/fitcall.h); larger, in place
-FIT_HARD_LIMIT_BYTES = 64 * 1024 * 1024   # ZeroMQ drops a peer that sends more (memory guard)
-FIT_CALL_TIMEOUT_S = 5.0                  # default request/reply timeout
-FIT_RECONNECT_IVL_MS = 10                 # ZeroMQ reconnect interval to a peer
-FIT_LINGER_MS = 0                         # unsent messages are dropped at close
-FIT_HWM_MSGS = 200_000                    # ZeroMQ high-water marks (messages per queue)
-FIT_REPLY_SLICE_MS = 2                    # a caller serves its inbox between slices of waiting
 
 # --- monitors and the launcher ----------------------------------------------
 MONITOR_READY_TIMEOUT_S = 15.0            # a monitor must print READY within this
@@ -64,7 +52,6 @@ STUB_SEND_PUMP_S = 0.001                  # a program that only sends reads its 
 CONNECT_TIMEOUT_S = 20.0                  # connect() of a blocking socket with no timeout
 NCOMPONENT_DRAM_DEFAULT = "512MiB"        # nComponent DRAM for socket buffers (spec: dram)
 NCOMPONENT_DRAM_MIN_BYTES = 1 << 20       # the smallest `dram` a spec may give
-GNM_STICKY_MAX = 4096                     # processes whose NIC GNM remembers
 
 # --- rack memory (`splitrack run --memory rack`, splitrack/guest/rackmem.py) -----------
 RACK_HEAP_RESERVE_BYTES = 16 << 30        # a program's rack heap: its address range

@@ -38,10 +38,11 @@ from typing import Any
 import psutil
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op, codec
+from fit_rpc.params import FIT_POLL_US
 from splitrack import logs
 from splitrack.logs import LOG_LEVEL_ENV
 from splitrack.monitor_processes import MonitorProcesses
-from splitrack.params import FIT_POLL_US, HEALTH_TIMEOUT_S, MONITOR_READY_TIMEOUT_S, STOP_POLL_S
+from splitrack.params import HEALTH_TIMEOUT_S, MONITOR_READY_TIMEOUT_S, STOP_POLL_S
 from splitrack.rack_errors import RackAlreadyUp, RackError
 from splitrack.rundir import SOCKADDR_UN_MAX, RunDir, identify, running
 from splitrack.spec import NAME, RackSpec, load_spec

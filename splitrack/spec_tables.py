@@ -17,10 +17,10 @@ import re
 from typing import Any
 
 from fit_rpc.fabric import CLASSES as LINK_CLASSES
+from fit_rpc.params import FIT_POLL_US
 from gnm import POLICIES as NIC_POLICIES
 from splitrack.params import (
     CORES_DEFAULT,
-    FIT_POLL_US,
     GMM_POLICIES,
     NCOMPONENT_DRAM_DEFAULT,
     NCOMPONENT_DRAM_MIN_BYTES,

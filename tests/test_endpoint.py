@@ -21,10 +21,10 @@ from fit_rpc import (
     codec,
     header,
 )
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 from fit_rpc.shm_transport import ShmTransport
 from helpers import alive, running_rack, small_spec, wait_until
 from splitrack import Rack
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 
 class RawLink:

@@ -18,9 +18,9 @@ import pytest
 import fit_rpc.shm_transport  # noqa: F401  (states the header's constants to the C side)
 from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER_SIZE, REPLY, REQUEST, pack, parse
+from fit_rpc.params import FIT_CALL_COPY_BYTES
 from helpers import fit_link, running_rack, small_spec, take
 from native.fitring import SENT, UNSENT, Bell, RingBroken, WaitSet, landing
-from splitrack.params import FIT_CALL_COPY_BYTES
 
 CAP = 64 * 1024
 

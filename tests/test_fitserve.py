@@ -15,9 +15,9 @@ import pytest
 import fit_rpc.shm_transport  # noqa: F401  (states the header's constants to the C side)
 from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER, HEADER_SIZE, MAGIC, ONEWAY, REPLY, REQUEST, VERSION, pack
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 from helpers import fit_link, take
 from native.fitring import TIMEOUT, WOKEN, WaitSet
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 CAP = 64 * 1024
 

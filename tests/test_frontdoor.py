@@ -14,9 +14,9 @@ import time
 import pytest
 
 import splitrack
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 from helpers import SPLITRACK, alive, running_rack, small_spec, write_spec
 from splitrack import Rack, RackError
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 from splitrack.rundir import RunDir
 
 NAME = "front"

@@ -35,11 +35,11 @@ import psutil
 import pytest
 
 from fit_rpc import Endpoint, Op, PeerUnreachable, header, rendezvous
+from fit_rpc.params import FIT_RING_BYTES
 from fit_rpc.rendezvous import HELLO_TIMEOUT_S
 from fit_rpc.shm_transport import ShmTransport
 from helpers import wait_until
 from native.fitring import Bell, Segment, sealed_memfd
-from splitrack.params import FIT_RING_BYTES
 
 RING0 = 4096                 # ring 0's data in a segment (fitring.h: FR_HEADER_BYTES)
 HEAD0 = 16 + 128             # fr_segment: magic..pad, bell[2][16]; then ctl[0].head
@@ -545,7 +545,7 @@ def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(t
     that is not plain (here: an err field set) as its frame, which Channel parses;
     one larger than the landing is read in place. All arrive whole, in order, and
     are counted."""
-    from splitrack.params import FIT_CALL_COPY_BYTES
+    from fit_rpc.params import FIT_CALL_COPY_BYTES
 
     a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
     b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Op
+from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 from splitrack.guest.vm import _this
-from splitrack.params import FIT_MAX_PAYLOAD_BYTES
 
 CHUNK_BYTES = 1 << 20
 MAX_READ_BYTES = FIT_MAX_PAYLOAD_BYTES // 2   # one S_READ reply stays well inside FIT's limit

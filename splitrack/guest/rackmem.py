@@ -34,17 +34,13 @@ import random
 from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
+from fit_rpc.params import FIT_CALL_TIMEOUT_S, FIT_POLL_US
 from fit_rpc.shm_transport import ShmTransport
 from native import load
 from native.extcache import lib as xc_lib
 from native.fitring import ffi as ring_ffi
 from splitrack.guest import vm as guest_vm
-from splitrack.params import (
-    FIT_CALL_TIMEOUT_S,
-    FIT_POLL_US,
-    RACK_HEAP_CHUNK_BYTES,
-    RACK_HEAP_RESERVE_BYTES,
-)
+from splitrack.params import RACK_HEAP_CHUNK_BYTES, RACK_HEAP_RESERVE_BYTES
 
 _lib = load("_rackmem", "rack memory (native/rackmem.h)")
 ffi, lib = _lib.ffi, _lib.lib

@@ -38,12 +38,12 @@ from fit_rpc import GLOBAL_ID, Endpoint, Message, Op, codec
 from fit_rpc.channel import Channel
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
+from fit_rpc.params import FIT_POLL_US
 from splitrack.guest import forked, handles, shortcuts
 from splitrack.guest.flusher import Flusher
 from splitrack.guest.inbox_reader import InboxReading
 from splitrack.guest.vm import VirtualMemory, own
 from splitrack.params import (
-    FIT_POLL_US,
     PEER_CHECK_S,
     SOCKET_BUFFER_BYTES,
     SOCKET_SEND_BUFFER_BYTES,

@@ -46,10 +46,10 @@ from typing import Any
 
 from fit_rpc import GLOBAL_ID, Endpoint, Op
 from fit_rpc.pages import FETCH_MAX_LINES, WritebackMessage
+from fit_rpc.params import FIT_POLL_US
 from native.extcache import FLUSHES, ExtCache, ffi, need_writable
 from splitrack.guest.faulting import Faulting
 from splitrack.guest.line_miss import LineMiss
-from splitrack.params import FIT_POLL_US
 from splitrack.rundir import RunDir
 
 _IMAGE = os.urandom(8).hex()   # this program image's: one that exec() replaced had another
