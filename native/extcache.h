@@ -161,9 +161,13 @@ int64_t xc_drop_pid(void *base, uint32_t pid);
 
 /* The victim cache from outside a miss. xc_victim_holds: 1 if an entry (in any
  * state) holds (pid, vpage) -- a read-ahead must not fetch that page from its
- * home. xc_victim_entries: entries not EMPTY (of pid; 0: of all). */
+ * home. xc_victim_entries: entries not EMPTY (of pid; 0: of all).
+ * xc_victim_unclean: entries DIRTY or FLUSHING, which no victim can take until
+ * the flusher has written them home (while all are, a miss's victim goes home
+ * instead). */
 int xc_victim_holds(void *base, uint32_t pid, uint64_t vpage);
 int xc_victim_entries(void *base, uint32_t pid);
+int xc_victim_unclean(void *base);
 
 /* The flusher (the pMonitor): take up to `max` DIRTY entries, mark them
  * FLUSHING, copy their lines to out + k * line_size and say whose they are in

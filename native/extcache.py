@@ -13,7 +13,8 @@ Interface:
     need_writable(buf)                                      TypeError if buf is read-only
     xc.read_ptr / write_ptr(slot, pid, vaddr, ptr, n)       the same through a C pointer
     xc.miss_begin / miss_end / miss_abort, xc.clean, xc.clean_run, xc.invalidate, xc.drop_pid
-    xc.victim_holds(pid, vpage), xc.victim_entries(pid=0)   the victim cache (victim.c)
+    xc.victim_holds(pid, vpage), xc.victim_entries(pid=0), xc.victim_unclean()
+                                                            the victim cache (victim.c)
     xc.victim_flush(write)                                  its DIRTY entries written home
                                                             (the pMonitor's flusher)
     xc.slot_acquire(pid) / slot_release(pid), xc.counters(pid=0)
@@ -168,6 +169,9 @@ class ExtCache:
 
     def victim_entries(self, pid: int = 0) -> int:
         return lib.xc_victim_entries(self.base, pid)
+
+    def victim_unclean(self) -> int:
+        return lib.xc_victim_unclean(self.base)
 
     def victim_flush(self, write: Any) -> int:
         """Write the DIRTY victim entries home: write(home, pid, vpages, lines) for

@@ -278,7 +278,8 @@ int xc_victim_holds(void *base, uint32_t pid, uint64_t vpage) {
     return e >= 0;
 }
 
-int xc_victim_entries(void *base, uint32_t pid) {
+/* Entries in one of `states` (a bit per state), of pid (0: of any). */
+static int entries_in(void *base, uint32_t pid, unsigned states) {
     xc_victims_t *v = V(base);
     int n = 0;
     if (!v->n)
@@ -286,10 +287,18 @@ int xc_victim_entries(void *base, uint32_t pid) {
     vlock(base);
     for (uint32_t e = 0; e < v->slots; e++) {
         xc_ventry_t *x = ventry_at(base, e);
-        n += x->state != VC_EMPTY && (pid == 0 || x->pid == pid);
+        n += (states >> x->state & 1) && (pid == 0 || x->pid == pid);
     }
     vunlock(base);
     return n;
+}
+
+int xc_victim_entries(void *base, uint32_t pid) {
+    return entries_in(base, pid, 1u << VC_CLEAN | 1u << VC_DIRTY | 1u << VC_FLUSHING);
+}
+
+int xc_victim_unclean(void *base) {
+    return entries_in(base, 0, 1u << VC_DIRTY | 1u << VC_FLUSHING);
 }
 
 int64_t xc_victim_flush_begin(void *base, uint64_t max, void *out, xc_victim_t *who,
