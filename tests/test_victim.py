@@ -218,6 +218,6 @@ def test_a_rack_heap_pages_through_the_victim_cache(rack):
         """, "--memory", "rack")
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout)
-    # of the 2,100 reads, 2,099 were victim hits in each of 30 runs (the first miss
-    # of the round may go home); none without the cache
+    # of the 2,100 reads, 2,099 or 2,100 were victim hits in each of 40 runs; none
+    # without the cache
     assert counts["round_hits"] >= 2000, counts
