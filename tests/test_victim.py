@@ -193,8 +193,9 @@ def test_a_rack_heap_pages_through_the_victim_cache(rack):
     the victim entries home: an entry DIRTY or being flushed takes no victim (it
     goes home instead), and the blocks leave all 8 dirty. Without the wait 5
     runs in 30 got no victim hits at all (the rest 786-2,097): the round (about
-    20 ms) began while the flusher was writing all 8, in an M_WRITEBACK that m0,
-    busy with the round's misses, took up to 40 ms to answer."""
+    20 ms) ran with all 8 entries DIRTY or FLUSHING, as the flusher, due every
+    VICTIM_FLUSH_S, ran 25-50 ms apart while the misses kept both CPUs busy, and
+    one of its M_WRITEBACKs took 34-40 ms."""
     proc = run(rack, "p1", """
         import hashlib, json, time
         from splitrack.guest import rackmem, vm
