@@ -24,6 +24,18 @@
  *     the connection it made (kc_made) for the nMonitor to finish before it
  *     reads any other message or kernel event (the same thread).
  *
+ * The CPU is held from the kernel's connect to the reply. On loopback the
+ * kernel's connect wakes the listener inside the call; on a host with fewer
+ * CPUs than busy processes Linux then gives it this CPU at once, and the
+ * reply waited while the listener ran (a Python one: 7-9 us of a 26 us
+ * connect, docs/evaluation.md). In the paper the nComponent is a board of its
+ * own that no host process preempts. So kc_connect runs those few
+ * microseconds under SCHED_FIFO (priority 1) and gives the thread its own
+ * policy back once the reply is out; the listener runs then. It needs
+ * CAP_SYS_NICE (or RLIMIT_RTPRIO): without, the first refusal turns it off
+ * (`hold` 0, `hold_error` the errno) and connects go on as before. A thread
+ * already real-time is left as it is.
+ *
  * Authority stays with the nMonitor. kc_connect takes a request only from a
  * sender whose grant (a bit mask, set by the nMonitor from the slices and the
  * sender's vouched identity) names the request's home mComponent, that names
@@ -102,6 +114,10 @@ typedef struct {
     uint32_t next_hi;         /* the last skeleton id's high 16 bits (kc_next_sk) */
     int32_t error;            /* the errno of the last socket a pool could not make */
     uint64_t made, failed;    /* answered here, in all */
+    int32_t hold;             /* 1: the CPU is held from connect to reply (above); 0: not */
+    int32_t hold_error;       /* the errno that turned it off (0: none) */
+    int32_t policy;           /* the thread's own scheduling policy (-1: not read yet) */
+    uint64_t held;            /* answers sent with the CPU held */
     kc_pool pools[KC_SOURCES];
     char homes[KC_HOMES][KC_HOME_BYTES];
     int32_t allowed[KC_ALLOWED][2];

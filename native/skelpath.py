@@ -33,6 +33,7 @@ Constants: EVENT, RECEIVED, FLUSH, FAIL, PUSH, CONNECTED (an event's kind), NO_P
 MAX_PEERS, POOL (sockets made ahead per source), HOMES (homes a grant can name).
 """
 
+import os
 import socket
 from typing import Any
 
@@ -76,11 +77,15 @@ class Plane:
     def stats(self) -> dict[str, int]:
         """What it did so far: messages read off the inbox, kernel events of its
         connections, their events it handed back, and the N_CONNECTs it answered
-        (connects: with a connection; connects_failed: with the kernel's errno)."""
-        kp = self.kp
+        (connects: with a connection; connects_failed: with the kernel's errno;
+        connects_held: either, with the CPU held from connect to reply, and
+        connect_hold: "on", or "off: " and why -- skelconnect.h)."""
+        kp, c = self.kp, self.kp.connect
+        why = os.strerror(c.hold_error) if c.hold_error else "real-time already"
         return {"messages": kp.messages, "kernel_events": kp.kernel_events,
-                "handed_back": kp.handed_back, "connects": kp.connect.made,
-                "connects_failed": kp.connect.failed}
+                "handed_back": kp.handed_back, "connects": c.made,
+                "connects_failed": c.failed, "connects_held": c.held,
+                "connect_hold": "on" if c.hold else f"off: {why}"}
 
     def watch(self, fd: int, mask: int) -> int:
         """0, or -errno (-EBADF: an fd past MAX_FDS, which the caller watches itself)."""

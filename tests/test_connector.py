@@ -4,7 +4,13 @@ in Python otherwise, with the same answers; grants follow the slices. Real racks
 programs, real kernel sockets."""
 
 import errno
+import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import textwrap
 import threading
 
@@ -127,7 +133,42 @@ def test_the_data_plane_connects_and_the_bytes_flow(rack, outside):
     # the first connect of a process is Python's (it gives the grant); the rest are C's
     assert after["plane"]["connects"] - plane["connects"] >= 39
     assert _sent_connects(_stats(rack)) - _sent_connects(before) == 40   # all counted
+    if os.geteuid() == 0:   # each answered with n0's CPU held from connect to reply
+        assert after["plane"]["connect_hold"] == "on"
+        assert after["plane"]["connects_held"] - plane["connects_held"] >= 39
     wait_until(lambda: n0_network(rack)["skeletons"] == 0)
+
+
+# Under setpriv (no CAP_SYS_NICE): a rack whose program connects 20 times to a plain
+# server; prints what the program said and n0's plane counters.
+UNHELD = textwrap.dedent("""
+    import json, socket, sys, threading
+    sys.path.insert(0, sys.argv[1])
+    from netprogs import n0_network, network_rack, run_on_rack
+    from test_connector import CONNECTS, Outside
+    server = Outside()
+    with network_rack("unheld") as (rack, env):
+        proc = run_on_rack(env, CONNECTS, str(server.port), "20", name="unheld")
+        print(json.dumps({"out": proc.stdout, "err": proc.stderr[-2000:],
+                          "plane": n0_network(rack)["plane"]}))
+""")
+
+
+def test_without_cap_sys_nice_connects_go_on_without_holding_the_cpu():
+    """skelconnect.h: the first refusal of SCHED_FIFO turns holding off, and says why."""
+    if not shutil.which("setpriv"):
+        pytest.skip("no setpriv (util-linux) to start a rack without CAP_SYS_NICE")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory(prefix="srt-", dir="/tmp") as root:   # (short: ipc paths)
+        proc = subprocess.run(["setpriv", "--bounding-set", "-sys_nice", sys.executable, "-c",
+                               UNHELD, tests], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, SPLITRACK_RUN_ROOT=root))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["out"] == "ok\n", got["err"]
+    plane = got["plane"]
+    assert plane["connects"] >= 19 and plane["connects_held"] == 0
+    assert plane["connect_hold"] == f"off: {os.strerror(errno.EPERM)}"
 
 
 def test_a_refused_connect_is_the_kernels_errno_from_c_and_from_python(rack):
