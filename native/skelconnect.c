@@ -71,6 +71,8 @@ static int hold(kc_state *s) {
     if (s->hold && s->policy < 0) {
         s->policy = sched_getscheduler(0);
         int own = s->policy & ~RESET_ON_FORK;
+        if (s->policy < 0)
+            s->hold_error = errno;
         if (s->policy < 0 || own == SCHED_FIFO || own == SCHED_RR || own == 6 /* DEADLINE */)
             s->hold = 0;   /* unknown, or real-time already: left as it is */
     }
@@ -88,7 +90,13 @@ static void release(kc_state *s, int held) {
     if (!held)
         return;
     struct sched_param own = {.sched_priority = 0};
-    sched_setscheduler(0, s->policy, &own);
+    if (sched_setscheduler(0, s->policy, &own) != 0) {   /* (giving real-time up is always
+                                                             allowed; if it failed anyway:
+                                                             plain SCHED_OTHER, no more holds) */
+        s->hold = 0;
+        s->hold_error = errno;
+        sched_setscheduler(0, SCHED_OTHER, &own);
+    }
     s->held++;
 }
 

@@ -159,10 +159,12 @@ def test_without_cap_sys_nice_connects_go_on_without_holding_the_cpu():
     if not shutil.which("setpriv"):
         pytest.skip("no setpriv (util-linux) to start a rack without CAP_SYS_NICE")
     tests = os.path.dirname(os.path.abspath(__file__))
+    # cwd: `python -c` imports from its working directory first, and the checkout's
+    # native/ holds no built C when splitrack is installed with `pip install .`
     with tempfile.TemporaryDirectory(prefix="srt-", dir="/tmp") as root:   # (short: ipc paths)
         proc = subprocess.run(["setpriv", "--bounding-set", "-sys_nice", sys.executable, "-c",
                                UNHELD, tests], capture_output=True, text=True, timeout=120,
-                              env=dict(os.environ, SPLITRACK_RUN_ROOT=root))
+                              env=dict(os.environ, SPLITRACK_RUN_ROOT=root), cwd=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["out"] == "ok\n", got["err"]
