@@ -9,7 +9,7 @@ Interface:
     send(peer, op, payload, timeout)              one-way
 A call goes one of two ways: in the common case (not nested, untraced, no
 room) its request is sent and its reply read in one step of the transport's
-(_call_at_once; shm: native/fitserve.h); else the header is packed here and
+(shm: native/fitserve.h); else the header is packed here and
 the frame sent (_transmit). Either way a reply not read at once is awaited
 by _await_reply, which serves the inbox meanwhile (serving.py's _dispatch)
 unless serve=False.
@@ -38,7 +38,7 @@ _pack_header_into = header.HEADER.pack_into
 _parse = header.parse_traced
 _current = tracing.current   # .ctx: the trace context messages are sent in (None: untraced)
 
-_SENT = object()   # _call_at_once: the request is out, its reply not read yet
+_SENT = object()   # _first_back: the request is out, its reply not read yet
 
 
 class Calling:
@@ -72,11 +72,20 @@ class Calling:
         awaiting.add(seq)         # before sending: a call nested in this one knows of it
         try:
             sent = False
-            if not (room or nested) and _current.ctx is None:   # the common case, at once
-                got = self._call_at_once(peer, op, seq, payload, timeout, serve, meanwhile)
-                if got is not None and got is not _SENT:
+            if not (room or nested) and _current.ctx is None and \
+                    len(payload) <= FIT_MAX_PAYLOAD_BYTES:   # the common case, at once
+                got = self.transport.call(peer, op, seq, payload, timeout, serve, meanwhile)
+                if type(got) is memoryview:   # the reply's payload: the transport read its header
+                    self.counters.call(peer, op, len(payload) + HEADER_SIZE,
+                                       len(got) + HEADER_SIZE)
                     return got
-                sent = got is _SENT
+                if got is not False:   # sent; True: nothing back yet, else the first frame back
+                    self.counters.tx(peer, op, len(payload) + HEADER_SIZE)
+                    if got is not True:
+                        got = self._first_back(peer, seq, got)
+                        if got is not _SENT:
+                            return got
+                    sent = True
             if not sent:
                 self._transmit(peer, REQUEST, op, seq, payload, timeout, room, serve)
                 if meanwhile is not None:
@@ -84,27 +93,6 @@ class Calling:
             return self._await_reply(peer, op, seq, deadline, serve)
         finally:
             awaiting.discard(seq)
-
-    def _call_at_once(self, peer: str, op: int, seq: int, payload: Frame, timeout: float,
-                      serve: bool, meanwhile: Callable[[], None] | None
-                      ) -> memoryview | object | None:
-        """The request sent and its reply read in one step of the transport's, on a
-        link that is up (shm: native/fitserve.h): the reply's payload; _SENT: the
-        request is out, its reply is the general loop's to wait for; None: nothing
-        was sent. Not for a nested or a traced call (call() says when)."""
-        n = len(payload)
-        if n > FIT_MAX_PAYLOAD_BYTES:
-            return None   # (_transmit says so)
-        got = self.transport.call(peer, op, seq, payload, timeout, serve, meanwhile)
-        if got is False:
-            return None
-        if type(got) is memoryview:   # the reply's payload: the transport read its header
-            self.counters.call(peer, op, n + HEADER_SIZE, len(got) + HEADER_SIZE)
-            return got
-        self.counters.tx(peer, op, n + HEADER_SIZE)
-        if got is True:
-            return _SENT
-        return self._first_back(peer, seq, got)
 
     def _first_back(self, peer: str, seq: int, frame: bytes) -> memoryview | object:
         """The first frame back on the link after the request seq: its reply's payload

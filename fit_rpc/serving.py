@@ -12,7 +12,7 @@ Each arrival is dispatched (_dispatch; also from a call's wait, calling.py):
 its header parsed (or already read by the transport: plain and untraced),
 counted, vouched for (a link's first message: vouch(src, pid), once), its
 handler run, and a request's result answered: in one step with the request's
-release where the transport can (_answer; shm: native/fitserve.h), else as a
+release where the transport can (shm: native/fitserve.h), else as a
 reply (_reply), the request then released by transport.done().
 Invariants: every arrival is released exactly once (answered, or done()).
 A malformed, oversized or unknown message, a refused vouch, a handler's
@@ -95,19 +95,15 @@ class Serving:
             next_tick = clock() + every_s
 
     def _dispatch(self, arrival: Arrival) -> None:
-        answered = False
-        try:
-            answered = self._handle(arrival)
-        finally:
-            if not answered:   # (an answer at once released the request too)
-                self.transport.done(arrival)
-
-    def _handle(self, arrival: Arrival) -> bool:
-        """Serve one arrival; True if transport.answer() replied and released it."""
+        """Serve one arrival and release it exactly once: answered and released in one
+        step where the transport can (a request whose header it read, answered outside
+        any trace), else replied to by _reply() and released by transport.done(). (One
+        function, not three: a served message's time is mostly Python calls.)"""
         src, route, frames, head = arrival.peer, arrival.route, arrival.frames, arrival.head
         op = seq = 0
         kind = REQUEST
         outer: Any = _UNTRACED
+        answered = False
         try:
             if head is not None:   # read by the transport: well-formed, untraced
                 kind, op, seq = head
@@ -137,7 +133,15 @@ class Serving:
                 raise from_code(errno.ENOSYS, f"no op {op_name(op)} here")
             result = handler(_message(Message, (src, arrival.pid, op, seq, kind, payload, route)))
             if kind == REQUEST:
-                return self._answer(arrival, src, op, seq, b"" if result is None else result)
+                if result is None:
+                    result = b""
+                if head is not None and _current.ctx is None and \
+                        len(result) <= FIT_MAX_PAYLOAD_BYTES and \
+                        self.transport.answer(arrival, op, seq, result):
+                    answered = True   # (the transport released the request too)
+                    self.counters.tx(src, op, len(result) + HEADER_SIZE)
+                else:
+                    self._reply(route, src, op, seq, result)
         except FitError as exc:
             if not seq:
                 kind, op, seq = _salvage(frames)
@@ -155,19 +159,8 @@ class Serving:
         finally:
             if outer is not _UNTRACED:
                 _current.ctx = outer
-        return False
-
-    def _answer(self, arrival: Arrival, src: str, op: int, seq: int, payload: Frame) -> bool:
-        """A handler's result to its request: written and the request released in one
-        step where the transport can (a request whose header it read, answered outside
-        any trace: True), else by _reply() (and the request released by done())."""
-        if arrival.head is not None and _current.ctx is None and \
-                len(payload) <= FIT_MAX_PAYLOAD_BYTES and \
-                self.transport.answer(arrival, op, seq, payload):
-            self.counters.tx(src, op, len(payload) + HEADER_SIZE)
-            return True
-        self._reply(arrival.route, src, op, seq, payload)
-        return False
+            if not answered:
+                self.transport.done(arrival)
 
     def _fail(self, route: Any, src: str, kind: int, op: int, seq: int,
               exc: OSError, counter: str) -> None:

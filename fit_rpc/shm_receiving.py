@@ -56,7 +56,10 @@ class ShmReceiving:
     def recv_inbound(self, timeout_s: float | None) -> Arrival | None:
         if self._new or self._hung or self._draining:
             self._sync()
-        ws, links = self._inbox_set()
+        if self._held or self._inbox_gen != self._gen:
+            ws, links = self._inbox_set()
+        else:   # (_inbox_set()'s common case, in line: this runs for every message)
+            ws, links = self._inbox, self._inbox_links
         i = ws.take(self.spin_s, timeout_s)
         if i < 0:
             if timeout_s != 0:
@@ -83,7 +86,8 @@ class ShmReceiving:
         except RingBroken:
             return False   # (reply() finds it so and says so)
         self._held.discard(link)   # released: done()'s work is done, but for
-        self._close_if_drained(link)   # a hung link's end
+        if link.hung:                  # a hung link's end
+            self._close_if_drained(link)
         return True
 
     def done(self, arrival: Arrival) -> None:

@@ -24,7 +24,7 @@ import os
 import select
 from typing import Any
 
-from native.ring import Ring, ffi, lib, ns_of, ptr_of, ring_error
+from native.ring import Ring, ffi, lib, ns_of, ring_error
 
 WOKEN = -1     # WaitSet.wait: woken with nothing to read (a doorbell with nothing behind it)
 TIMEOUT = -2   # WaitSet.wait: the timeout passed
@@ -82,8 +82,9 @@ class WaitSet:
         up to timeout_s as wait() does (no fds) if none is there (fitserve.h: fs_next):
         the ring's index, `msg` describing the message (msg.at < 0: the ring's
         -errno); timeout_s 0: -1 if none; else WOKEN or TIMEOUT as wait() says."""
-        i = lib.fs_next(self._array, self._n, self._start, self.word, self.efd,
-                        int(spin_s * 1e9), ns_of(timeout_s), self.msg)
+        i = lib.fs_next(self._array, self._n, self._start, self.word, self.efd,   # (ns_of
+                        int(spin_s * 1e9), -1 if timeout_s is None else   # inline: this
+                        int(timeout_s * 1e9) if timeout_s > 0 else 0, self.msg)  # is hot)
         if i >= 0:
             self._start = (i + 1) % self._n
             return i
@@ -141,8 +142,9 @@ class WaitSet:
         wait."""
         c = self._c
         c.start = self._start
-        rc = lib.fs_call(c, ffi.NULL if tx is None else tx.r, op, seq, ptr_of(payload),
-                         len(payload), ns_of(timeout_s))
+        rc = lib.fs_call(c, ffi.NULL if tx is None else tx.r, op, seq,   # (ptr_of, ns_of
+                         payload if type(payload) is bytes else ffi.from_buffer(payload),
+                         len(payload), int(timeout_s * 1e9) if timeout_s > 0 else 0)  # inline)
         if rc == lib.FC_REPLY:
             self.plain = c.plain
             return c.len
