@@ -87,6 +87,11 @@
                                      (100 us was tried: evaluation.md) */
 #define FR_CONTENDED_TURNS 2      /* ... so many of them in a row: it wants the CPU */
 #define FR_CONTENDED_SLICE_NS 200000  /* ... or one this long: a CPU-bound task's time slice */
+#define FR_SHORT_YIELDS 64        /* so many short yields in a row: the CPU is shared fairly */
+#define FR_LOST_SLICES 3          /* so many slices lost, FR_SHORT_YIELDS apart at most: */
+#define FR_NO_SPIN_NS 10000000    /* then a thread's waits sleep at once for so
+                                     long (10 ms), then it tries a yield again; twice as */
+#define FR_NO_SPIN_MAX_NS 1000000000  /* long each time that loses a slice too, up to 1 s */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
                                      from sleep, timer slack off, is ~50 us late on a VM) */
@@ -248,7 +253,12 @@ uint64_t fr_now_ns(void);
  * FR_CONTENDED_TURNS yields in a row each for FR_CONTENDED_NS or more. One
  * shorter yield is a neighbour's turn (a handler, a client's send): spinning on
  * through it keeps this CPU busy, so the next wake-up meant for it is not sent
- * across the CPUs, which costs 20-30 us on a VM whose idle CPUs halt. */
+ * across the CPUs, which costs 20-30 us on a VM whose idle CPUs halt. A yield
+ * that lost a whole slice also keeps the thread's later waits from yielding
+ * (0 at once) for FR_NO_SPIN_NS (doubling while the yields after it lose a
+ * slice too, up to FR_NO_SPIN_MAX_NS): on a CPU a spinning task also wants, each
+ * yield hands it a slice (4 ms at HZ 250), and a wait that tried one yield
+ * each time made every FIT round trip 4 ms with both cores kept busy. */
 int fr_spin_yield(void);
 
 #endif

@@ -102,18 +102,37 @@ static inline void cpu_relax(void) {
 }
 
 static __thread unsigned held_in_a_row;   /* fr_spin_yield's long yields, this thread's */
+static __thread uint64_t no_spin_until;   /* a time slice lost: no yields before this, */
+static __thread uint64_t no_spin_ns;      /* the back-off that set it */
+static __thread unsigned lost_slices;     /* slices lost, FR_SHORT_YIELDS apart at most */
+static __thread unsigned short_yields;    /* short yields since the last slice lost */
 
 int fr_spin_yield(void) {
     uint64_t t = fr_now_ns();
+    if (t < no_spin_until)
+        return 0;
     sched_yield();
-    uint64_t held = fr_now_ns() - t;
+    uint64_t now = fr_now_ns(), held = now - t;
     if (held < FR_CONTENDED_NS) {
         held_in_a_row = 0;
+        if (++short_yields >= FR_SHORT_YIELDS)
+            lost_slices = 0;   /* a lost slice now and then: a neighbour moved, spin on */
         return 1;
     }
     if (held < FR_CONTENDED_SLICE_NS && ++held_in_a_row < FR_CONTENDED_TURNS)
         return 1;
     held_in_a_row = 0;   /* it sleeps now: its next spin counts afresh */
+    if (held >= FR_CONTENDED_SLICE_NS)
+        short_yields = 0;
+    if (held >= FR_CONTENDED_SLICE_NS && ++lost_slices >= FR_LOST_SLICES) {
+        /* the waits to come do not spin for a while: */
+        if (no_spin_until && t - no_spin_until < no_spin_ns)   /* twice as long if a slice */
+            no_spin_ns = 2 * no_spin_ns < FR_NO_SPIN_MAX_NS ? 2 * no_spin_ns   /* was lost */
+                                                            : FR_NO_SPIN_MAX_NS;  /* again soon */
+        else
+            no_spin_ns = FR_NO_SPIN_NS;
+        no_spin_until = now + no_spin_ns;
+    }
     return 0;
 }
 

@@ -9,6 +9,8 @@ import errno
 import os
 import signal
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -218,3 +220,38 @@ def test_a_producer_that_dies_mid_message_publishes_nothing():
     os.waitpid(pid, 0)
     assert take(rx) == b"whole"
     assert take(rx) is None
+
+
+SLICES = """
+import os, sys
+from native.fitring import lib
+os.sched_setaffinity(0, {int(sys.argv[1])})   # one CPU, shared with a spinner that never yields
+lost = 0
+while lost < lib.FR_LOST_SLICES:   # each yield hands the spinner a slice
+    lost += lib.fr_spin_yield() == 0
+before = open("/proc/self/status").read()
+answers = {lib.fr_spin_yield() for _ in range(1000)}
+after = open("/proc/self/status").read()
+switches = lambda s: int(s.split("nonvoluntary_ctxt_switches:")[1].split()[0])
+print(sorted(answers), switches(after) - switches(before))
+"""
+
+
+def test_a_waiter_that_keeps_losing_slices_stops_yielding():
+    """fitring.h, fr_spin_yield: after FR_LOST_SLICES yields that each handed a spinning
+    task its time slice, the thread's waits sleep at once (no yield) for a while, where
+    each wait used to lose one more slice (4 ms a FIT round trip with both cores busy)."""
+    cpu = min(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c",
+                                f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.2)   # (on its CPU)
+        proc = subprocess.run([sys.executable, "-c", SLICES, str(cpu)], capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert proc.returncode == 0, proc.stderr
+    answers, switched = proc.stdout.split("]")
+    assert answers == "[0"                # 1,000 waits, none of them spinning on
+    assert int(switched) <= 1             # nor yielding (a tick may preempt it once)
