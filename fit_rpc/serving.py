@@ -183,7 +183,7 @@ class Serving:
         self.counters.tx(src, op, len(payload) + HEADER_SIZE)
 
 
-_UNTRACED = object()   # _handle: no trace context to restore
+_UNTRACED = object()   # _dispatch: no trace context to restore
 
 
 def _salvage(frames: list) -> tuple[int, int, int]:
