@@ -237,7 +237,7 @@ print(sorted(answers), switches(after) - switches(before))
 """
 
 
-def test_a_waiter_that_keeps_losing_slices_stops_yielding():
+def test_a_waiter_that_keeps_losing_slices_stops_yielding(tmp_path):
     """fitring.h, fr_spin_yield: after FR_LOST_SLICES yields that each handed a spinning
     task its time slice, the thread's waits sleep at once (no yield) for a while, where
     each wait used to lose one more slice (4 ms a FIT round trip with both cores busy)."""
@@ -246,8 +246,10 @@ def test_a_waiter_that_keeps_losing_slices_stops_yielding():
                                 f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
     try:
         time.sleep(0.2)   # (on its CPU)
+        # cwd: `python -c` imports from its working directory first, and the checkout's
+        # native/ holds no built C when splitrack is installed with `pip install .`
         proc = subprocess.run([sys.executable, "-c", SLICES, str(cpu)], capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, cwd=tmp_path)
     finally:
         spinner.kill()
         spinner.wait()
