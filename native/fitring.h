@@ -253,12 +253,14 @@ uint64_t fr_now_ns(void);
  * FR_CONTENDED_TURNS yields in a row each for FR_CONTENDED_NS or more. One
  * shorter yield is a neighbour's turn (a handler, a client's send): spinning on
  * through it keeps this CPU busy, so the next wake-up meant for it is not sent
- * across the CPUs, which costs 20-30 us on a VM whose idle CPUs halt. A yield
- * that lost a whole slice also keeps the thread's later waits from yielding
- * (0 at once) for FR_NO_SPIN_NS (doubling while the yields after it lose a
- * slice too, up to FR_NO_SPIN_MAX_NS): on a CPU a spinning task also wants, each
- * yield hands it a slice (4 ms at HZ 250), and a wait that tried one yield
- * each time made every FIT round trip 4 ms with both cores kept busy. */
+ * across the CPUs, which costs 20-30 us on a VM whose idle CPUs halt. A thread
+ * whose yields lost a whole slice FR_LOST_SLICES times, with fewer than
+ * FR_SHORT_YIELDS short ones between, stops yielding: its waits get 0 at once
+ * (they sleep) for FR_NO_SPIN_NS, twice as long each time the first yield after
+ * that loses a slice too, up to FR_NO_SPIN_MAX_NS. On a CPU that a spinning task
+ * also wants, each yield hands it a slice (4 ms at HZ 250): a wait that tried
+ * one yield each time made every FIT round trip 4 ms with both cores kept busy.
+ * A slice lost now and then (a neighbour that moved) does not stop the spin. */
 int fr_spin_yield(void);
 
 #endif
