@@ -77,7 +77,8 @@ def print_rows(old: dict[str, Any], new: dict[str, Any], rows: list[dict[str, An
     def who(r: dict[str, Any]) -> str:
         m = r.get("machine", {})
         commit = (m.get("git_commit") or "")[:10] or "no commit"
-        return f"{commit}, splitrack {m.get('splitrack', '?')}, busy core {m.get('busy_core')}"
+        busy = m.get("busy_cores", int(bool(m.get("busy_core"))))   # (older reports: a flag)
+        return f"{commit}, splitrack {m.get('splitrack', '?')}, busy cores {busy}"
     print(f"bench {new['bench']}: old ({who(old)}) -> new ({who(new)})")
     print("p50 [lowest..highest repetition's p50]; no clear change: the ranges overlap; "
           "unresolved: one repetition, no range")

@@ -1,16 +1,20 @@
-"""The machine condition a benchmark runs in: `splitrack bench --busy`.
+"""The machine condition a benchmark runs in: `splitrack bench --busy [N]`.
 
 A virtual machine whose idle cores halt makes a wake-up across cores cost tens
 of µs (an IPI, a VM exit), and every ratio to an idle baseline moves with it.
 With one core kept busy nothing halts there, and a wake-up that lands on the
 busy core is a plain context switch. Both conditions are real for users, so a
-benchmark can be run in either:
+benchmark can be run in either; and with every core kept busy (`--busy 2` on
+2 cores) each of the rack's processes shares its core with a task that never
+yields, a machine that is simply loaded:
 
-    with busy_core(True):      a plain process spins for the duration (a Python
-        ...                    `while True: pass`), stopped by PID on every way out
-    describe(busy) -> {"busy_core", "cpus", "cpu_model", "kernel", "python",
-                       "splitrack", "git_commit", "git_dirty"}   what the JSON records
-                       (git_*: None unless splitrack runs from a git checkout)
+    with busy_cores(n):        n plain processes spin for the duration (a Python
+        ...                    `while True: pass` each), stopped by PID on every
+                               way out; n 0: none
+    describe(n) -> {"busy_core", "busy_cores", "cpus", "cpu_model", "kernel",
+                    "python", "splitrack", "git_commit", "git_dirty"}   what the JSON
+                    records (busy_core: n > 0; git_*: None unless splitrack runs
+                    from a git checkout)
 """
 
 import contextlib
@@ -24,22 +28,23 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def busy_core(on: bool) -> Iterator[None]:
-    if not on:
-        yield
-        return
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                           stdin=subprocess.DEVNULL, cwd="/")
+def busy_cores(n: int) -> Iterator[None]:
+    hogs: list[subprocess.Popen] = []
     try:
+        for _ in range(n):
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                                         stdin=subprocess.DEVNULL, cwd="/"))
         yield
     finally:
-        hog.kill()
-        hog.wait()
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
-def describe(busy: bool) -> dict[str, Any]:
+def describe(busy: int) -> dict[str, Any]:
     commit, dirty = _git()
-    return {"busy_core": busy, "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+    return {"busy_core": busy > 0, "busy_cores": busy, "cpus": os.cpu_count(),
+            "cpu_model": _cpu_model(),
             "kernel": platform.release(), "python": platform.python_version(),
             "splitrack": _version(), "git_commit": commit, "git_dirty": dirty}
 

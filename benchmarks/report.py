@@ -35,7 +35,7 @@ def finish(report: dict[str, Any], args: argparse.Namespace,
            series: dict[str, Series] | None = None) -> int:
     series = series or {}
     report["stats"] = [row for prefix, s in series.items() for row in s.rows(prefix)]
-    report["machine"] = describe(bool(getattr(args, "busy", False)))
+    report["machine"] = describe(int(getattr(args, "busy", 0)))
     given = {k: v for k, v in vars(args).items() if k not in ("func", "command", "kind")}
     report["settings"] = {**given, **report.get("settings", {})}
     if args.json:   # written first: a long run's results survive a failure to print

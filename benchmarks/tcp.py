@@ -40,8 +40,8 @@ The targets (docs/benchmarks.md):
     rack connect p50 <= 4 x Linux connect p50
     throughput at 4 KiB: DDIO >= 0.8 x Linux, DMA (packing) >= 0.35 x Linux
     nComponent CPU <= 4 core-seconds per GB each way
-`splitrack bench --busy` keeps one core busy meanwhile (the other condition of
-a VM whose idle cores halt; docs/evaluation.md).
+`splitrack bench --busy [N]` keeps one core (N cores) busy meanwhile (the
+other condition of a VM whose idle cores halt; docs/evaluation.md).
 
 The report (--json FILE: its JSON, with the targets judged) and the table
 printed are tcp_report.py's.

@@ -63,12 +63,14 @@ def add_parser(sub: Any) -> None:
                            help="instead of a fixed --reps: repeat until S seconds have "
                                 "passed (at least 3 repetitions)")
         if rack:
-            p.add_argument("--busy", action="store_true",
-                           help="keep one core busy (a spinning process) for the whole run: "
-                                "on a VM whose idle cores halt, wake-ups then cost a context "
-                                "switch, not an IPI; run once with and once without to see "
-                                "both")
-        p.set_defaults(func=cmd_bench, busy=False)
+            p.add_argument("--busy", type=argtypes.count, nargs="?", const=1, default=0,
+                           metavar="N",
+                           help="keep N cores busy (N spinning processes; N is 1 if not "
+                                "given) for the whole run: on a VM whose idle cores halt, "
+                                "wake-ups then cost a context switch, not an IPI; run once "
+                                "with and once without to see both; as many as the machine "
+                                "has cores: a loaded machine, every process sharing its core")
+        p.set_defaults(func=cmd_bench, busy=0)
         return p
 
     def figures(p: argparse.ArgumentParser, quick: str, modes: tuple[str, ...],
@@ -157,7 +159,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--plot", metavar="F.png", type=argtypes.out_file,
                    help="draw FlowOS-RM's Figs. 4 and 5 into this PNG, and a table per job "
                         "next to it (F.md)")
-    p.set_defaults(func=cmd_bench, busy=False)
+    p.set_defaults(func=cmd_bench, busy=0)
 
     p = measuring("placement", "Scylla's placement trade-off: a ring of processes passing "
                                "messages (network) and computing (cpu), each job packed onto "
@@ -225,7 +227,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)   # stopped: its racks, servers, files go too
-    from benchmarks.machine import busy_core
+    from benchmarks.machine import busy_cores
 
-    with busy_core(args.busy if args.kind != "compare" else False):
+    with busy_cores(args.busy if args.kind != "compare" else 0):
         return importlib.import_module(f"benchmarks.{args.kind}").main(args)

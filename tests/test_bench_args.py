@@ -46,6 +46,8 @@ CASES += [
     ("rackmem", ["--extcache", "much"], "argument --extcache: 'much' is not a size"),
     ("fit", ["--plot", "f.png"], "unrecognized arguments: --plot f.png"),
     ("hot", ["--busy"], "unrecognized arguments: --busy"),
+    ("fit", ["--busy", "0"], "argument --busy: '0' is not a whole number >= 1"),
+    ("tcp", ["--busy", "two"], "argument --busy: 'two' is not a whole number >= 1"),
     ("compare", ["/no/such/old.json", "/no/such/new.json"], "/no/such/old.json: no such file"),
     ("compare", [__file__, __file__, "--fail-above", "-1"],
      "argument --fail-above: '-1' is not a percentage >= 0"),

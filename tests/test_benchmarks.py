@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 import pytest
 
-from benchmarks import floors, tcp_client
+from benchmarks import floors, machine, tcp_client
 from benchmarks.corpus import Corpus
 from benchmarks.servers import server
 from benchmarks.shm_peer import STREAM_MAX, ShmPeer
@@ -76,7 +76,7 @@ def check_report(report, series):
         assert r["p50"] <= r["p90"] <= r["p99"] <= r["p99_9"] <= r["max"]
     machine = report["machine"]
     assert machine["cpus"] >= 1 and machine["python"] and machine["kernel"]
-    assert machine["splitrack"] and "busy_core" in machine
+    assert machine["splitrack"] and machine["busy_core"] == (machine["busy_cores"] > 0)
     assert report["settings"]["json"] and "reps" in report["settings"]
 
 
@@ -168,6 +168,21 @@ def test_floors_measure_every_floor_interleaved_and_stop_their_children():
         [(z, n) for z in (128, 4096) for n in floors.NAMES]
     one = floors.measure_one("shm_eventfd", 4096, rounds=20, reps=2, warmup=5)
     assert one["name"] == "shm_eventfd" and one["size"] == 4096 and one["p50_us"] > 0
+
+
+def test_busy_cores_spin_n_processes_and_stop_them_on_every_way_out():
+    """machine.py: `--busy N` is N spinning children, gone after the run, or an error."""
+    me = psutil.Process()
+    before = {p.pid for p in me.children()}
+    with pytest.raises(KeyboardInterrupt):
+        with machine.busy_cores(2):
+            spinners = [p for p in me.children() if p.pid not in before]
+            assert len(spinners) == 2
+            assert all(p.cmdline()[-1] == "while True: pass" for p in spinners)
+            raise KeyboardInterrupt
+    assert not any(alive(p.pid) for p in spinners)
+    report_machine = machine.describe(2)
+    assert report_machine["busy_cores"] == 2 and report_machine["busy_core"] is True
 
 
 def test_floor_children_are_stopped_on_an_exception_too():
