@@ -88,7 +88,7 @@ class ShmSending:
         ws = self._reply_set(link, serve)
         link.busy += 1   # (as call())
         try:
-            got = step(ws.caller(), link.tx.r, seq, max(0, int(timeout_s * 1e9)))
+            got = step(ws.caller(), link.tx.r, seq, int(timeout_s * 1e9) if timeout_s > 0 else 0)
             if got == -errno.EBADMSG:   # (as call() on RingBroken)
                 self.count("ring_broken")
                 link.hung = True

@@ -151,9 +151,10 @@ class MMonitor(Monitor):
                 raise MalformedMessage(f"piggybacked victim of {len(victim)} bytes")
             self._store_victim(msg, vpid, vvpage, victim)
         space = self._space(pid)
-        space.check(vpage)
-        self.counts["misses"] += 1
         frame = space.pages.get(vpage)
+        if frame is None:   # (a page held is in a region: a region takes its pages when it goes)
+            space.check(vpage)
+        self.counts["misses"] += 1
         if frame is None:
             self.counts["zero_misses"] += 1
             return self.zero

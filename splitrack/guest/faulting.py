@@ -25,6 +25,7 @@ from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.pages import FETCH, pack_writeback
+from splitrack.guest.line_miss import DONE
 
 
 class Faulting:
@@ -65,6 +66,8 @@ class Faulting:
         miss.begin(vpage, home)   # the set locked, the M_MISS made (a dirty victim of the
         try:                      # same home piggybacked: LegoOS), the line installed, in C
             got = self.ep.call_native(peer, Op.M_MISS, miss, serve=False)
+            if miss.rc == DONE:   # (the common case, told at once)
+                return
             if miss.rc is None:   # no native link to the home (yet): begun here, sent below
                 miss.prepare()
             if not miss.locked():

@@ -35,6 +35,7 @@ _STEP = {lib.XM_DONE: STEP_DONE, lib.XM_CACHED: STEP_STOPPED, lib.XM_VICTIM: STE
          lib.XM_FAILED: STEP_STOPPED, lib.XM_UNSENT: STEP_UNSENT, lib.XM_SENT: STEP_SENT,
          lib.XM_READ: STEP_READ}
 _UNLOCKED = (None, lib.XM_DONE, lib.XM_CACHED, lib.XM_FAILED)   # (None: not begun)
+DONE = lib.XM_DONE   # LineMiss.rc of a miss made and its line installed: nothing left to do
 
 
 class LineMiss:
@@ -83,4 +84,4 @@ class LineMiss:
         return memoryview(self._request)[lib.XM_HEAD:]
 
 
-__all__ = ["LineMiss"]
+__all__ = ["DONE", "LineMiss"]
