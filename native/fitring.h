@@ -89,8 +89,8 @@
 #define FR_CONTENDED_SLICE_NS 200000  /* ... or one this long: a CPU-bound task's time slice */
 #define FR_SHORT_YIELDS 64        /* so many short yields in a row: the CPU is shared fairly */
 #define FR_LOST_SLICES 3          /* so many slices lost, FR_SHORT_YIELDS apart at most: */
-#define FR_NO_SPIN_NS 10000000    /* then a thread's waits sleep at once for so
-                                     long (10 ms), then it tries a yield again; twice as */
+#define FR_NO_SPIN_NS 1000000     /* then a thread's waits sleep at once for so
+                                     long (1 ms), then it tries a yield again; twice as */
 #define FR_NO_SPIN_MAX_NS 1000000000  /* long each time that loses a slice too, up to 1 s */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
