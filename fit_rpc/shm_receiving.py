@@ -10,6 +10,12 @@ is the transport's. Interface (transport.py's contract):
     done(arrival)                          the request's slot freed
     recv_reply(peer, t, serve)             the next frame back on our link to peer
     inbox_rings(known)                     the inbound rings, for a native data plane
+    serve_natively(native)                 a native data plane's take() is the inbox's
+                                           wait from now on (it answers in C what it
+                                           can): native.inbox(links) -> bool (it reads
+                                           these: inbox_rings()'s list), native.take(
+                                           spin_s, timeout_s, msg) -> as WaitSet.take()
+                                           (native/waitset.py)
 Invariants: one message per inbound link is held at a time (_held: taken,
 not yet done()); a nested wait (a handler's call) leaves held links out, so
 it cannot find that message again. The wait sets (_inbox_set, _reply_set)
@@ -56,11 +62,15 @@ class ShmReceiving:
     def recv_inbound(self, timeout_s: float | None) -> Arrival | None:
         if self._new or self._hung or self._draining:
             self._sync()
-        if self._held or self._inbox_gen != self._gen:
+        if self._held or self._inbox_gen != self._gen or self._unvouched:
             ws, links = self._inbox_set()
         else:   # (_inbox_set()'s common case, in line: this runs for every message)
             ws, links = self._inbox, self._inbox_links
-        i = ws.take(self.spin_s, timeout_s)
+        plane = self._plane   # a native data plane answers what it can first, in C
+        if plane is not None and ws is self._inbox:
+            i = plane.take(self.spin_s, timeout_s, ws.msg)
+        else:
+            i = ws.take(self.spin_s, timeout_s)
         if i < 0:
             if timeout_s != 0:
                 if i == WOKEN and not (self._new or self._hung) and ws.next_due() == NEVER:
@@ -160,12 +170,31 @@ class ShmReceiving:
                 self._inbox.rings = [x.rx for x in self.inbound]
                 self._inbox_links = list(self.inbound)
                 self._inbox_gen = self._gen
+                self._plane_inbox()
+            elif self._unvouched:
+                self._plane_inbox()
             return self._inbox, self._inbox_links
         key = (self._gen, frozenset(self._held))
         if self._nested is None or self._nested_key != key:
             links = [x for x in self.inbound if x not in self._held]
             self._nested, self._nested_key = (self._wait_set([x.rx for x in links]), links), key
         return self._nested
+
+    def serve_natively(self, native: Any) -> None:
+        self._native = native
+        self._inbox_gen = -1   # (told the rings at the next wait)
+
+    def _plane_inbox(self) -> None:
+        """The native inbox (serve_natively's, if any) told the inbox's rings, as
+        inbox_rings() lists them; it reads them (_plane) if it said it can. Told
+        again while a link is not vouched for yet (its verdict then matters)."""
+        native = self._native
+        if native is None:
+            self._plane, self._unvouched = None, False
+            return
+        links = [(x.peer, x.rx, x.tx, x.verdict) for x in self._inbox_links]
+        self._unvouched = any(verdict is None for _, _, _, verdict in links)
+        self._plane = native if native.inbox(links) else None
 
     def _reply_set(self, link: Link, serve: bool) -> WaitSet:
         """Ring 0: the link's replies; then, if serving, the inbound rings (as

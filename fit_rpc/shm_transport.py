@@ -27,7 +27,10 @@
   links are vouched for, and the ring back on each, where it may write a
   reply: its connect(), native/skelconnect.h), out_ring(peer) which ring reaches a peer's
   inbox now, and link_closed(peer) is called before the ring of a link to
-  peer goes (so nobody writes into a segment that is unmapped).
+  peer goes (so nobody writes into a segment that is unmapped). Or it may be
+  the inbox's wait itself (serve_natively(): the mComponent's, native/mplane.h):
+  told the rings whenever they change (and while a link is not vouched for),
+  it answers in C what it can and hands the rest back as the wait would.
 - Channels (channel()): shm_channel.py; the rendezvous here hands them their
   segments.
 - Regions (new_region, grant_region, map_region): memfds of their owner; a
@@ -118,6 +121,9 @@ class ShmTransport(ShmLinks, ShmReceiving, ShmSending, Transport):
         self.count = _no_count                      # error counters (the endpoint's)
         self.peer_gone = _no_peer                   # a peer's last link closed
         self.link_closed = _no_peer                 # an outbound link's ring is about to go
+        self._native: Any = None                    # serve_natively's data plane, and
+        self._plane: Any = None                     # whether it reads the inbox now
+        self._unvouched = False                     # (shm_receiving.py)
         self.listener: rendezvous.Listener | None = None
         self.address: str | None = None
         if path is not None:

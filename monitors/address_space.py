@@ -1,27 +1,60 @@
 """One process's address space at an mComponent: its regions and page table.
 
 Interface:
-    space = AddressSpace(pcomponent="p0")
+    space = AddressSpace(pcomponent="p0", line, pages=None)
+                                              # pages: its page table (a PageTable; {}: none
+                                              # mirrored, for a space nobody serves from C)
     space.add_region(start, length)           # EEXIST if it overlaps another
     space.remove_region(start) -> [frames]    # the frames it held, to be freed
     space.check(vpage)                        # EFAULT unless inside a region
     space.check_all(vpages)                   # ... each of them
     space.pages: {vpage: frame}               # filled on first write-back
-Pure data: the arena and the ops are in mmonitor.py.
+    PageTable(pid, plane)                     # a process's {vpage: frame}, every change
+                                              # mirrored into the mComponent's data plane
+Pure data: the arena and the ops are in mmonitor.py, the M_MISS that the data
+plane answers from the mirror in native/mplane.h.
 """
 
 import bisect
 import errno
 from collections.abc import Iterable
+from typing import Any
+
+
+class PageTable(dict):
+    """One process's {vpage: frame}, every change mirrored into the mComponent's
+    data plane (native/mplane.py's MemoryPlane), which answers M_MISS from the
+    mirror. A dict for reading; changed only by [vpage] = frame, pop() and clear()
+    (a dict's other ways of changing are not mirrored, and not used)."""
+
+    __slots__ = ("pid", "plane")
+
+    def __init__(self, pid: int, plane: Any):
+        super().__init__()
+        self.pid, self.plane = pid, plane
+
+    def __setitem__(self, vpage: int, frame: int) -> None:
+        self.plane.set(self.pid, vpage, frame)
+        super().__setitem__(vpage, frame)
+
+    def pop(self, vpage: int, *default: Any) -> Any:
+        frame = super().pop(vpage, *default)
+        self.plane.delete(self.pid, vpage)
+        return frame
+
+    def clear(self) -> None:
+        for vpage in self:
+            self.plane.delete(self.pid, vpage)
+        super().clear()
 
 
 class AddressSpace:
-    def __init__(self, pcomponent: str, line: int):
+    def __init__(self, pcomponent: str, line: int, pages: dict[int, int] | None = None):
         self.pcomponent = pcomponent
         self.line = line
         self.starts: list[int] = []            # sorted region starts (bytes)
         self.ends: dict[int, int] = {}         # start -> end (exclusive)
-        self.pages: dict[int, int] = {}        # vpage -> frame index
+        self.pages = {} if pages is None else pages   # vpage -> frame index
 
     @property
     def reserved(self) -> int:

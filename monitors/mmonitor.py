@@ -8,7 +8,11 @@ Serves (docs/protocol.md, 0x04xx):
                       never runs out of frames;
 - M_MISS              one line back to the pComponent; a page never written
                       back reads as zeros without taking a frame; a dirty
-                      victim may ride along (LegoOS piggyback);
+                      victim may ride along (LegoOS piggyback). On shm the
+                      common case (a page held, no victim) is answered in C,
+                      by the data plane that is the inbox's wait
+                      (miss_plane.py, native/mplane.h), from a mirror of the
+                      page tables; m_miss serves the rest;
 - M_FETCH             several consecutive lines (a miss that reads ahead);
 - M_WRITEBACK         lines into frames, a frame allocated on first write-back;
 - M_RELEASE           everything of a process (it ended; sent by its pMonitor);
@@ -50,8 +54,10 @@ from fit_rpc.errors import MalformedMessage
 from fit_rpc.identity import kind_of
 from fit_rpc.netpath import DMA_HOLD, DMA_LEASE, DMA_MAP, DMA_WRITE, PIECE, SK
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, unpack_writeback
-from monitors.address_space import AddressSpace
+from monitors.address_space import AddressSpace, PageTable
 from monitors.core import Monitor
+from monitors.miss_plane import MissPlane
+from native.mplane import MemoryPlane
 
 DMA_MAX_BYTES = 1 << 20   # one M_DMA_MAP covers at most this much
 DMA_LEASE_S = 5.0         # pinned frames are freed at the latest this long after M_DMA_MAP
@@ -69,6 +75,17 @@ class MMonitor(Monitor):
         whole = self.memory // self.line   # frames (the arena's tail past the last is unused)
         self.frames = np.frombuffer(self.arena, np.uint8, whole * self.line).reshape(
             whole, self.line)
+        # the data plane: M_MISS answered in C from the page tables' mirror (miss_plane.py)
+        self.counts = {"misses": 0, "plane_misses": 0, "zero_misses": 0, "writebacks": 0,
+                       "victims": 0, "victims_dropped": 0, "frames_used": 0,
+                       "dma_read_bytes": 0, "dma_write_bytes": 0, "dma_leases_expired": 0}
+        rings = self.ep.rings()   # shm: the plane is the inbox's wait (zmq: None)
+        self.plane = MemoryPlane(self.arena, self.line, Op.M_MISS, MISS.size,
+                                 None if rings is None else rings.bell)
+        self.planes = MissPlane(self.plane, self.counts, self.ep.counters)
+        self.ep.counters.sources.append(self.planes.take_counts)
+        if rings is not None:
+            rings.serve_natively(self.planes)
         self.pins: dict[int, int] = {}                # frame -> leases holding it
         self.leases: dict[int, tuple[int, float | None, list[int]]] = {}   # lease -> (pid,
         #                                             expiry or None: held, frames)
@@ -81,9 +98,6 @@ class MMonitor(Monitor):
         self.spaces: dict[int, AddressSpace] = {}
         self.zero = bytes(self.line)
         self._reported_misses = 0   # the misses GMM last heard of
-        self.counts = {"misses": 0, "zero_misses": 0, "writebacks": 0, "victims": 0,
-                       "victims_dropped": 0, "frames_used": 0, "dma_read_bytes": 0,
-                       "dma_write_bytes": 0, "dma_leases_expired": 0}
         self.ep.on(Op.M_ALLOC, self.m_alloc)
         self.ep.on(Op.M_FREE, self.m_free)
         self.ep.on(Op.M_MISS, self.m_miss)
@@ -97,10 +111,12 @@ class MMonitor(Monitor):
         return {"memory": self.config["memory"]}
 
     def extra_stats(self) -> dict[str, Any]:
+        self.planes.take_counts(self.ep.counters)
         return {"memory": {**self.counts, "processes": len(self.spaces),
                            "reserved": self._reserved(), "arena": self.memory}}
 
     def tick(self) -> None:
+        self.planes.take_counts(self.ep.counters)   # (the misses the data plane answered)
         if self.counts["misses"] != self._reported_misses:   # (GMM's fewest-misses policy)
             self._report_load()
         now = time.monotonic()
@@ -110,7 +126,9 @@ class MMonitor(Monitor):
                 self._unpin(lease)
 
     def close(self) -> None:
-        if hasattr(self, "view"):   # (setup may have failed before)
+        if hasattr(self, "plane"):   # (setup may have failed before; the arena's users
+            self.plane.close()       # let go of it before the endpoint unmaps it)
+        if hasattr(self, "view"):
             self.view.release()
             self.frames = None
         super().close()
@@ -125,7 +143,8 @@ class MMonitor(Monitor):
             self._report_load()  # GMM reserved these bytes when it chose us: set it right
             raise OSError(errno.ENOMEM, f"{self.id} has {self.memory - self._reserved()} of "
                           f"{self.memory} bytes free; asked for {length}")
-        space = self.spaces.get(pid) or AddressSpace(_pcomponent(msg.src), self.line)
+        space = self.spaces.get(pid) or AddressSpace(_pcomponent(msg.src), self.line,
+                                                     PageTable(pid, self.plane))
         space.add_region(start, length)
         self.spaces[pid] = space
         self._report_load()
@@ -205,6 +224,7 @@ class MMonitor(Monitor):
                 raise OSError(errno.EPERM, f"{msg.src} may not release a process of "
                               f"{space.pcomponent}")
             self._free_frames(list(space.pages.values()))
+            space.pages.clear()   # (the data plane's mirror too: the pid may come again)
             for lease in [k for k, (p, _, _) in self.leases.items() if p == pid]:
                 self._unpin(lease)   # its sockets are closed: no dDMA copies into them now
             del self.spaces[pid]

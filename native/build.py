@@ -18,9 +18,10 @@
                    native/fitcall.{h,c}                        a call's common case on them,
                    native/fitserve.{h,c}                       and those that know the
                    native/xcmiss.{h,c}                         header: a call's, a served
-                                                               message's, a channel's, an
-                                                               extCache miss's: EXTCACHE
-                                                               built in)
+                   native/mplane.{h,c}                         message's, a channel's, an
+                                                               extCache miss's, the
+                                                               mComponent's M_MISS:
+                                                               EXTCACHE built in)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
                                                                lines: EXTCACHE built in too)
@@ -86,7 +87,7 @@ FITRING = ("fitring", "fitwait")                # the rings' C files (fitring.h 
 extcache_ffi = _ffi("extcache", ["pthread"], sources=EXTCACHE[1:])
 nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
                  sources=(*EXTCACHE, *FITRING[1:]))
-fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss"),
+fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss", "mplane"),
                    sources=(*EXTCACHE, *FITRING[1:]))
 stubpath_ffi = _ffi("stubpath", ["pthread"], sources=EXTCACHE)
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,

@@ -5,6 +5,8 @@ memory must stay as it was:
 - a claim naming another process's pid (p0.VICTIM): refused at the rendezvous;
 - a component's id (n9: none such; n0, p0, global: real ids, not its pid): refused
   on the link's first message (the monitor's vouch);
+- its own id, vouched for, naming another process's pid in M_MISS (m0's data
+  plane, which answers misses in C, must refuse it as Python does);
 - p0.OWN_PID, the right pid but the wrong pComponent: p0 does not vouch for it
   (P_VOUCH), and will not let it attach (P_ATTACH: it descends from p1's pMonitor),
   nor a child of the program that outlived it;
@@ -82,6 +84,14 @@ WRONG_PCOMPONENT = PRELUDE + textwrap.dedent("""
         "m0", Op.M_WRITEBACK, pack_writeback(VICTIM, [VPAGE], [b"\\xee" * LINE])))
     attempt("miss_victim", lambda: ep.call(
         "m0", Op.M_MISS, MISS.pack(me, 0, VICTIM, VPAGE) + b"\\xee" * LINE))
+""")
+
+# Itself, vouched for, asking m0 for the victim's line: its link's first message is
+# Python's (the vouch), the rest meet m0's data plane (native/mplane.h) first.
+OWN_ID_OTHER_PID = PRELUDE + textwrap.dedent("""
+    ep = posing_as(f"p1.{os.getpid()}")
+    for i in range(3):
+        attempt(f"miss{i}", lambda: ep.call("m0", Op.M_MISS, MISS.pack(VICTIM, VPAGE, 0, 0)))
 """)
 
 ATTACH_ELSEWHERE = PRELUDE + textwrap.dedent("""
@@ -186,6 +196,12 @@ def test_a_component_id_that_is_not_its_own_is_refused(ids_rack, victim):
     assert after["errors"]["forged"] >= before["errors"].get("forged", 0) + 20
     assert after["memory"]["dma_read_bytes"] == before["memory"]["dma_read_bytes"]
     assert after["memory"]["dma_write_bytes"] == before["memory"]["dma_write_bytes"]
+    assert intact(victim)
+
+
+def test_its_own_id_naming_another_processs_pages_is_refused(ids_rack, victim):
+    results = attack(ids_rack, victim, OWN_ID_OTHER_PID)
+    assert results == {f"miss{i}": EPERM for i in range(3)}
     assert intact(victim)
 
 

@@ -1,0 +1,175 @@
+/*
+ * mplane.c -- the mComponent's data plane. Contract: mplane.h.
+ */
+#include "mplane.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fitheader.h"
+
+#define FIRST_CAP 1024u
+
+static uint64_t home(const mp_plane *mp, uint32_t pid, uint64_t vpage) {
+    uint64_t h = vpage * 0x9E3779B97F4A7C15ull ^ (uint64_t)pid * 0xC2B2AE3D27D4EB4Full;
+    return (h ^ (h >> 29)) & (mp->cap - 1);
+}
+
+/* The slot holding (pid, vpage), or the empty one where it would go. */
+static uint64_t find(const mp_plane *mp, uint32_t pid, uint64_t vpage) {
+    uint64_t i = home(mp, pid, vpage);
+    while (mp->slots[i].used && (mp->slots[i].pid != pid || mp->slots[i].vpage != vpage))
+        i = (i + 1) & (mp->cap - 1);
+    return i;
+}
+
+static int grow(mp_plane *mp, uint64_t cap) {
+    mp_slot *old = mp->slots;
+    uint64_t old_cap = mp->cap;
+    mp_slot *slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return -ENOMEM;
+    mp->slots = slots;
+    mp->cap = cap;
+    for (uint64_t i = 0; i < old_cap; i++)
+        if (old[i].used)
+            mp->slots[find(mp, old[i].pid, old[i].vpage)] = old[i];
+    free(old);
+    return 0;
+}
+
+int mp_init(mp_plane *mp, char *arena, uint64_t frames, uint32_t line, uint16_t op_miss,
+            uint32_t miss_bytes, uint32_t *bell, int efd) {
+    mp->arena = arena;
+    mp->frames = frames;
+    mp->line = line;
+    mp->op_miss = op_miss;
+    mp->miss_bytes = miss_bytes;
+    mp->bell = bell;
+    mp->efd = efd;
+    mp->used = 0;
+    mp->cap = 0;
+    mp->slots = NULL;
+    return grow(mp, FIRST_CAP);
+}
+
+void mp_free(mp_plane *mp) {
+    free(mp->slots);
+    mp->slots = NULL;
+    mp->cap = mp->used = 0;
+}
+
+int mp_set(mp_plane *mp, uint32_t pid, uint64_t vpage, int64_t frame) {
+    if (!mp->slots)
+        return -ENOMEM;   /* freed */
+    if (frame < 0 || (uint64_t)frame >= mp->frames)
+        return -EINVAL;
+    if ((mp->used + 1) * 2 > mp->cap && grow(mp, mp->cap * 2) < 0)
+        return -ENOMEM;
+    mp_slot *s = &mp->slots[find(mp, pid, vpage)];
+    if (!s->used) {
+        s->used = 1;
+        s->pid = pid;
+        s->vpage = vpage;
+        mp->used++;
+    }
+    s->frame = frame;
+    return 0;
+}
+
+void mp_del(mp_plane *mp, uint32_t pid, uint64_t vpage) {
+    if (!mp->slots)
+        return;
+    uint64_t mask = mp->cap - 1, i = find(mp, pid, vpage), j = i;
+    if (!mp->slots[i].used)
+        return;
+    /* backward shift: each entry after the hole that may move into it does, so
+     * that every entry stays reachable from its home without a gap */
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!mp->slots[j].used)
+            break;
+        uint64_t k = home(mp, mp->slots[j].pid, mp->slots[j].vpage);
+        int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            mp->slots[i] = mp->slots[j];
+            i = j;
+        }
+    }
+    mp->slots[i].used = 0;
+    mp->used--;
+}
+
+int64_t mp_get(const mp_plane *mp, uint32_t pid, uint64_t vpage) {
+    if (!mp->slots)
+        return MP_NO_FRAME;
+    const mp_slot *s = &mp->slots[find(mp, pid, vpage)];
+    return s->used ? s->frame : MP_NO_FRAME;
+}
+
+void mp_set_inbox(mp_plane *mp, fr_ring *const *rings, fr_ring *const *replies,
+                  const int64_t *who, uint32_t n) {
+    if (n > MP_MAX_RINGS)
+        n = MP_MAX_RINGS;
+    memcpy(mp->rings, rings, n * sizeof *rings);
+    memcpy(mp->replies, replies, n * sizeof *replies);
+    memcpy(mp->who, who, n * sizeof *who);
+    memset(mp->counts, 0, n * sizeof *mp->counts);
+    mp->nrings = n;
+    mp->start = 0;
+}
+
+/* Answer ring i's message, described by m, if it is the common case: 1 answered, 0 not. */
+static int serve(mp_plane *mp, uint32_t i, const fs_msg *m) {
+    if (!m->plain || m->op != mp->op_miss || m->len != HEADER_BYTES + mp->miss_bytes ||
+        mp->who[i] == MP_NOBODY || !mp->replies[i])
+        return 0;
+    struct __attribute__((packed)) {
+        uint32_t pid;
+        uint64_t vpage;
+        uint32_t vpid;
+        uint64_t vvpage;
+    } miss;   /* pages.py's MISS, read once: the peer may scribble */
+    _Static_assert(sizeof miss == 24, "MISS is <IQIQ>");
+    if (mp->miss_bytes != sizeof miss)
+        return 0;
+    memcpy(&miss, mp->rings[i]->data + m->at + HEADER_BYTES, sizeof miss);
+    if (miss.vpid || (mp->who[i] != MP_ANY_PID && mp->who[i] != (int64_t)miss.pid))
+        return 0;
+    int64_t frame = mp_get(mp, miss.pid, miss.vpage);
+    if (frame < 0)
+        return 0;
+    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq,
+                  mp->arena + (uint64_t)frame * mp->line, mp->line) != 0)
+        return 0;   /* the ring back is full (or broken): Python's reply says so */
+    mp->counts[i].misses++;
+    mp->counts[i].bytes_in += m->len;
+    mp->counts[i].bytes_out += HEADER_BYTES + mp->line;
+    return 1;
+}
+
+int mp_run(mp_plane *mp, int64_t spin_ns, int64_t timeout_ns, fs_msg *m) {
+    int64_t deadline = timeout_ns > 0 ? (int64_t)fr_now_ns() + timeout_ns : timeout_ns;
+    for (;;) {
+        int64_t left = deadline;
+        if (deadline > 0 && (left = deadline - (int64_t)fr_now_ns()) <= 0)
+            left = 0;
+        int i = fs_next(mp->rings, (int)mp->nrings, (int)mp->start, mp->bell, mp->efd,
+                        spin_ns, left, m);
+        if (i < 0)
+            return i == -1 && deadline > 0 ? -ETIMEDOUT : i;
+        mp->start = (uint32_t)(i + 1) % mp->nrings;
+        if (m->at < 0 || !serve(mp, (uint32_t)i, m))
+            return i;   /* Python's: a broken ring, or not the common case */
+    }
+}
+
+void mp_take_counts(mp_plane *mp, uint32_t i, mp_counts *out) {
+    if (i >= mp->nrings) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    *out = mp->counts[i];
+    memset(&mp->counts[i], 0, sizeof mp->counts[i]);
+}

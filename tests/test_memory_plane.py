@@ -1,0 +1,124 @@
+"""The mComponent's data plane (native/mplane.h, monitors/memory_loop.py): M_MISS
+answered in C from a mirror of the page tables.
+
+- the mirror is the page table: any mix of sets and deletes reads back as a dict would;
+- on shm, a miss of a page m0 holds is the plane's, with the bytes written back,
+  counted as Python would count it (m0's misses and its links' M_MISS); on zmq the
+  same reads are Python's, with the same bytes;
+- what the plane must not answer stays Python's: a first touch (zeros), a page of a
+  region that is gone (EFAULT): a region freed or a process released leaves the
+  mirror (the pid may come again). A process naming another's pid is EPERM
+  (tests/test_identities.py).
+"""
+
+import errno
+import mmap
+import os
+import random
+
+import pytest
+
+from fit_rpc import Op
+from fit_rpc.pages import MISS
+from helpers import attached_vm, running_rack, small_spec
+from monitors.address_space import AddressSpace, PageTable
+from native.mplane import MemoryPlane
+
+LINE = 4096
+
+
+def test_the_mirror_reads_back_as_a_dict_after_any_sets_and_deletes():
+    arena = mmap.mmap(-1, 64 * LINE)
+    plane = MemoryPlane(arena, LINE, Op.M_MISS, MISS.size)
+    try:
+        rng = random.Random(7)
+        ref: dict[tuple[int, int], int] = {}
+        for _ in range(100_000):   # enough to grow the table several times, and shrink
+            key = (rng.randrange(1, 5), rng.randrange(3000))
+            if rng.random() < 0.55:
+                ref[key] = rng.randrange(64)
+                plane.set(*key, ref[key])
+            else:
+                ref.pop(key, None)
+                plane.delete(*key)
+        assert all(plane.get(pid, v) == ref.get((pid, v)) for pid in range(6)
+                   for v in range(3000))
+        with pytest.raises(OSError) as info:
+            plane.set(1, 1, 64)   # past the arena's frames
+        assert info.value.errno == errno.EINVAL
+    finally:
+        plane.close()
+        arena.close()
+
+
+@pytest.fixture(scope="module", params=["shm", "zmq"])
+def rack(request):
+    transport = request.param
+    with running_rack(lambda s: small_spec(s, name=f"mp{transport}",
+                                           transport=transport)) as rack:
+        yield rack, transport
+
+
+def memory(rack) -> dict:
+    with rack.endpoint() as ep:
+        stats = ep.call_args("m0", Op.STATS)[0]
+    return {**stats["memory"], "links": stats["links"]}
+
+
+def test_a_miss_of_a_page_held_is_the_planes_on_shm_with_the_bytes_written(rack):
+    rack, transport = rack
+    with attached_vm(rack) as vm:
+        n = 32
+        addr = vm.alloc(n * LINE)
+        data = os.urandom(n * LINE)
+        vm.write(addr, data)
+        assert vm.flush(addr, n * LINE) == n
+        vm.invalidate(addr, n * LINE)
+        before = memory(rack)
+        got = b"".join(vm.read(addr + page * LINE, LINE) for page in range(n))   # (a line
+        assert got == data   # at a time: M_MISS each, not one M_FETCH for all)
+        after = memory(rack)
+        assert after["misses"] - before["misses"] == n
+        planes = after["plane_misses"] - before["plane_misses"]
+        assert planes == (n if transport == "shm" else 0)
+        me = vm.ep.id
+        rx = after["links"][me]["M_MISS"]["rx_msgs"] - \
+            before["links"].get(me, {}).get("M_MISS", {}).get("rx_msgs", 0)
+        assert rx == n   # counted as if Python had served them
+
+        vm.free(addr)   # its pages leave the mirror with the region: EFAULT, Python's
+        for page in range(n):
+            with pytest.raises(OSError) as info:
+                vm.ep.call("m0", Op.M_MISS, MISS.pack(vm.pid, addr // LINE + page, 0, 0))
+            assert info.value.errno == errno.EFAULT
+        assert memory(rack)["plane_misses"] == after["plane_misses"]
+
+
+def test_a_first_touch_is_zeros_from_python(rack):
+    rack, _ = rack
+    with attached_vm(rack) as vm:
+        addr = vm.alloc(4 * LINE)
+        before = memory(rack)
+        got = vm.ep.call("m0", Op.M_MISS, MISS.pack(vm.pid, addr // LINE, 0, 0))
+        assert bytes(got) == bytes(LINE)
+        after = memory(rack)
+        assert after["zero_misses"] == before["zero_misses"] + 1
+        assert after["plane_misses"] == before["plane_misses"]
+
+
+def test_a_region_freed_or_a_process_released_leaves_the_mirror():
+    arena = mmap.mmap(-1, 64 * LINE)
+    plane = MemoryPlane(arena, LINE, Op.M_MISS, MISS.size)
+    try:
+        space = AddressSpace("p0", LINE, PageTable(1234, plane))
+        space.add_region(0, 8 * LINE)
+        space.add_region(8 * LINE, 8 * LINE)
+        for vpage in range(16):
+            space.pages[vpage] = vpage
+        assert space.remove_region(0) == list(range(8))
+        assert [plane.get(1234, v) for v in range(16)] == [None] * 8 + list(range(8, 16))
+        space.pages.clear()   # M_RELEASE: the pid may come again, with other pages
+        assert [plane.get(1234, v) for v in range(16)] == [None] * 16
+    finally:
+        plane.close()
+        arena.close()
