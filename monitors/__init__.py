@@ -4,7 +4,7 @@
     gmonitor.py    global: GPM, GMM, GSM (registry.py) and GNM (gnm/)
     pmonitor.py    pComponent (extCache, processes; launching.py: its launch socket)
     mmonitor.py    mComponent (address_space.py: regions and page tables;
-                   miss_plane.py: its data plane, M_MISS answered in C)
+                   miss_plane.py: its data plane, the hot page messages in C)
     nmonitor.py    nComponent (its loop plane_loop.py, its ops skeleton_ops.py, a
                    skeleton's life skeleton_lifecycle.py)
     smonitor.py    sComponent (storage_root.py)

@@ -1,16 +1,19 @@
-"""The mMonitor's data plane, its Python side: M_MISS answered in C.
+"""The mMonitor's data plane, its Python side: M_MISS, M_FETCH and M_WRITEBACK
+answered in C.
 
 `MissPlane` holds the mMonitor's native.mplane.MemoryPlane (native/mplane.h):
 the page tables' mirror (address_space.py's PageTable keeps it) over the
 arena. On shm it is the inbox's wait (the transport's serve_natively):
-`take` answers in C each M_MISS that is the common case and hands the rest
-back, as the wait would, for the endpoint to serve (on zmq the endpoint
-serves all, and the mirror is only kept).
+`take` answers in C each of those requests that is the common case and hands
+the rest back, as the wait would, for the endpoint to serve (on zmq the
+endpoint serves all, and the mirror is only kept).
 
 Interface:
     planes = MissPlane(plane, counts, counters)
-                                        counts: the mMonitor's (`misses`, `plane_misses`
-                                        grow with the plane's); counters: the endpoint's
+                                        counts: the mMonitor's (`misses`, `writebacks`,
+                                        `victims` grow with the plane's, and `plane_misses`,
+                                        `plane_writebacks` say how many were its);
+                                        counters: the endpoint's
     planes.inbox(links) -> bool         the transport's inbox rings, as
                                         inbox_rings() lists them; False: too many
     planes.take(spin_s, timeout_s, msg) the inbox's wait (MemoryPlane.run)
@@ -18,8 +21,8 @@ Interface:
                                         endpoint's: a source of theirs) and `counts`
 
 Invariants: a sender is served in C only once the endpoint vouched for its
-link, and names only its own pid (an nComponent any: dDDIO fills any
-process's lines), as m_miss checks; what the plane answered is counted as if
+link, and names only its own pid (an nComponent's M_MISS any: dDDIO fills
+any process's lines), as the handlers check; what the plane answered is counted as if
 Python had, taken before the ring list changes (its counts go with it).
 """
 
@@ -50,13 +53,23 @@ class MissPlane:
         return True
 
     def take_counts(self, counters: Counters) -> None:
+        counts = self.counts
         for i, peer in enumerate(self._peers):
-            misses, bytes_in, bytes_out = self.plane.take_counts(i)
-            if misses:
-                counters.add("rx", peer, Op.M_MISS, misses, bytes_in)
-                counters.add("tx", peer, Op.M_MISS, misses, bytes_out)
-                self.counts["misses"] += misses
-                self.counts["plane_misses"] += misses
+            got = self.plane.take_counts(i)
+            for op, key in _OPS:
+                msgs, bytes_in, bytes_out = got[key]
+                if msgs:
+                    counters.add("rx", peer, op, msgs, bytes_in)
+                    counters.add("tx", peer, op, msgs, bytes_out)
+            misses = got["miss"][0] + got["fetched"]
+            counts["misses"] += misses
+            counts["plane_misses"] += misses
+            counts["writebacks"] += got["written"]
+            counts["plane_writebacks"] += got["written"]
+            counts["victims"] += got["victims"]
+
+
+_OPS = ((Op.M_MISS, "miss"), (Op.M_FETCH, "fetch"), (Op.M_WRITEBACK, "writeback"))
 
 
 def _may_name(peer: str) -> int:

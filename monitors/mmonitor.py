@@ -8,11 +8,7 @@ Serves (docs/protocol.md, 0x04xx):
                       never runs out of frames;
 - M_MISS              one line back to the pComponent; a page never written
                       back reads as zeros without taking a frame; a dirty
-                      victim may ride along (LegoOS piggyback). On shm the
-                      common case (a page held, no victim) is answered in C,
-                      by the data plane that is the inbox's wait
-                      (miss_plane.py, native/mplane.h), from a mirror of the
-                      page tables; m_miss serves the rest;
+                      victim may ride along (LegoOS piggyback);
 - M_FETCH             several consecutive lines (a miss that reads ahead);
 - M_WRITEBACK         lines into frames, a frame allocated on first write-back;
 - M_RELEASE           everything of a process (it ended; sent by its pMonitor);
@@ -25,6 +21,10 @@ Serves (docs/protocol.md, 0x04xx):
                       meanwhile) until M_DMA_DONE; DMA_LEASE_S at most, or, for a
                       held mapping (a socket's ring, mapped once as an RDMA NIC
                       registers memory), until the process is released.
+On shm the common cases of M_MISS, M_FETCH and M_WRITEBACK (pages held) are
+answered in C by the data plane that is the inbox's wait (miss_plane.py,
+native/mplane.h), from a mirror of the page tables; the handlers here serve
+the rest, with the same rules.
 A process places memory here only if it is of this mComponent's slice (both
 may be free; monitors/slices.py): M_ALLOC is EPERM otherwise, counted as
 `slice`; every other op of a process reaches only what it allocated.
@@ -51,14 +51,19 @@ import numpy as np
 from fit_rpc import Message, Op, codec
 from fit_rpc.codec import need
 from fit_rpc.errors import MalformedMessage
+from fit_rpc.header import REQUEST
 from fit_rpc.identity import kind_of
 from fit_rpc.netpath import DMA_HOLD, DMA_LEASE, DMA_MAP, DMA_WRITE, PIECE, SK
-from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, unpack_writeback
+from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, WRITEBACK, unpack_writeback
 from monitors.address_space import AddressSpace, PageTable
 from monitors.core import Monitor
 from monitors.miss_plane import MissPlane
-from native.mplane import MemoryPlane
+from native.mplane import LAYOUTS, MemoryPlane
 
+# what the data plane answers (native/mplane.h; its layouts are pages.py's)
+PLANE_OPS = {"miss": Op.M_MISS, "fetch": Op.M_FETCH, "writeback": Op.M_WRITEBACK,
+              "request": REQUEST, "fetch_max": FETCH_MAX_LINES}
+assert {"miss": MISS.size, "fetch": FETCH.size, "writeback": WRITEBACK.size} == LAYOUTS
 DMA_MAX_BYTES = 1 << 20   # one M_DMA_MAP covers at most this much
 DMA_LEASE_S = 5.0         # pinned frames are freed at the latest this long after M_DMA_MAP
 
@@ -77,10 +82,11 @@ class MMonitor(Monitor):
             whole, self.line)
         # the data plane: M_MISS answered in C from the page tables' mirror (miss_plane.py)
         self.counts = {"misses": 0, "plane_misses": 0, "zero_misses": 0, "writebacks": 0,
-                       "victims": 0, "victims_dropped": 0, "frames_used": 0,
-                       "dma_read_bytes": 0, "dma_write_bytes": 0, "dma_leases_expired": 0}
+                       "plane_writebacks": 0, "victims": 0, "victims_dropped": 0,
+                       "frames_used": 0, "dma_read_bytes": 0, "dma_write_bytes": 0,
+                       "dma_leases_expired": 0}
         rings = self.ep.rings()   # shm: the plane is the inbox's wait (zmq: None)
-        self.plane = MemoryPlane(self.arena, self.line, Op.M_MISS, MISS.size,
+        self.plane = MemoryPlane(self.arena, self.line, PLANE_OPS,
                                  None if rings is None else rings.bell)
         self.planes = MissPlane(self.plane, self.counts, self.ep.counters)
         self.ep.counters.sources.append(self.planes.take_counts)

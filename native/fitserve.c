@@ -62,6 +62,18 @@ int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *p
     return rc;
 }
 
+int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n) {
+    uint64_t total = (uint64_t)HEADER_BYTES + n;
+    if (total > fr_max_payload(tx))
+        return -EMSGSIZE;
+    int64_t at = fr_reserve(tx, (uint32_t)total);
+    if (at < 0)
+        return at;
+    fit_header h = {K.magic, K.version, K.reply, op, 0, seq, n, 0, 0};
+    memcpy(tx->data + at, &h, HEADER_BYTES);
+    return at + HEADER_BYTES;
+}
+
 /* The message c->out holds (c->len bytes): well-formed, untraced, err 0, of kind `kind`
  * (and, for a reply, to seq)? Its op into c->op. */
 static int plain(fs_caller *c, uint8_t kind, uint32_t seq) {

@@ -48,6 +48,11 @@
  * untraced ONEWAY with err 0 (its op then in c->op); FC_SENT: none came (the
  * wait ended otherwise), or one too large for out (left in its ring).
  *
+ * fs_reply_begin: room in tx for a REPLY (err 0, untraced) with `op`, `seq` and an
+ * n-byte payload, its header written: the payload's offset in tx's data, for the
+ * caller to fill and then fr_commit(tx, HEADER_BYTES + n); < 0: fr_reserve's
+ * -errno (-EAGAIN: no room now; -EMSGSIZE). A reply gathered from several places.
+ *
  * fs_post: a ONEWAY message (err 0, untraced) with `op` into tx, its header
  * written here, then `head` and `payload` (a channel's message: fit_rpc/channel.py).
  * 0; -EAGAIN: no room now (nothing sent); < 0: tx's -errno.
@@ -97,6 +102,7 @@ int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *p
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns);
 int fs_recv(fs_caller *c, int64_t timeout_ns);
+int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n);
 int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
             uint32_t n);
 

@@ -39,13 +39,12 @@ static int grow(mp_plane *mp, uint64_t cap) {
     return 0;
 }
 
-int mp_init(mp_plane *mp, char *arena, uint64_t frames, uint32_t line, uint16_t op_miss,
-            uint32_t miss_bytes, uint32_t *bell, int efd) {
+int mp_init(mp_plane *mp, char *arena, uint64_t frames, uint32_t line, const mp_ops *ops,
+            uint32_t *bell, int efd) {
     mp->arena = arena;
     mp->frames = frames;
     mp->line = line;
-    mp->op_miss = op_miss;
-    mp->miss_bytes = miss_bytes;
+    mp->ops = *ops;
     mp->bell = bell;
     mp->efd = efd;
     mp->used = 0;
@@ -120,33 +119,129 @@ void mp_set_inbox(mp_plane *mp, fr_ring *const *rings, fr_ring *const *replies,
     mp->start = 0;
 }
 
-/* Answer ring i's message, described by m, if it is the common case: 1 answered, 0 not. */
-static int serve(mp_plane *mp, uint32_t i, const fs_msg *m) {
-    if (!m->plain || m->op != mp->op_miss || m->len != HEADER_BYTES + mp->miss_bytes ||
-        mp->who[i] == MP_NOBODY || !mp->replies[i])
+/* The layouts of fit_rpc/pages.py, read once from the ring: the peer may scribble. */
+typedef struct __attribute__((packed)) {
+    uint32_t pid;
+    uint64_t vpage;
+    uint32_t vpid;
+    uint64_t vvpage;
+} miss_req;
+typedef struct __attribute__((packed)) {
+    uint32_t pid;
+    uint64_t vpage;
+    uint32_t n;
+} fetch_req;
+typedef struct __attribute__((packed)) {
+    uint32_t pid;
+    uint32_t n;
+} writeback_req;
+_Static_assert(sizeof(miss_req) == MP_MISS_BYTES, "MISS is <IQIQ>");
+_Static_assert(sizeof(fetch_req) == MP_FETCH_BYTES, "FETCH is <IQI>");
+_Static_assert(sizeof(writeback_req) == MP_WRITEBACK_BYTES, "WRITEBACK is <II>");
+
+static char *frame_at(const mp_plane *mp, int64_t frame) {
+    return mp->arena + (uint64_t)frame * mp->line;
+}
+
+static void count(mp_opcount *c, const fs_msg *m, uint64_t out) {
+    c->msgs++;
+    c->bytes_in += m->len;
+    c->bytes_out += HEADER_BYTES + out;
+}
+
+/* Each answers ring i's request (payload p, n bytes) if it is the common case:
+ * 1 answered and released, 0 not (nothing answered; a line it stored is stored
+ * again by Python, the same bytes). */
+static int miss(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, uint32_t n) {
+    miss_req q;
+    if (n != sizeof q && n != sizeof q + mp->line)
         return 0;
-    struct __attribute__((packed)) {
-        uint32_t pid;
-        uint64_t vpage;
-        uint32_t vpid;
-        uint64_t vvpage;
-    } miss;   /* pages.py's MISS, read once: the peer may scribble */
-    _Static_assert(sizeof miss == 24, "MISS is <IQIQ>");
-    if (mp->miss_bytes != sizeof miss)
+    memcpy(&q, p, sizeof q);
+    int64_t who = mp->who[i], frame = mp_get(mp, q.pid, q.vpage), vframe = -1;
+    if ((who != MP_ANY_PID && who != (int64_t)q.pid) || frame < 0)
         return 0;
-    memcpy(&miss, mp->rings[i]->data + m->at + HEADER_BYTES, sizeof miss);
-    if (miss.vpid || (mp->who[i] != MP_ANY_PID && mp->who[i] != (int64_t)miss.pid))
-        return 0;
-    int64_t frame = mp_get(mp, miss.pid, miss.vpage);
-    if (frame < 0)
-        return 0;
-    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq,
-                  mp->arena + (uint64_t)frame * mp->line, mp->line) != 0)
+    if (q.vpid || n != sizeof q) {   /* a victim of the same process, its page held */
+        if (n != sizeof q + mp->line || q.vpid != q.pid ||
+            (vframe = mp_get(mp, q.vpid, q.vvpage)) < 0)
+            return 0;
+        memcpy(frame_at(mp, vframe), p + sizeof q, mp->line);
+    }
+    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq, frame_at(mp, frame),
+                  mp->line) != 0)
         return 0;   /* the ring back is full (or broken): Python's reply says so */
-    mp->counts[i].misses++;
-    mp->counts[i].bytes_in += m->len;
-    mp->counts[i].bytes_out += HEADER_BYTES + mp->line;
+    mp_counts *c = &mp->counts[i];
+    count(&c->miss, m, mp->line);
+    if (vframe >= 0) {
+        c->victims++;
+        c->written++;
+    }
     return 1;
+}
+
+static int fetch(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, uint32_t n) {
+    fetch_req q;
+    int64_t frames[MP_MAX_LINES];
+    if (n != sizeof q)
+        return 0;
+    memcpy(&q, p, sizeof q);
+    if (mp->who[i] != (int64_t)q.pid || !q.n || q.n > mp->ops.fetch_max || q.n > MP_MAX_LINES)
+        return 0;
+    for (uint32_t j = 0; j < q.n; j++)
+        if ((frames[j] = mp_get(mp, q.pid, q.vpage + j)) < 0)
+            return 0;
+    uint32_t bytes = q.n * mp->line;
+    int64_t at = fs_reply_begin(mp->replies[i], m->op, m->seq, bytes);
+    if (at < 0)
+        return 0;
+    for (uint32_t j = 0; j < q.n; j++)
+        memcpy(mp->replies[i]->data + at + (uint64_t)j * mp->line, frame_at(mp, frames[j]),
+               mp->line);
+    fr_commit(mp->replies[i], HEADER_BYTES + bytes);
+    fr_consume(mp->rings[i]);
+    mp_counts *c = &mp->counts[i];
+    count(&c->fetch, m, bytes);
+    c->fetched += q.n;
+    return 1;
+}
+
+static int writeback(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, uint32_t n) {
+    writeback_req q;
+    int64_t frames[MP_MAX_LINES];
+    if (n < sizeof q)
+        return 0;
+    memcpy(&q, p, sizeof q);
+    if (mp->who[i] != (int64_t)q.pid || !q.n || q.n > MP_MAX_LINES ||
+        n != sizeof q + (uint64_t)q.n * (mp->line + sizeof(uint64_t)))
+        return 0;
+    const char *lines = p + sizeof q, *vpages = lines + (uint64_t)q.n * mp->line;
+    for (uint32_t j = 0; j < q.n; j++) {
+        uint64_t vpage;
+        memcpy(&vpage, vpages + j * sizeof vpage, sizeof vpage);
+        if ((frames[j] = mp_get(mp, q.pid, vpage)) < 0)
+            return 0;   /* a first write-back: Python takes its frame */
+    }
+    for (uint32_t j = 0; j < q.n; j++)
+        memcpy(frame_at(mp, frames[j]), lines + (uint64_t)j * mp->line, mp->line);
+    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq, "", 0) != 0)
+        return 0;
+    mp_counts *c = &mp->counts[i];
+    count(&c->writeback, m, 0);
+    c->written += q.n;
+    return 1;
+}
+
+static int serve(mp_plane *mp, uint32_t i, const fs_msg *m) {
+    if (!m->plain || m->kind != mp->ops.request || mp->who[i] == MP_NOBODY || !mp->replies[i])
+        return 0;
+    const char *p = mp->rings[i]->data + m->at + HEADER_BYTES;
+    uint32_t n = m->len - HEADER_BYTES;
+    if (m->op == mp->ops.miss)
+        return miss(mp, i, m, p, n);
+    if (m->op == mp->ops.fetch)
+        return fetch(mp, i, m, p, n);
+    if (m->op == mp->ops.writeback)
+        return writeback(mp, i, m, p, n);
+    return 0;
 }
 
 int mp_run(mp_plane *mp, int64_t spin_ns, int64_t timeout_ns, fs_msg *m) {

@@ -1,40 +1,46 @@
 /*
- * mplane.h -- the mComponent's data plane, in C: its page table, and M_MISS
- * answered straight from the arena (monitors/mmonitor.py, memory_plane.py).
+ * mplane.h -- the mComponent's data plane, in C: its page table, and the memory
+ * path's hot messages answered straight from the arena (monitors/mmonitor.py,
+ * miss_plane.py).
  *
  * In LegoOS the mComponent serves a pComponent's cache miss in its kernel: a
  * page-table look-up and the page sent back. Here the mMonitor is Python, and
- * a miss served through its handler costs more CPU than the round trip's
+ * a message served through its handler costs more CPU than the round trip's
  * rings; on a core two processes share, that CPU is what the caller waits
- * for. So the common case is served here, the way the nComponent's data plane
- * (skelpath.h) serves N_SEND:
+ * for. So the common cases are served here, the way the nComponent's data
+ * plane (skelpath.h) serves N_SEND:
  *
  *   the endpoint's wait for its next inbox message is mp_run (the transport
  *   calls it where it would call fs_next: fit_rpc/shm_receiving.py), which
- *   answers each M_MISS that is plain (well-formed, untraced, no piggybacked
- *   victim), from a sender vouched for and allowed to name the process (its
- *   own pid; an nComponent any), for a page the table holds: the reply is
- *   the frame's bytes, written from the arena straight into the ring back
- *   (fs_answer), the request released with it; and waits on.
+ *   answers each request below that is plain (well-formed, untraced), from a
+ *   sender vouched for and allowed to name the process, for pages the table
+ *   all holds (fit_rpc/pages.py has the layouts):
+ *     M_MISS       the frame's bytes, from the arena straight into the ring
+ *                  back; a victim riding along (of the same process, its page
+ *                  held) first copied into its frame;
+ *     M_FETCH      the n frames' bytes, gathered into the reply (own pid only);
+ *     M_WRITEBACK  each line into its frame; an empty reply (own pid only);
+ *   the request released with the reply (fs_answer); and waits on.
  *
  * Everything else is returned as fs_next returns it, in its ring, for Python
- * (whose Endpoint answers it as before): any other op, a victim riding along,
- * a page with no frame (a zero fill: Python checks the region), a sender not
- * vouched for or naming another's pid (Python says EPERM), a full ring back.
- * Every ring is still read in order.
+ * (whose Endpoint answers it as before): any other op; a page with no frame
+ * (a zero fill or a first write-back: Python checks the region, takes the
+ * frame); another process's victim or write-back (Python's rules); a sender
+ * not vouched for or naming another's pid (Python says EPERM); a full ring
+ * back. Every ring is still read in order.
  *
  * The page table: (pid, vpage) -> frame, the one Python's AddressSpace keeps
- * (monitors/page_table.py mirrors every change here, mp_set / mp_del).
- * A page it holds is inside a region of its process (a region takes its
- * pages when it goes), so a hit needs no region check.
+ * (monitors/address_space.py's PageTable mirrors every change here, mp_set /
+ * mp_del). A page it holds is inside a region of its process (a region takes
+ * its pages when it goes), so a hit needs no region check.
  *
  * Identity: each inbox ring comes with what its sender may name (mp_set_inbox):
  * MP_NOBODY (not vouched for yet, or a component: Python serves it),
- * MP_ANY_PID (an nComponent: dDDIO fills any process's lines), or a pid.
+ * MP_ANY_PID (an nComponent: dDDIO's M_MISS may name any process), or a pid.
  *
- * Counters: misses answered here, and their bytes each way (header included),
- * per inbox ring (mp_take_counts), for the Endpoint's counters and the
- * mMonitor's own to take in.
+ * Counters: per inbox ring, each op's messages and bytes each way (header
+ * included) and the lines moved (mp_take_counts), for the Endpoint's counters
+ * and the mMonitor's own to take in.
  *
  * Ownership: the caller owns the rings and the arena; it gives the ring list
  * anew (mp_set_inbox) before a run whenever it changed. One thread only.
@@ -51,6 +57,9 @@
 #define MP_NOBODY -1          /* an inbox ring's sender that is not served here */
 #define MP_ANY_PID -2         /* ... that may name any process (an nComponent) */
 #define MP_NO_FRAME -1        /* mp_get: the table holds no frame for the page */
+#define MP_MISS_BYTES 24      /* pages.py's layouts: MISS <IQIQ>, FETCH <IQI>, */
+#define MP_FETCH_BYTES 16     /* WRITEBACK <II> */
+#define MP_WRITEBACK_BYTES 8
 
 typedef struct {
     uint64_t vpage;
@@ -59,10 +68,24 @@ typedef struct {
     int64_t frame;
 } mp_slot;
 
+#define MP_MAX_LINES 256      /* lines of one M_WRITEBACK answered here at most */
+
+/* The ops it answers (fit_rpc/ops.py), M_FETCH's limit (pages.py), the REQUEST kind. */
 typedef struct {
-    uint64_t misses;          /* M_MISS answered here */
-    uint64_t bytes_in;        /* their requests' bytes, headers included */
-    uint64_t bytes_out;       /* their replies' */
+    uint16_t miss, fetch, writeback;
+    uint8_t request;
+    uint32_t fetch_max;
+} mp_ops;
+
+typedef struct {
+    uint64_t msgs, bytes_in, bytes_out;   /* requests answered; bytes, headers included */
+} mp_opcount;
+
+typedef struct {
+    mp_opcount miss, fetch, writeback;
+    uint64_t fetched;         /* lines M_FETCH sent */
+    uint64_t written;         /* lines stored: M_WRITEBACK's and victims */
+    uint64_t victims;         /* victims that rode in an M_MISS */
 } mp_counts;
 
 typedef struct {
@@ -70,8 +93,7 @@ typedef struct {
     char *arena;              /* the frames: frame f at arena + f * line */
     uint64_t frames;          /* how many */
     uint32_t line;
-    uint16_t op_miss;         /* M_MISS's op (fit_rpc/ops.py) */
-    uint32_t miss_bytes;      /* its request's payload: pages.py's MISS */
+    mp_ops ops;
     uint32_t *bell;           /* the endpoint's bell word and eventfd (fitring.h) */
     int efd;
     /* the page table: open addressing, linear probing, at most half full */
@@ -89,8 +111,8 @@ typedef struct {
 /* A plane over `frames` frames of `line` bytes at arena, its inbox's bell word and
  * eventfd those of the endpoint (a fresh mp_plane, zeroed). 0, or -ENOMEM.
  * mp_free: its page table's memory. */
-int mp_init(mp_plane *mp, char *arena, uint64_t frames, uint32_t line, uint16_t op_miss,
-            uint32_t miss_bytes, uint32_t *bell, int efd);
+int mp_init(mp_plane *mp, char *arena, uint64_t frames, uint32_t line, const mp_ops *ops,
+            uint32_t *bell, int efd);
 void mp_free(mp_plane *mp);
 
 /* The page table. mp_set: 0, -ENOMEM, or -EINVAL (a frame outside the arena). */

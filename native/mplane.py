@@ -1,12 +1,13 @@
 """The Python binding of the mComponent's data plane (mplane.h).
 
 Interface:
-    plane = MemoryPlane(arena, line, op_miss, miss_bytes, bell)
+    plane = MemoryPlane(arena, line, ops, bell)
                                        over the arena's whole frames of `line` bytes
-                                       (a writable buffer, kept alive here), answering
-                                       op_miss requests of miss_bytes; bell: the
-                                       endpoint's (native.fitring.Bell; None: no rings,
-                                       run() is not used, the table still is)
+                                       (a writable buffer, kept alive here); ops: the op
+                                       codes it answers and more (mplane.h's mp_ops:
+                                       miss, fetch, writeback, request, fetch_max);
+                                       bell: the endpoint's (native.fitring.Bell; None:
+                                       no rings, run() is not used, the table still is)
     plane.set(pid, vpage, frame); plane.delete(pid, vpage)
     plane.get(pid, vpage) -> frame | None
                                        the page table (monitors/address_space.py's
@@ -20,10 +21,13 @@ Interface:
                                        WaitSet.take() over the inbox rings (its ring's
                                        index, msg describing the message; -1: none, or
                                        woken; TIMEOUT), all it could answer in C answered
-    plane.take_counts(i) -> (misses, bytes_in, bytes_out)   ring i's, since the last take
+    plane.take_counts(i) -> dict       ring i's counts since the last take (mp_counts:
+                                       {"miss": (msgs, bytes_in, bytes_out), "fetch",
+                                       "writeback"; "fetched", "written", "victims"})
     plane.close()                      the table's memory, and the arena let go (the
                                        plane is unusable after)
-Constants: ANY_PID, NOBODY, MAX_RINGS.
+Constants: ANY_PID, NOBODY, MAX_RINGS; LAYOUTS (the request layouts' sizes in C,
+which fit_rpc/pages.py's must be).
 """
 
 import errno
@@ -33,14 +37,18 @@ from native.ring import Ring, ffi, lib
 from native.waitset import TIMEOUT
 
 ANY_PID, NOBODY, MAX_RINGS = lib.MP_ANY_PID, lib.MP_NOBODY, lib.MP_MAX_RINGS
+LAYOUTS = {"miss": lib.MP_MISS_BYTES, "fetch": lib.MP_FETCH_BYTES,
+           "writeback": lib.MP_WRITEBACK_BYTES}
+_OPS = ("miss", "fetch", "writeback")
 
 
 class MemoryPlane:
-    def __init__(self, arena: Any, line: int, op_miss: int, miss_bytes: int, bell: Any = None):
+    def __init__(self, arena: Any, line: int, ops: dict[str, int], bell: Any = None):
         self._arena = ffi.from_buffer(arena, require_writable=True)
         self.mp = ffi.new("mp_plane *")
-        rc = lib.mp_init(self.mp, self._arena, len(self._arena) // line, line, op_miss,
-                         miss_bytes, ffi.NULL if bell is None else bell.word,
+        self._ops = ffi.new("mp_ops *", ops)
+        rc = lib.mp_init(self.mp, self._arena, len(self._arena) // line, line, self._ops,
+                         ffi.NULL if bell is None else bell.word,
                          -1 if bell is None else bell.efd)
         if rc < 0:
             raise OSError(-rc, "the mComponent's page table")
@@ -76,10 +84,13 @@ class MemoryPlane:
             return i
         return TIMEOUT if i == -errno.ETIMEDOUT else -1
 
-    def take_counts(self, i: int) -> tuple[int, int, int]:
+    def take_counts(self, i: int) -> dict[str, Any]:
         c = self._counts
         lib.mp_take_counts(self.mp, i, c)
-        return c.misses, c.bytes_in, c.bytes_out
+        got: dict[str, Any] = {op: (getattr(c, op).msgs, getattr(c, op).bytes_in,
+                                    getattr(c, op).bytes_out) for op in _OPS}
+        got.update(fetched=c.fetched, written=c.written, victims=c.victims)
+        return got
 
     def close(self) -> None:
         lib.mp_free(self.mp)

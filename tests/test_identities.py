@@ -5,8 +5,9 @@ memory must stay as it was:
 - a claim naming another process's pid (p0.VICTIM): refused at the rendezvous;
 - a component's id (n9: none such; n0, p0, global: real ids, not its pid): refused
   on the link's first message (the monitor's vouch);
-- its own id, vouched for, naming another process's pid in M_MISS (m0's data
-  plane, which answers misses in C, must refuse it as Python does);
+- its own id, vouched for, naming another process's pid in M_MISS, M_FETCH or
+  M_WRITEBACK (m0's data plane, which answers them in C, must leave them to
+  Python's rules: EPERM; a write-back of another pComponent's process dropped);
 - p0.OWN_PID, the right pid but the wrong pComponent: p0 does not vouch for it
   (P_VOUCH), and will not let it attach (P_ATTACH: it descends from p1's pMonitor),
   nor a child of the program that outlived it;
@@ -89,9 +90,13 @@ WRONG_PCOMPONENT = PRELUDE + textwrap.dedent("""
 # Itself, vouched for, asking m0 for the victim's line: its link's first message is
 # Python's (the vouch), the rest meet m0's data plane (native/mplane.h) first.
 OWN_ID_OTHER_PID = PRELUDE + textwrap.dedent("""
+    from fit_rpc.pages import FETCH
     ep = posing_as(f"p1.{os.getpid()}")
     for i in range(3):
         attempt(f"miss{i}", lambda: ep.call("m0", Op.M_MISS, MISS.pack(VICTIM, VPAGE, 0, 0)))
+        attempt(f"fetch{i}", lambda: ep.call("m0", Op.M_FETCH, FETCH.pack(VICTIM, VPAGE, 2)))
+        attempt(f"writeback{i}", lambda: ep.call(   # (another pComponent's victim: dropped)
+            "m0", Op.M_WRITEBACK, pack_writeback(VICTIM, [VPAGE], [b"\\xee" * LINE])))
 """)
 
 ATTACH_ELSEWHERE = PRELUDE + textwrap.dedent("""
@@ -200,8 +205,12 @@ def test_a_component_id_that_is_not_its_own_is_refused(ids_rack, victim):
 
 
 def test_its_own_id_naming_another_processs_pages_is_refused(ids_rack, victim):
+    rack, _ = ids_rack
+    before = stats(rack, "m0")["memory"]["victims_dropped"]
     results = attack(ids_rack, victim, OWN_ID_OTHER_PID)
-    assert results == {f"miss{i}": EPERM for i in range(3)}
+    assert results == {f"{op}{i}": EPERM if op != "writeback" else "ok"
+                       for i in range(3) for op in ("miss", "fetch", "writeback")}
+    assert stats(rack, "m0")["memory"]["victims_dropped"] == before + 3
     assert intact(victim)
 
 

@@ -2,9 +2,9 @@
 answered in C from a mirror of the page tables.
 
 - the mirror is the page table: any mix of sets and deletes reads back as a dict would;
-- on shm, a miss of a page m0 holds is the plane's, with the bytes written back,
-  counted as Python would count it (m0's misses and its links' M_MISS); on zmq the
-  same reads are Python's, with the same bytes;
+- on shm, a write-back, a miss and a read-ahead of pages m0 holds are the plane's,
+  with the bytes written back, counted as Python would count them (m0's misses and
+  writebacks, its links' ops); on zmq the same are Python's, with the same bytes;
 - what the plane must not answer stays Python's: a first touch (zeros), a page of a
   region that is gone (EFAULT): a region freed or a process released leaves the
   mirror (the pid may come again). A process naming another's pid is EPERM
@@ -22,6 +22,7 @@ from fit_rpc import Op
 from fit_rpc.pages import MISS
 from helpers import attached_vm, running_rack, small_spec
 from monitors.address_space import AddressSpace, PageTable
+from monitors.mmonitor import PLANE_OPS
 from native.mplane import MemoryPlane
 
 LINE = 4096
@@ -29,7 +30,7 @@ LINE = 4096
 
 def test_the_mirror_reads_back_as_a_dict_after_any_sets_and_deletes():
     arena = mmap.mmap(-1, 64 * LINE)
-    plane = MemoryPlane(arena, LINE, Op.M_MISS, MISS.size)
+    plane = MemoryPlane(arena, LINE, PLANE_OPS)
     try:
         rng = random.Random(7)
         ref: dict[tuple[int, int], int] = {}
@@ -65,33 +66,46 @@ def memory(rack) -> dict:
     return {**stats["memory"], "links": stats["links"]}
 
 
-def test_a_miss_of_a_page_held_is_the_planes_on_shm_with_the_bytes_written(rack):
+def test_pages_held_are_the_planes_on_shm_with_the_bytes_written(rack):
     rack, transport = rack
+    on_shm = transport == "shm"
     with attached_vm(rack) as vm:
         n = 32
         addr = vm.alloc(n * LINE)
-        data = os.urandom(n * LINE)
+        vm.write(addr, os.urandom(n * LINE))
+        before = memory(rack)
+        assert vm.flush(addr, n * LINE) == n   # first write-backs: Python takes the frames
+        after = memory(rack)
+        assert after["writebacks"] - before["writebacks"] == n
+        assert after["plane_writebacks"] == before["plane_writebacks"]
+
+        data = os.urandom(n * LINE)   # the pages held now: the plane's
         vm.write(addr, data)
         assert vm.flush(addr, n * LINE) == n
         vm.invalidate(addr, n * LINE)
-        before = memory(rack)
         got = b"".join(vm.read(addr + page * LINE, LINE) for page in range(n))   # (a line
         assert got == data   # at a time: M_MISS each, not one M_FETCH for all)
-        after = memory(rack)
-        assert after["misses"] - before["misses"] == n
-        planes = after["plane_misses"] - before["plane_misses"]
-        assert planes == (n if transport == "shm" else 0)
+        vm.invalidate(addr, n * LINE)
+        assert vm.read(addr, n * LINE) == data   # read ahead: M_FETCH
+        final = memory(rack)
+        assert final["writebacks"] - after["writebacks"] == n
+        assert final["plane_writebacks"] - after["plane_writebacks"] == (n if on_shm else 0)
+        assert final["misses"] - after["misses"] == 2 * n
+        assert final["plane_misses"] - after["plane_misses"] == (2 * n if on_shm else 0)
         me = vm.ep.id
-        rx = after["links"][me]["M_MISS"]["rx_msgs"] - \
-            before["links"].get(me, {}).get("M_MISS", {}).get("rx_msgs", 0)
-        assert rx == n   # counted as if Python had served them
+        for op, least in (("M_MISS", n), ("M_WRITEBACK", 2), ("M_FETCH", 1)):
+            was = before["links"].get(me, {}).get(op, {})
+            now = final["links"][me][op]   # counted as if Python had served them
+            assert now["rx_msgs"] - was.get("rx_msgs", 0) >= least
+            assert now["tx_msgs"] - was.get("tx_msgs", 0) == \
+                now["rx_msgs"] - was.get("rx_msgs", 0)
 
         vm.free(addr)   # its pages leave the mirror with the region: EFAULT, Python's
         for page in range(n):
             with pytest.raises(OSError) as info:
                 vm.ep.call("m0", Op.M_MISS, MISS.pack(vm.pid, addr // LINE + page, 0, 0))
             assert info.value.errno == errno.EFAULT
-        assert memory(rack)["plane_misses"] == after["plane_misses"]
+        assert memory(rack)["plane_misses"] == final["plane_misses"]
 
 
 def test_a_first_touch_is_zeros_from_python(rack):
@@ -108,7 +122,7 @@ def test_a_first_touch_is_zeros_from_python(rack):
 
 def test_a_region_freed_or_a_process_released_leaves_the_mirror():
     arena = mmap.mmap(-1, 64 * LINE)
-    plane = MemoryPlane(arena, LINE, Op.M_MISS, MISS.size)
+    plane = MemoryPlane(arena, LINE, PLANE_OPS)
     try:
         space = AddressSpace("p0", LINE, PageTable(1234, plane))
         space.add_region(0, 8 * LINE)
