@@ -1,8 +1,8 @@
 """The interconnect model ([fabric]: splitrack/spec.py, fit_rpc/fabric.py, the
 rings' due times in native/fitring.c): the spec's keys and their errors, which
 links it costs, the rings' order and due times, the waits that honour them, and
-a real rack with a model on which FIT, sockets through n0 and the FIT shortcut
-still work.
+a real rack with a model on which FIT, m0's misses answered in C, sockets
+through n0 and the FIT shortcut still work.
 
 No wall-clock assertion here: "a message is not taken before it is due" is a
 correctness property (a lower bound, on the monotonic clock); how close to its
@@ -22,7 +22,7 @@ from benchmarks.verbs import latencies
 from fit_rpc import Endpoint, Op, codec
 from fit_rpc.fabric import Fabric, Model, link_class
 from fit_rpc.shm_transport import ShmTransport
-from helpers import SPLITRACK, running_rack, small_spec
+from helpers import SPLITRACK, attached_vm, running_rack, small_spec
 from native.fitring import NEVER, Segment, WaitSet, now_ns
 from netprogs import ECHO_CLIENT, ECHO_SERVER, SELECTORS_ECHO, environ, on_rack, run_on_rack
 from splitrack.cli import main
@@ -257,6 +257,26 @@ def test_fit_works_and_a_round_trip_costs_the_model(fabric_rack):
         _, data = ep.call_args("p0", Op.PING_PEER, {"target": "m0", "size": 128, "count": 50})
     rtts = memoryview(bytes(data)).cast("d")
     assert len(rtts) == 50 and min(rtts) >= 2 * LATENCY_US   # p0 -> m0 -> p0, each way L
+
+
+def test_a_miss_that_m0_answers_in_c_costs_the_model_too(fabric_rack):
+    """m0's data plane (native/mplane.h) takes a request only once it is due, and its
+    reply goes out with the link's model, as a Python handler's would."""
+    rack, _ = fabric_rack
+    with attached_vm(rack) as vm:
+        line = vm.line
+        addr = vm.alloc(8 * line)
+        vm.write(addr, b"\x5a" * 8 * line)
+        vm.flush(addr, 8 * line)
+        rtts = []
+        for page in range(8):
+            vm.invalidate(addr, 8 * line)
+            t0 = now_ns()
+            assert bytes(vm.read(addr + page * line, line)) == b"\x5a" * line
+            rtts.append((now_ns() - t0) / 1000)
+    with rack.endpoint() as ep:
+        assert ep.call_args("m0", Op.STATS)[0]["memory"]["plane_misses"] >= 8
+    assert min(rtts) >= 2 * LATENCY_US   # p0.PID -> m0 -> p0.PID, each way L
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
