@@ -7,8 +7,8 @@ answered in C from a mirror of the page tables.
   writebacks, its links' ops); on zmq the same are Python's, with the same bytes;
 - what the plane must not answer stays Python's: a first touch (zeros), a page of a
   region that is gone (EFAULT): a region freed or a process released leaves the
-  mirror (the pid may come again). A process naming another's pid is EPERM
-  (tests/test_identities.py).
+  mirror (the pid may come again); a malformed request, with Python's errors. A
+  process naming another's pid is EPERM (tests/test_identities.py).
 """
 
 import errno
@@ -19,7 +19,7 @@ import random
 import pytest
 
 from fit_rpc import Op
-from fit_rpc.pages import MISS
+from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, VPAGE, WRITEBACK
 from helpers import attached_vm, running_rack, small_spec
 from monitors.address_space import AddressSpace, PageTable
 from monitors.mmonitor import PLANE_OPS
@@ -136,3 +136,33 @@ def test_a_region_freed_or_a_process_released_leaves_the_mirror():
     finally:
         plane.close()
         arena.close()
+
+
+def test_malformed_page_messages_get_their_errors_and_m0_serves_on(rack):
+    """What the plane leaves to Python because it is not well-formed gets Python's
+    errors (EBADMSG, EINVAL), on a link the plane reads; the next good miss is served."""
+    rack, _ = rack
+    with attached_vm(rack) as vm:
+        addr = vm.alloc(2 * LINE)
+        vm.write(addr, b"\x77" * 2 * LINE)
+        vm.flush(addr, 2 * LINE)   # (the link vouched for, the pages held)
+        pid, vpage = vm.pid, addr // LINE
+        bad = {
+            "short miss": (Op.M_MISS, MISS.pack(pid, vpage, 0, 0)[:10], errno.EBADMSG),
+            "victim of 100 bytes": (Op.M_MISS, MISS.pack(pid, vpage, pid, vpage + 1) +
+                                    bytes(100), errno.EBADMSG),
+            "short fetch": (Op.M_FETCH, FETCH.pack(pid, vpage, 1)[:15], errno.EBADMSG),
+            "fetch of 0 lines": (Op.M_FETCH, FETCH.pack(pid, vpage, 0), errno.EINVAL),
+            "fetch past the limit": (Op.M_FETCH, FETCH.pack(pid, vpage, FETCH_MAX_LINES + 1),
+                                     errno.EINVAL),
+            "write-back one line short": (Op.M_WRITEBACK, WRITEBACK.pack(pid, 2) +
+                                          bytes(LINE) + VPAGE.pack(vpage) * 2, errno.EBADMSG),
+            "write-back of a huge count": (Op.M_WRITEBACK, WRITEBACK.pack(pid, 1 << 30) +
+                                           bytes(LINE) + VPAGE.pack(vpage), errno.EBADMSG),
+        }
+        for name, (op, payload, want) in bad.items():
+            with pytest.raises(OSError) as info:
+                vm.ep.call("m0", op, payload)
+            assert info.value.errno == want, name
+        vm.invalidate(addr, 2 * LINE)
+        assert vm.read(addr, 2 * LINE) == b"\x77" * 2 * LINE
