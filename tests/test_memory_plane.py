@@ -7,14 +7,16 @@ answered in C from a mirror of the page tables.
   writebacks, its links' ops); on zmq the same are Python's, with the same bytes;
 - what the plane must not answer stays Python's: a first touch (zeros), a page of a
   region that is gone (EFAULT): a region freed or a process released leaves the
-  mirror (the pid may come again); a malformed request, with Python's errors. A
-  process naming another's pid is EPERM (tests/test_identities.py).
+  mirror (the pid may come again); a malformed request, with Python's errors;
+  random ones, answered or refused, m0 serving on. A process naming another's
+  pid is EPERM (tests/test_identities.py).
 """
 
 import errno
 import mmap
 import os
 import random
+import struct
 
 import pytest
 
@@ -166,3 +168,33 @@ def test_malformed_page_messages_get_their_errors_and_m0_serves_on(rack):
             assert info.value.errno == want, name
         vm.invalidate(addr, 2 * LINE)
         assert vm.read(addr, 2 * LINE) == b"\x77" * 2 * LINE
+
+
+def test_random_page_messages_never_stop_m0(rack):
+    """Requests of the three ops with random payloads (half of them naming the
+    sender's own pid and a page m0 holds, so that the plane's parsers see them): each
+    is answered or refused, and m0 then serves a good miss with the right bytes."""
+    rack, _ = rack
+    rng = random.Random(11)
+    with attached_vm(rack) as vm:
+        addr = vm.alloc(4 * LINE)
+        vm.write(addr, b"\x33" * 4 * LINE)
+        vm.flush(addr, 4 * LINE)
+        keep = vm.alloc(LINE)   # what the random write-backs must not reach
+        vm.write(keep, b"\x44" * LINE)
+        vm.flush(keep, LINE)
+        head = struct.Struct("<IQ")   # pid, vpage: how MISS and FETCH begin
+        for _ in range(300):
+            op = rng.choice((Op.M_MISS, Op.M_FETCH, Op.M_WRITEBACK))
+            payload = bytearray(rng.randbytes(rng.choice((0, 8, 15, 16, 24, 40, 4120, 8208,
+                                                          rng.randrange(9000)))))
+            if rng.random() < 0.5 and len(payload) >= head.size:
+                head.pack_into(payload, 0, vm.pid, addr // LINE + rng.randrange(4))
+            try:
+                vm.ep.call("m0", op, bytes(payload))
+            except OSError:
+                pass
+        vm.invalidate(keep, LINE)
+        assert vm.read(keep, LINE) == b"\x44" * LINE
+        with rack.endpoint() as ep:
+            assert ep.call_args("m0", Op.HEALTH)[0]["state"] == "ok"
