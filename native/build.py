@@ -20,7 +20,7 @@
                    native/xcmiss.{h,c}                         header: a call's, a served
                    native/mplane.{h,c}                         message's, a channel's, an
                                                                extCache miss's, the
-                                                               mComponent's M_MISS:
+                                                               mComponent's page messages:
                                                                EXTCACHE built in)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
                                                                the nComponent, in its extCache
