@@ -158,7 +158,7 @@ class ShmReceiving:
         self._sync()
         if known == self._gen:
             return known, None
-        return self._gen, [(x.peer, x.rx, x.tx, x.verdict) for x in self.inbound]
+        return self._gen, _ring_list(self.inbound)
 
     # ---- wait sets ------------------------------------------------------------------------
     def _inbox_set(self) -> tuple[WaitSet, list[Link]]:
@@ -192,7 +192,7 @@ class ShmReceiving:
         if native is None:
             self._plane, self._unvouched = None, False
             return
-        links = [(x.peer, x.rx, x.tx, x.verdict) for x in self._inbox_links]
+        links = _ring_list(self._inbox_links)
         self._unvouched = any(verdict is None for _, _, _, verdict in links)
         self._plane = native if native.inbox(links) else None
 
@@ -222,6 +222,12 @@ class ShmReceiving:
         if link is not None:
             ws.calls(self._back, FIT_CALL_COPY_BYTES, [link.sock.fileno()], self.spin_s)
         return ws
+
+
+def _ring_list(links: list[Link]) -> list[tuple[str, Ring, Ring, Any]]:
+    """[(peer, ring, reply ring, verdict)] of inbound links, as a native data plane
+    is told them (inbox_rings, serve_natively)."""
+    return [(x.peer, x.rx, x.tx, x.verdict) for x in links]
 
 
 _arrival = tuple.__new__   # Arrival's fields in order, made in C (a NamedTuple's own

@@ -53,7 +53,8 @@
 #include "fitring.h"
 #include "fitserve.h"
 
-#define MP_MAX_RINGS 4096     /* inbox rings at most (more: Python reads the rest) */
+#define MP_MAX_RINGS 4096     /* inbox rings at most (more: the plane reads none, Python
+                                 all: monitors/miss_plane.py) */
 #define MP_NOBODY -1          /* an inbox ring's sender that is not served here */
 #define MP_ANY_PID -2         /* ... that may name any process (an nComponent) */
 #define MP_NO_FRAME -1        /* mp_get: the table holds no frame for the page */
