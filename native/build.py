@@ -40,8 +40,8 @@ and one plain C library, no module (setup.py's ext_modules: `preload`):
     native/preload.c                     -> native._preload   (the interposer `splitrack run`
     native/preload_socket.c                                    preloads into native programs:
     native/preload_fd.c                                        it starts an interpreter there
-    native/preload_memory.c                                    and loads native._guest;
-                                                               malloc and mmap for --memory
+    native/preload_wait.c                                      and loads native._guest;
+    native/preload_memory.c                                    malloc and mmap for --memory
                                                                rack)
 
 The declarations come from each header itself (its preprocessor guard lines

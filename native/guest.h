@@ -9,9 +9,10 @@
  * Each returns what libc's call returns, or -errno (never sets errno).
  * Addresses are IPv4, ip and port in host byte order. A descriptor is the
  * program's: fileno() of one handle of a stub, whose readiness is exact once
- * the program's runtime is threaded (sr_watch: the program polls, selects or
+ * the program's runtime is polled (sr_watch: the program polls, selects or
  * uses epoll on a rack socket; until then its blocking calls wait inline,
- * which saves a thread hop a message).
+ * and from then on its waits read the inbox: neither costs a thread hop a
+ * message).
  */
 #ifndef SPLITRACK_GUEST_H
 #define SPLITRACK_GUEST_H
@@ -37,7 +38,20 @@ int sr_getsockopt(int fd, int level, int name, void *value, int *len);
 int sr_blocking(int fd, int blocking);                        /* -1: ask (1 blocking, 0 not) */
 int sr_dup(int fd, int newfd);   /* newfd, the kernel's dup of fd, is one more handle of it */
 int sr_exit(void);                                            /* exit(): every stub closes */
-int sr_watch(void);                                           /* from now on, exact readiness */
+/* From now on, exact readiness (the program waits on a rack socket); polled: 1 if its waits
+ * (native/preload_wait.c) read the runtime's inbox from now on (sr_wait_begin), 0 if a thread
+ * of the runtime's does (a Python program: polled 0; or a fork()ed server's) */
+int sr_watch(int polled);
+/* A polled wait, before it sleeps: what waits in the inbox and the FIT shortcut channels is
+ * handed out; with arm, this thread then holds them, armed, and their n descriptors are in
+ * fds (at most room): sleep on them beside the program's, at most *most_ms (-1: no limit),
+ * then sr_wait_end(). Else (nothing held):
+ *   -EAGAIN  another thread reads them: sleep on the program's alone, at most *most_ms
+ *   -ENOSPC  room is too small: *most_ms descriptors are needed
+ *   -ENOENT  no runtime here yet (a fork()ed child's): the kernel's wait, this time
+ *   -ENOTSUP the runtime is threaded: the kernel's waits from now on */
+int sr_wait_begin(int arm, int *fds, int room, int *most_ms);
+int sr_wait_end(void);   /* disarm, hand out what came: 1 if anything came, else 0 */
 int sr_ready(void);                                           /* 1 once the stub is loaded */
 /* --memory rack, before main(): the program's heap in rack pages (rackmem.py's install(),
  * which turns native/preload_memory.c's malloc and mmap to them); 0, or -errno after one

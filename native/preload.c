@@ -16,9 +16,9 @@
  *     libc, so nothing loops back (`python_thread`);
  *   - poll, select and epoll go to the kernel: a rack descriptor is a real one
  *     whose readiness the stub keeps exact (splitrack/guest/bell.py) once the
- *     runtime is threaded; the first of them that names a rack socket makes it
- *     so (sr_watch), and until then blocking calls wait inline, a thread hop
- *     less a message;
+ *     first of them names a rack socket (sr_watch); until then blocking calls
+ *     wait inline, and from then on the waits read the runtime's inbox
+ *     themselves (preload_wait.c): no thread hop a message either way;
  *   - AF_INET6 is EAFNOSUPPORT (the rack's NICs are IPv4), never the host's;
  *     any other network socket (raw, packet, netlink) stays the host's, said
  *     once on stderr;
@@ -49,8 +49,8 @@
  *
  * The library's files: this one (which descriptors are the rack's, the interpreter,
  * fork() and exec()), preload_socket.c (the socket calls), preload_fd.c (fcntl,
- * ioctl, dup, poll, select, epoll), preload_memory.c (--memory rack); preload.h is
- * what the first three share.
+ * ioctl, dup), preload_wait.c (poll, select, epoll), preload_memory.c (--memory
+ * rack); preload.h is what the first four share.
  */
 #define _GNU_SOURCE
 #include "preload.h"
@@ -175,6 +175,8 @@ void start_guest(void)
     sr.dup = need(lib, "sr_dup");
     sr.exit = need(lib, "sr_exit");
     sr.watch = need(lib, "sr_watch");
+    sr.wait_begin = need(lib, "sr_wait_begin");
+    sr.wait_end = need(lib, "sr_wait_end");
     sr.inherit = need(lib, "sr_inherit");
     sr.memory = need(lib, "sr_memory");
     int (*ready)(void) = need(lib, "sr_ready");
@@ -250,7 +252,7 @@ int mark(int fd)
     return fd;
 }
 
-/* ---- readiness: the first wait on a rack socket makes the runtime threaded ------------- */
+/* ---- readiness: the first wait on a rack socket makes it exact (preload_wait.c) -------- */
 _Atomic int watched;
 
 /* In a Python program, a rack socket libc made, or a descriptor handed over, is C
@@ -259,7 +261,7 @@ _Atomic int watched;
 void watch_now(void)
 {
     if (!atomic_exchange(&watched, 1))
-        GUEST(sr.watch);
+        GUEST(sr.watch, 0);
 }
 
 /* A Python program's stub descriptor, handed out by detach(), is interposed from now

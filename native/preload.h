@@ -1,10 +1,11 @@
-/* The native interposer's own parts, shared by its three files (none of it is
+/* The native interposer's own parts, shared by its four files (none of it is
  * exported from the library: hidden visibility).
  *
  *   preload.c         which descriptors are the rack's, the interpreter it starts,
  *                     fork() and exec(); the contract of the whole interposer
  *   preload_socket.c  the socket calls on rack descriptors (socket ... getsockopt)
- *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup, poll, select, epoll
+ *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup
+ *   preload_wait.c    the waits: poll, select, epoll's (read the runtime's inbox)
  *
  * Interface:
  *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited
@@ -16,7 +17,8 @@
  *   ret(r)          -errno -> -1 with errno set, as libc returns
  *   mark(fd)        a new rack descriptor into the table (ret() of a -errno)
  *   start_guest     once (guest_once): the interpreter and native._guest loaded
- *   watch(fd)       the first wait on a rack socket makes the runtime threaded
+ *   watch(fd)       the first wait on a rack socket makes readiness exact, and the
+ *                   runtime polled (polled_waits: preload_wait.c) or threaded
  */
 #ifndef SPLITRACK_PRELOAD_H
 #define SPLITRACK_PRELOAD_H
@@ -42,7 +44,8 @@ extern int fit_over_tcp;                 /* the rack's FIT is ZeroMQ over TCP */
 extern int guest_up;                     /* the interpreter and native._guest are loaded */
 extern pthread_once_t guest_once, inherit_once;
 extern _Atomic int inheriting;           /* meanwhile MAYBE is no rack socket */
-extern _Atomic int watched;              /* the runtime is threaded (sr_watch made) */
+extern _Atomic int watched;              /* readiness is exact (sr_watch made it) */
+extern _Atomic int polled_waits;         /* the program's waits read the inbox (polled) */
 extern PyThreadState *(*py_this_thread)(void);   /* PyGILState_GetThisThreadState */
 
 /* Which calls are the interpreter's: a thread inside a call to native._guest (the
@@ -71,7 +74,9 @@ extern struct guest_calls {
     int (*blocking)(int, int);
     int (*dup)(int, int);
     int (*exit)(void);
-    int (*watch)(void);
+    int (*watch)(int);
+    int (*wait_begin)(int, int *, int, int *);
+    int (*wait_end)(void);
     int (*inherit)(const int *, int, int *);
     int (*memory)(void);
 } sr;
@@ -123,7 +128,7 @@ static inline void watch(int fd)
 {
     if (!atomic_load_explicit(&watched, memory_order_relaxed) && is_rack(fd)
         && !atomic_exchange(&watched, 1))
-        GUEST(sr.watch);
+        atomic_store(&polled_waits, GUEST(sr.watch, !python_host) == 1);
 }
 
 #endif

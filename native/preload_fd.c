@@ -5,21 +5,15 @@
  *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
  *     takes the descriptors back from its parent (preload.c);
- *   - poll, ppoll, select, pselect, epoll_ctl go to the kernel: a rack descriptor is
- *     a real one whose readiness the stub keeps exact once the runtime is threaded,
- *     and the first of them that names a rack socket makes it so (watch()).
+ * (The waits, poll, select and epoll's, are preload_wait.c's.)
  */
 #define _GNU_SOURCE
 #include "preload.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdarg.h>
-#include <stdlib.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
-#include <sys/select.h>
 #include <unistd.h>
 
 REAL(int, close, int)
@@ -29,11 +23,6 @@ REAL(int, ioctl, int, unsigned long, ...)
 REAL(int, dup, int)
 REAL(int, dup2, int, int)
 REAL(int, dup3, int, int, int)
-REAL(int, poll, struct pollfd *, nfds_t, int)
-REAL(int, ppoll, struct pollfd *, nfds_t, const struct timespec *, const sigset_t *)
-REAL(int, select, int, fd_set *, fd_set *, fd_set *, struct timeval *)
-REAL(int, pselect, int, fd_set *, fd_set *, fd_set *, const struct timespec *, const sigset_t *)
-REAL(int, epoll_ctl, int, int, int, struct epoll_event *)
 
 /* A new descriptor of a rack socket (the kernel's dup of `fd`) is one more handle of it. */
 static int one_more(int fd, int newfd)
@@ -132,68 +121,4 @@ int dup2(int fd, int newfd)
     if (fd == newfd)
         return newfd;
     return dup3(fd, newfd, 0);
-}
-
-static void watch_polled(const struct pollfd *fds, nfds_t n)
-{
-    for (nfds_t i = 0; guest_up && !watched && i < n; i++)
-        watch(fds[i].fd);
-}
-
-static void watch_selected(int n, const fd_set *r, const fd_set *w, const fd_set *e)
-{
-    for (int fd = 0; guest_up && !watched && fd < n && fd < FD_SETSIZE; fd++)
-        if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e)))
-            watch(fd);
-}
-
-/* (glibc declares poll's fds write-only; they are read here, as the kernel reads them) */
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-int poll(struct pollfd *fds, nfds_t n, int timeout)
-{
-    watch_polled(fds, n);
-    return libc_poll()(fds, n, timeout);
-}
-
-int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *timeout, const sigset_t *mask)
-{
-    watch_polled(fds, n);
-    return libc_ppoll()(fds, n, timeout, mask);
-}
-
-/* _FORTIFY_SOURCE's checked polls */
-int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t room)
-{
-    if (n > room / sizeof *fds)
-        abort();
-    return poll(fds, n, timeout);
-}
-
-int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *timeout,
-                const sigset_t *mask, size_t room)
-{
-    if (n > room / sizeof *fds)
-        abort();
-    return ppoll(fds, n, timeout, mask);
-}
-
-int select(int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *timeout)
-{
-    watch_selected(n, r, w, e);
-    return libc_select()(n, r, w, e, timeout);
-}
-
-int pselect(int n, fd_set *r, fd_set *w, fd_set *e, const struct timespec *timeout,
-            const sigset_t *mask)
-{
-    watch_selected(n, r, w, e);
-    return libc_pselect()(n, r, w, e, timeout, mask);
-}
-
-int epoll_ctl(int ep, int op, int fd, struct epoll_event *event)
-{
-    if (guest_up && op != EPOLL_CTL_DEL)
-        watch(fd);
-    return libc_epoll_ctl()(ep, op, fd, event);
 }

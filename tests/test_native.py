@@ -1,7 +1,8 @@
 """Native programs on the rack (native/preload.c, splitrack/guest/interposer.py): C
 programs built here from tests/c/ run unmodified with `splitrack run`, and their TCP
 and UDP sockets are bsdSocketStubs whose bytes cross n0, in DDIO and in DMA, checked
-byte for byte. A fork()ed child's inherited sockets work (through its parent), as a
+byte for byte; their poll, select and epoll waits read the rack's pushes
+themselves. A fork()ed child's inherited sockets work (through its parent), as a
 Python program's do; a static binary is refused at launch; IPv6 is EAFNOSUPPORT; an
 address outside the rack is reached through n0's NIC, never from the host's own
 stack. Real tools (iperf3, sockperf, nc, curl) run on the rack when installed
@@ -88,6 +89,33 @@ def test_a_c_echo_server_on_the_rack_echoes_every_byte(net, built, mode, loop):
     after = n0_network(rack)
     assert after["accepted"] - before["accepted"] >= 2     # the server's, at its skeleton
     assert after["connected"] - before["connected"] >= 1   # p1's client's
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
+    """Once a C program waits on a rack socket, its poll, select and epoll waits read
+    its inbox themselves (native/preload_wait.c): select times out as Linux's does;
+    a descriptor that is always ready does not starve the rack's pushes; a thread
+    blocked in read() and another in epoll_wait() each get their bytes; a closed
+    descriptor is EBADF."""
+    rack, env = net
+    with on_rack(env, [built["wait_probe"], NIC, "0"], name="native", mode=mode) as (
+            probe, (port,)):
+        lines = iter(probe.stdout.readline, "")
+        with socket.create_connection((NIC, port), timeout=20) as one:
+            assert next(lines) == "select 0 left 0\n"
+            time.sleep(0.3)   # the probe polls beside its always-ready pipe meanwhile
+            one.sendall(b"a")
+            busy = next(lines).split()
+            assert busy[0] == "busy" and int(busy[1]) >= 1, busy
+            with socket.create_connection((NIC, port), timeout=20) as two:
+                time.sleep(0.2)   # a thread blocks in read() on one, main in epoll_wait()
+                one.sendall(b"b")
+                time.sleep(0.2)
+                two.sendall(b"c")
+                assert next(lines) == "threads ok\n"
+                assert next(lines) == "ebadf ok\n"
+        assert probe.wait(timeout=30) == 0, probe.stderr.read()
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])

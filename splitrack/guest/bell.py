@@ -5,9 +5,10 @@ the stub's. The descriptor is one end of a socketpair (`_fd`, the connection's
 own; every handle's is a dup of it: handles.py), `_bell` the other end:
 
 - readable exactly while data, EOF, an error or a connection waits: `_rung` is
-  the state, and once the runtime is threaded (a program selects, so fileno()
-  was asked for) a byte written from `_bell` mirrors it (`wake`, `_hush`);
-  before, nobody outside selects on it, and the two syscalls are saved;
+  the state, and once the runtime's readiness is exact (a program selects, so
+  fileno() was asked for, or a native program polled a rack socket) a byte
+  written from `_bell` mirrors it (`wake`, `_hush`); before, nobody outside
+  selects on it, and the two syscalls are saved;
 - writable exactly while a send would not block: while the send window is
   full, the other direction (`_fd` to `_bell`) is kept full -- `_fd`'s
   SO_SNDBUF is the kernel's least, so one 4 KiB write fills it -- and drained
@@ -31,27 +32,27 @@ class Bell:
     def fileno(self) -> int:
         if self._dead or self._gone:
             return -1   # as a closed socket's
-        if not self._rt.threaded:
+        if not self._rt.exact:
             self._rt.go_threaded()
         return _socket.socket.fileno(self)   # this handle's descriptor (handles.py)
 
     def _ring(self) -> None:
         if not self._rung and self._bell is not None:   # a pipe's fileno rings by itself
             self._rung = True
-            if self._rt.threaded:
+            if self._rt.exact:
                 self._bell.send(b"!")
 
     def _hush(self) -> None:
         if self._rung and self._bell is not None:
             self._rung = False
-            if self._rt.threaded:
+            if self._rt.exact:
                 try:
                     os.read(self._fd, 16)
                 except BlockingIOError:
-                    pass   # rung before the switch to threaded: no byte was written
+                    pass   # rung before readiness went exact: no byte was written
 
     def _sync_bell(self) -> None:
-        """The runtime went threaded: the bell's byte mirrors `_rung` from now on, and
+        """Readiness went exact: the bell's byte mirrors `_rung` from now on, and
         the path holds no sends back (nic_path.py, packing)."""
         with self._lock:
             if self._rung and not self._dead and self._bell is not None:
@@ -65,7 +66,7 @@ class Bell:
         """(lock held) What a sender waits for changed: waiters wake, and fileno()'s
         writability follows."""
         self._cond.notify_all()
-        if self._rt.threaded:
+        if self._rt.exact:
             self._sync_writable()
 
     def _sync_writable(self) -> None:

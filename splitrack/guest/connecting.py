@@ -84,7 +84,7 @@ class Connecting:
             if not wait:
                 with self._lock:
                     self._pending = (ip, port, path)
-                    if self._rt.threaded:
+                    if self._rt.exact:
                         self._sync_writable()   # not writable while it goes on
                 return
             # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.

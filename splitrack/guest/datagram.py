@@ -130,7 +130,7 @@ class DatagramStub(BsdSocketStub):
                 self._raise_error()
                 if path.c.credit >= len(record):   # all of it, or none
                     self._put_whole(record)
-                    if self._rt.threaded:
+                    if self._rt.exact:
                         self._sync_writable()
                     break
             if nonblocking:

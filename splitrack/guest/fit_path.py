@@ -6,8 +6,9 @@ makes it, at connect() and at accept()) is a FIT channel of the two stubs' own
 and STUB_CLOSED in order, windows as on the ordinary path. `FitPath` is the
 stub's data path over it (datapath.py), and uses only the stub's face (face.py).
 Its reader is a thread waiting on the socket (as a pipe's; the process's inbox
-is looked at between slices), or, once the process is threaded, the inbox
-thread (Runtime.watch). Ends: close or SHUT_WR is EOF for the peer; a peer that
+is looked at between slices), a native program's poll, select or epoll wait
+once the process is polled, or, once it is threaded, the inbox thread
+(Runtime.watch). Ends: close or SHUT_WR is EOF for the peer; a peer that
 closed makes later sends EPIPE (STUB_CLOSED with PEER_CLOSED); one that dies
 is found by its PID within PEER_CHECK_S (a waiting stub, or the inbox thread)
 and is ECONNRESET. Its methods run with the stub's lock held, but for the
@@ -194,8 +195,8 @@ class FitPath:
             lock.release()
 
     def drain(self) -> bool:
-        """The inbox thread's, holding `reading`: every message waiting on the channel;
-        whether there was any."""
+        """The inbox thread's, or a polled wait's (inbox_reader.py), holding `reading`:
+        every message waiting on the channel; whether there was any."""
         got_any = False
         while (got := self.channel.recv(0)) is not None:
             self._deliver(*got)

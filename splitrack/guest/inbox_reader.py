@@ -6,19 +6,25 @@ Who reads the inbox (`wait`):
   inline (the start): a thread that waits on a socket reads it itself, if no
     other thread does (the leader); the others park in short slices. No
     thread hop: a cross-thread wake-up costs ~40 us a round trip here.
+  polled (once a native program polls, selects or uses epoll on a rack
+    socket: the interposer's waits, native/preload_wait.c): as inline, and
+    the program's waits read it too (`poll_begin`, `poll_end`): a wait hands
+    out what waits, sleeps on the inbox beside the program's descriptors,
+    and hands out what came. The stubs ring their descriptors.
   threaded (once a program asks for a socket's fileno(), to select on it):
     one inbox thread reads it, and rings the stubs' descriptors.
 The channels of FIT shortcuts (fit_path.FitPath) are read likewise: inline
-by a thread waiting on that socket, threaded by the inbox thread, which
-watches every channel `watch()` gave it beside the inbox: it spins on all of
-them for rack.poll_us, then arms each and sleeps in poll() on their
-readiness fds (the transport contract, fit_rpc/transport.py).
+by a thread waiting on that socket, polled by a wait too, threaded by the
+inbox thread, which watches every channel `watch()` gave it beside the
+inbox: it spins on all of them for rack.poll_us, then arms each and sleeps
+in poll() on their readiness fds (the transport contract,
+fit_rpc/transport.py).
 """
 
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from native.fitring import spin_yield
@@ -36,6 +42,9 @@ class InboxReading:
         self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
         self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread
         self._rewatch = False                 # _watched changed since the inbox thread looked
+        self._held: list[Any] = []            # polled: the channels a wait reads (`reading` held)
+        self._armed: list[Any] = []           # polled: the sources a wait sleeps on
+        self._next_tick = 0.0                 # polled: when a wait next looks at peers (_tick)
 
     def wait(self, ready: Callable[[], bool], deadline: float | None,
              park: Callable[[float | None], object]) -> bool:
@@ -79,6 +88,49 @@ class InboxReading:
         self._watched.discard(path)
         self._rewatch = True
 
+    # ---- polled: a native program's waits read them (native/preload_wait.c) -------------
+    def poll_begin(self, arm: bool) -> tuple[list[int] | None, float]:
+        """What waits in the inbox and the watched channels is handed out. With `arm`,
+        this thread then holds them, armed, until poll_end(): their descriptors are
+        returned, for its wait to sleep on beside the program's, at most the seconds
+        returned (peers are looked at between). None: another thread reads them (a
+        waiter, or the inbox thread), so sleep a slice at most."""
+        if self.threaded or not self._inbox_lock.acquire(blocking=False):
+            return None, STUB_FOLLOWER_SLICE_S
+        self._held = [path for path in self._watched
+                      if not path.released and path.reading.acquire(blocking=False)]
+        now = time.monotonic()
+        if now >= self._next_tick:
+            self._next_tick = now + PEER_CHECK_S
+            self._tick()
+        if not arm:
+            self.poll_end()
+            return [], 0.0
+        if self._drain(self._held):   # a socket may be ready now: look, do not sleep
+            return [], 0.0
+        sources = [self.inbox, *(path.channel for path in self._held)]
+        for source in sources:
+            if not source.arm():   # something came meanwhile: no sleep
+                return [], 0.0
+            self._armed.append(source)
+        return [source.fileno() for source in sources], max(0.0, self._next_tick - now)
+
+    def wait_sources(self) -> int:
+        """How many descriptors poll_begin may return, at most."""
+        return 1 + len(self._watched)
+
+    def poll_end(self) -> bool:
+        """The wait is over: disarm, hand out what came, let go. Anything?"""
+        for source in self._armed:
+            source.disarm()
+        came = self._drain(self._held)
+        for path in self._held:
+            path.let_go()
+        self._held, self._armed = [], []
+        self._inbox_lock.release()
+        return came
+
+    # ---- threaded: the inbox thread ---------------------------------------------------------
     def _serve(self) -> None:
         """The inbox thread: the inbox, and the watched channels."""
         with self._inbox_lock:   # a leader finishes its slice first
@@ -93,7 +145,7 @@ class InboxReading:
                 wait = STUB_FOLLOWER_SLICE_S if busy else max(0.0, next_tick - clock())
                 if not paths:   # the inbox alone: its own wait spins, then sleeps
                     self.inbox.serve(wait)
-                elif self._drain(paths):
+                elif self._drain(paths.values()):
                     idle_since = None
                 else:
                     now = clock()
@@ -106,12 +158,12 @@ class InboxReading:
                         return
                     next_tick = clock() + PEER_CHECK_S
 
-    def _drain(self, paths: dict[int, Any]) -> bool:
-        """What waits in the inbox (a batch) and in every watched channel; any?"""
+    def _drain(self, paths: Iterable[Any]) -> bool:
+        """What waits in the inbox (a batch) and in these channels; any?"""
         served = 0
         while served < _INBOX_BATCH and self.inbox.serve(0):
             served += 1
-        return any([path.drain() for path in paths.values()]) or served > 0
+        return any([path.drain() for path in paths]) or served > 0
 
     def _sleep(self, poller: select.poll, paths: dict[int, Any], wait: float) -> None:
         """Arm the inbox and every channel, sleep until one is rung, disarm them all."""

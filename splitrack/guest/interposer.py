@@ -14,12 +14,13 @@ OSError is a bug here: it is printed, and the call fails with EIO.
 
 The program's descriptor is the stub handle's own (handles.py), which the
 runtime neither reads nor writes, so the interposer may send every call on it
-here. Its readiness is exact once the runtime is threaded (runtime.py), which
+here. Its readiness is exact once the runtime is polled (runtime.py), which
 `watch` makes it the first time the program polls, selects or uses epoll on a
 rack socket (the interposer sees those calls, and passes them on to the
-kernel); a program that only blocks in its calls keeps the inline runtime,
-without a thread hop a message. Handles are kept in `_HANDLES`, by
-descriptor, until the program closes them.
+kernel); from then on those waits read the runtime's inbox themselves
+(`wait_begin`, `wait_end`: inbox_reader.py), without a thread hop a message.
+A program that only blocks in its calls keeps the inline runtime. Handles are
+kept in `_HANDLES`, by descriptor, until the program closes them.
 
 In a Python program (which has the drop-in) the same functions run in its own
 interpreter, for the TCP and UDP sockets libc makes there (uvloop's libuv,
@@ -34,6 +35,7 @@ import _socket
 import ctypes
 import errno
 import functools
+import math
 import os
 import socket
 import sys
@@ -42,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from splitrack.guest import forked
-from splitrack.guest.runtime import runtime
+from splitrack.guest.runtime import current, runtime
 from splitrack.guest.stub import BsdSocketStub
 
 _HANDLES: dict[int, Any] = {}   # the program's descriptor -> its stub handle
@@ -147,9 +149,34 @@ def bind(ffi: Any) -> None:
                 pass
         return 0
 
-    def _watch() -> int:
-        runtime().go_threaded()
-        return 0
+    def _watch(polled: int) -> int:
+        rt = runtime()
+        if polled:
+            rt.go_polled()
+        else:
+            rt.go_threaded()
+        return int(not rt.threaded)
+
+    def _wait_begin(arm: int, fds: Any, room: int, most_ms: Any) -> int:
+        rt = current()
+        if rt is None:   # (a fork()ed child that has made no socket of its own)
+            most_ms[0] = -1
+            return -errno.ENOENT
+        if rt.threaded:
+            return -errno.ENOTSUP
+        if arm and rt.wait_sources() > room:
+            most_ms[0] = rt.wait_sources()
+            return -errno.ENOSPC
+        sources, most = rt.poll_begin(bool(arm))
+        most_ms[0] = math.ceil(most * 1000)
+        if sources is None:
+            return -errno.EAGAIN
+        for i, fd in enumerate(sources):
+            fds[i] = fd
+        return len(sources)
+
+    def _wait_end() -> int:
+        return int(runtime().poll_end())
 
     def _ready() -> int:
         return 1
@@ -170,9 +197,9 @@ def bind(ffi: Any) -> None:
             rack[i] = int(fds[i] in got)
         return 0
 
-    for fn in (_ready, _memory, _watch, _socket, _bind, _connect, _listen, _accept, _send, _recv,
-               _shutdown, _close, _name, _setsockopt, _getsockopt, _blocking, _dup, _exit,
-               _inherit):
+    for fn in (_ready, _memory, _watch, _wait_begin, _wait_end, _socket, _bind, _connect,
+               _listen, _accept, _send, _recv, _shutdown, _close, _name, _setsockopt,
+               _getsockopt, _blocking, _dup, _exit, _inherit):
         extern(fn)
 
 

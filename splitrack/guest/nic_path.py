@@ -38,7 +38,7 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   an append, not a copy into the extCache. TCP is a byte stream, so nothing a
   peer can rely on changes. A datagram socket's path never holds (packing
   False: each datagram goes as it is sent). A socket with TCP_NODELAY never holds, nor does
-  one of a program that selects (the runtime is threaded): such a program
+  one of a program that selects (its readiness is exact): such a program
   waits in select(), not on the socket, and a reply it wrote in two sends
   would wait for the flusher.
 
@@ -101,9 +101,9 @@ class NicPath:
 
     def sync_packing(self) -> None:
         """Whether sends may be held (packing): on for this process, no TCP_NODELAY, and
-        the program does not select (the runtime is not threaded). Called whenever one
+        the program does not select (readiness is not kept exact). Called whenever one
         of those changes."""
-        self.c.pack = bool(self.packing and self.rt.packing and not self.rt.threaded
+        self.c.pack = bool(self.packing and self.rt.packing and not self.rt.exact
                            and not self.stub.option(*_NODELAY))
 
     # ---- the flusher reads these without the stub's lock (runtime._flush_held) ----------

@@ -12,8 +12,11 @@ SPLITRACK_PACKING):
   of skeletons (STUB_*, 0x07xx), each handed to the stub it names. Stubs are
   named by an id the runtime gives them before their skeleton exists, so a
   push can never arrive for a stub not yet known. Who reads it, and the FIT
-  shortcuts' channels: inbox_reader.py (inline, or one inbox thread once the
-  program selects on a socket).
+  shortcuts' channels: inbox_reader.py (inline; polled, by a native
+  program's own poll, select and epoll waits, once it makes one on a rack
+  socket; or one inbox thread once the program selects on a socket's
+  fileno()). `exact`: the stubs' descriptors' readiness is kept exact (polled
+  or threaded).
 - buffers: each stub's receive and send rings live in rack memory, in regions
   (vm.alloc) of SOCKET_SLOTS_PER_REGION slots that the runtime allocates and
   reuses.
@@ -90,7 +93,8 @@ class Runtime(InboxReading, Flusher):
         for op in _PUSHES:
             self.inbox.on(op, self._push)
         self._stop = False
-        self.threaded = False
+        self.threaded = False   # an inbox thread reads the inbox
+        self.exact = False      # fileno()s' readiness is exact (threaded, or polled)
         self.forked = False   # this is a fork()ed child's copy (_after_fork_in_child)
         self._init_inbox_reading()
         atexit.register(self.close)
@@ -224,6 +228,18 @@ class Runtime(InboxReading, Flusher):
                 return
             self.threaded = True
             threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
+        self._go_exact()
+
+    def go_polled(self) -> None:
+        """From now on a native program's waits read the inbox too (poll_begin): it
+        polls, selects or uses epoll on a rack socket."""
+        self._go_exact()
+
+    def _go_exact(self) -> None:
+        with _runtime_lock:
+            if self.exact:
+                return
+            self.exact = True
         for stub in list(self.stubs.values()):
             stub._face.sync_bell()   # its fileno() rings from now on, and it holds no sends back
 
@@ -318,7 +334,7 @@ class Runtime(InboxReading, Flusher):
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
-_threaded_parent = False   # a fork()ed child's parent's runtime was threaded
+_parent_mode = ""   # a fork()ed child's parent's runtime was "threaded", or "polled"
 FORKED = "splitrack: a descriptor a fork()ed child inherited is its parent's socket"
 
 
@@ -328,10 +344,11 @@ def _after_fork_in_child() -> None:
     stubs' state here is closed (its locks new: another thread of the parent may have
     held one at the fork) and the child's handles make their calls at the parent
     (forked.py). The sockets the child makes are its own: runtime() makes it a runtime
-    of its own (its own inbox, links and socket buffers: vm.own), threaded if its
-    parent's was (a native program's poll() told the parent's, and tells none again).
+    of its own (its own inbox, links and socket buffers: vm.own), threaded or polled
+    if its parent's was (a native program's poll() told the parent's, and tells
+    none again).
     A child that exec()s starts afresh."""
-    global _runtime, _runtime_lock, _threaded_parent
+    global _runtime, _runtime_lock, _parent_mode
     _runtime_lock = threading.Lock()   # (a parent's thread may have held it at the fork)
     if _runtime is None:
         return
@@ -339,7 +356,8 @@ def _after_fork_in_child() -> None:
     for stub in list(_runtime.stubs.values()):   # (each shared state: every handle of it)
         stub._face.after_fork()
     forked.after_fork_in_child()
-    _threaded_parent, _runtime = _runtime.threaded, None
+    _parent_mode = "threaded" if _runtime.threaded else "polled" if _runtime.exact else ""
+    _runtime = None
 
 
 os.register_at_fork(before=lambda: forked.before_fork(_runtime),
@@ -363,9 +381,16 @@ def runtime() -> Runtime:
                                 env.get("SPLITRACK_SHORTCUTS", "1") != "0",
                                 env.get("SPLITRACK_PACKING", "1") != "0",
                                 int(env.get("SPLITRACK_POLL_US", FIT_POLL_US)))
-    if _threaded_parent:
+    if _parent_mode == "threaded":
         rt.go_threaded()
+    elif _parent_mode == "polled":
+        rt.go_polled()
     return rt
 
 
-__all__ = ["Runtime", "runtime"]
+def current() -> Runtime | None:
+    """This process's runtime, if it has made one."""
+    return _runtime
+
+
+__all__ = ["Runtime", "current", "runtime"]

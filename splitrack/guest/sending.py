@@ -41,7 +41,7 @@ class Sending:
                         self._error or self._shut_wr or self._broken or self._dead
                         or self._peer_gone or self._gone):
                     sent = path.put(view)
-                    if self._rt.threaded:   # a full window: fileno() is not writable
+                    if self._rt.exact:   # a full window: fileno() is not writable
                         self._sync_writable()
             finally:
                 lock.release()
@@ -74,7 +74,7 @@ class Sending:
                     self._check_sendable()
                 if sent < total:
                     sent += self._path.put(view if not sent else view[sent:])
-                    if self._rt.threaded:
+                    if self._rt.exact:
                         self._sync_writable()
             if self._path.pump_due:   # a program that only sends
                 self._path.pump()
