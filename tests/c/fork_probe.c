@@ -5,7 +5,8 @@
  *                         connection of its own to the same server (poll()ing it, as
  *                         its parent did before the fork), and prints what each
  *                         gave (errno names); the parent, after the child
- *                         ended, sends "ping" and reads "xping" back: "parent ok"
+ *                         ended, sends "ping", polls, and reads "xping" back:
+ *                         "parent ok"
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,7 +37,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct pollfd ready = {.fd = fd, .events = POLLOUT};
-    if (poll(&ready, 1, 5000) != 1) {   /* (the runtime is threaded from here on) */
+    if (poll(&ready, 1, 5000) != 1) {   /* (the runtime is polled from here on) */
         perror("fork_probe: poll");
         return 1;
     }
@@ -65,7 +66,9 @@ int main(int argc, char **argv)
     }
     waitpid(pid, NULL, 0);
     char in[6] = {0};
-    if (send(fd, "ping", 4, 0) != 4 || recv(fd, in, 5, MSG_WAITALL) != 5 || strcmp(in, "xping")) {
+    struct pollfd back = {.fd = fd, .events = POLLIN};   /* (threaded since the fork) */
+    if (send(fd, "ping", 4, 0) != 4 || poll(&back, 1, 5000) != 1
+        || recv(fd, in, 5, MSG_WAITALL) != 5 || strcmp(in, "xping")) {
         perror("fork_probe: parent echo");
         return 1;
     }
