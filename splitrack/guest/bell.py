@@ -9,11 +9,12 @@ own; every handle's is a dup of it: handles.py), `_bell` the other end:
   fileno() was asked for, or a native program polled a rack socket) a byte
   written from `_bell` mirrors it (`wake`, `_hush`); before, nobody outside
   selects on it, and the two syscalls are saved;
-- writable exactly while a send would not block: while the send window is
-  full, the other direction (`_fd` to `_bell`) is kept full -- `_fd`'s
-  SO_SNDBUF is the kernel's least, so one 4 KiB write fills it -- and drained
-  when the window opens again, the socket breaks, shuts down or closes
-  (`wake_senders`, `_sync_writable`).
+- writable while a send would not block and (a stream) a third of its window
+  is free, as Linux's TCP says (`_writable`): while it is not, the other
+  direction (`_fd` to `_bell`) is kept full -- `_fd`'s SO_SNDBUF is the
+  kernel's least, so one 4 KiB write fills it -- and drained when the window
+  opens again, the socket breaks, shuts down or closes (`wake_senders`,
+  `_sync_writable`).
 
 A pipe shortcut's fileno() is the pipe's end, exact by itself (`_bell` None).
 """
@@ -72,7 +73,7 @@ class Bell:
     def _sync_writable(self) -> None:
         if self._bell is None:   # a pipe's fileno is writable by itself
             return
-        shut = self._path is not None and not self._can_send()
+        shut = self._path is not None and not self._writable()
         if shut == self._clogged:
             return
         self._clogged = shut

@@ -264,6 +264,8 @@ class DatagramStub(BsdSocketStub):
         return bool(self._path is None or self._path.c.credit >= DGRAM.size + MAX_DATAGRAM
                     or self._error or self._broken or self._dead)
 
+    _writable = _can_send   # (fileno()'s POLLOUT: the same room)
+
     def getsockopt(self, level: int, optname: int, buflen: int | None = None) -> Any:
         if (level, optname) == (_socket_module.SOL_SOCKET, _socket_module.SO_ERROR) \
                 and not buflen:

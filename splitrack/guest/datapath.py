@@ -41,6 +41,10 @@ class DataPath(Protocol):
     def can_send(self) -> bool:
         """Whether a put() would take something now."""
 
+    def roomy(self) -> bool:
+        """Whether fileno() says writable: a third of the window free (a stream's
+        POLLOUT, as Linux's TCP: stub.py's _writable)."""
+
     def wait_readable(self, deadline: float | None) -> bool:
         """Until the stub is readable (True) or the deadline passes (False); the stub's
         lock is not held."""

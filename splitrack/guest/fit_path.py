@@ -140,6 +140,9 @@ class FitPath:
     def can_send(self) -> bool:
         return self.credit > 0
 
+    def roomy(self) -> bool:
+        return 3 * self.credit >= SHORTCUT_FIT_WINDOW_BYTES
+
     # ---- waiting: the waiter reads the channel, unless another thread does ----------------
     def wait_readable(self, deadline: float | None) -> bool:
         return self._wait(self.stub.readable, deadline, self.stub.park_readable)

@@ -238,6 +238,9 @@ class NicPath:
     def can_send(self) -> bool:
         return self.c.credit > 0
 
+    def roomy(self) -> bool:
+        return 3 * self.c.credit >= self.c.tsize
+
     def pump(self) -> None:
         """Read the process's inbox now (the stub's lock not held): a program that only
         sends, never waiting, still hears its skeleton -- a reset makes its next send

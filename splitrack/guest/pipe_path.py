@@ -60,6 +60,8 @@ class PipePath:
     def can_send(self) -> bool:
         return bool(self.writable.poll(0))
 
+    roomy = can_send   # (the pipe's fileno() says its own POLLOUT)
+
     def pushed(self, op: int, payload: memoryview) -> None:
         pass   # a pipe carries its own bytes; nothing comes through the inbox
 
