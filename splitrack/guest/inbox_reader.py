@@ -94,8 +94,8 @@ class InboxReading:
         this thread then holds them, armed, until poll_end(): their descriptors are
         returned, for its wait to sleep on beside the program's, at most the seconds
         returned (peers are looked at between). None: another thread reads them (a
-        waiter, or the inbox thread), so sleep a slice at most."""
-        if self.threaded or not self._inbox_lock.acquire(blocking=False):
+        waiter, or the inbox thread; or the runtime closed), so sleep a slice at most."""
+        if self.threaded or self._stop or not self._inbox_lock.acquire(blocking=False):
             return None, STUB_FOLLOWER_SLICE_S
         self._held = [path for path in self._watched
                       if not path.released and path.reading.acquire(blocking=False)]

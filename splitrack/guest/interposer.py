@@ -176,7 +176,7 @@ def bind(ffi: Any) -> None:
         return len(sources)
 
     def _wait_end() -> int:
-        return int(runtime().poll_end())
+        return int(current().poll_end())
 
     def _ready() -> int:
         return 1
