@@ -91,6 +91,23 @@ def test_a_c_echo_server_on_the_rack_echoes_every_byte(net, built, mode, loop):
     assert after["connected"] - before["connected"] >= 1   # p1's client's
 
 
+@pytest.mark.parametrize("loop", ["poll", "epoll"])
+def test_a_c_server_polls_a_fit_shortcut_beside_its_inbox(net, built, loop):
+    """A client on p1 reaches the poll()ing server on p0 by a FIT shortcut (no
+    nComponent on the way): the server's waits read the shortcut's channel beside
+    its inbox (native/preload_wait.c), every byte echoed."""
+    rack, env = net
+    expected = linux_checksum(built, 1_000_000)
+    before = n0_network(rack)
+    with on_rack(env, [built["echo_server"], NIC, "0", loop, "1"], name="native") as (
+            server, (port,)):
+        inside = run_on_rack(env, [built["echo_client"], NIC, str(port), "1000000", "4096"],
+                             on="p1", name="native")
+        assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
+        assert server.wait(timeout=30) == 0, server.stderr.read()
+    assert n0_network(rack)["accepted"] == before["accepted"]   # a shortcut: n0 not asked
+
+
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
 def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
     """Once a C program waits on a rack socket, its poll, select and epoll waits read

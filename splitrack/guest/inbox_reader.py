@@ -97,23 +97,30 @@ class InboxReading:
         waiter, or the inbox thread; or the runtime closed), so sleep a slice at most."""
         if self.threaded or self._stop or not self._inbox_lock.acquire(blocking=False):
             return None, STUB_FOLLOWER_SLICE_S
-        self._held = [path for path in self._watched
-                      if not path.released and path.reading.acquire(blocking=False)]
-        now = time.monotonic()
-        if now >= self._next_tick:
-            self._next_tick = now + PEER_CHECK_S
-            self._tick()
-        if not arm:
-            self.poll_end()
-            return [], 0.0
-        if self._drain(self._held):   # a socket may be ready now: look, do not sleep
-            return [], 0.0
-        sources = [self.inbox, *(path.channel for path in self._held)]
-        for source in sources:
-            if not source.arm():   # something came meanwhile: no sleep
-                return [], 0.0
-            self._armed.append(source)
-        return [source.fileno() for source in sources], max(0.0, self._next_tick - now)
+        kept = False   # (what is held is let go again unless the wait is to sleep on it)
+        try:
+            self._held = [path for path in self._watched
+                          if not path.released and path.reading.acquire(blocking=False)]
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._next_tick = now + PEER_CHECK_S
+                self._tick()
+            fds: list[int] = []
+            if not arm or self._drain(self._held):   # something came: a socket may be
+                kept = arm                           # ready now: look, do not sleep
+                return fds, 0.0
+            sources = [self.inbox, *(path.channel for path in self._held)]
+            for source in sources:
+                if not source.arm():   # something came meanwhile: no sleep
+                    kept = True
+                    return fds, 0.0
+                self._armed.append(source)
+            fds = [source.fileno() for source in sources]
+            kept = True
+            return fds, max(0.0, self._next_tick - now)
+        finally:
+            if not kept:
+                self._let_go()
 
     def wait_sources(self) -> int:
         """How many descriptors poll_begin may return, at most."""
@@ -121,14 +128,25 @@ class InboxReading:
 
     def poll_end(self) -> bool:
         """The wait is over: disarm, hand out what came, let go. Anything?"""
-        for source in self._armed:
+        try:
+            self._disarm()
+            return self._drain(self._held)
+        finally:
+            self._let_go()
+
+    def _disarm(self) -> None:
+        armed, self._armed = self._armed, []
+        for source in armed:
             source.disarm()
-        came = self._drain(self._held)
-        for path in self._held:
-            path.let_go()
-        self._held, self._armed = [], []
-        self._inbox_lock.release()
-        return came
+
+    def _let_go(self) -> None:
+        try:
+            self._disarm()
+        finally:
+            held, self._held = self._held, []
+            for path in held:
+                path.let_go()
+            self._inbox_lock.release()
 
     # ---- threaded: the inbox thread ---------------------------------------------------------
     def _serve(self) -> None:
