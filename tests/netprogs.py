@@ -122,6 +122,11 @@ def on_rack(env: dict, code: str | list[str], *args: str, on: str = "p0",
             f.close()
 
 
+def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """A program on the host (not the rack), to its end."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=SCRATCH)
+
+
 def run_on_rack(env: dict, code: str | list[str], *args: str, on: str = "p0",
                 mode: str | None = None, name: str = "net", timeout: float = 60,
                 flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:

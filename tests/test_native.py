@@ -5,23 +5,19 @@ byte for byte; their poll, select and epoll waits read the rack's pushes
 themselves. A fork()ed child's inherited sockets work (through its parent), as a
 Python program's do; a static binary is refused at launch; IPv6 is EAFNOSUPPORT; an
 address outside the rack is reached through n0's NIC, never from the host's own
-stack. Real tools (iperf3, sockperf, nc, curl) run on the rack when installed
-(.ci/run installs them)."""
+stack. Real tools on the rack: test_native_tools.py."""
 
-import http.server
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
 
-from netprogs import SCRATCH, n0_network, network_rack, on_rack, run_on_rack
+from netprogs import n0_network, network_rack, on_rack, run, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
@@ -46,17 +42,6 @@ def built(tmp_path_factory) -> dict[str, str]:
         subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
                         os.path.join(HERE, "c", source)], check=True)
     return programs
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (.ci/run installs it from Debian's packages)")
-    return path
-
-
-def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=SCRATCH)
 
 
 def linux_checksum(built, nbytes: int) -> str:
@@ -373,101 +358,3 @@ def test_uvloop_programs_sockets_are_the_racks(net):
             "print(c.getsockname()[0])"), str(host.getsockname()[1])], name="native")
     assert isolated.returncode == 0, isolated.stderr
     assert isolated.stdout.strip() in ("127.0.0.11", "127.0.0.12")
-
-
-# ---- real tools -----------------------------------------------------------------------------
-
-def test_iperf3_server_on_the_rack(net):
-    """iperf3 -s on p0 (its TCP through n0: n0 accepts its control and data
-    connections), a client outside: a second of bytes."""
-    iperf3 = tool("iperf3")
-    rack, env = net
-    before = n0_network(rack)["accepted"]
-    port = _free_port()
-    with on_rack(env, ["sh", "-c", f'echo listening {port}; exec {iperf3} -s -1 -B {NIC} '
-                                   f'-p {port}'], name="native") as (server, _):
-        got = _retry(lambda: run([iperf3, "-c", NIC, "-p", str(port), "-t", "1", "-J"]),
-                     ok=lambda g: g.returncode == 0 and '"error"' not in g.stdout)   # (-J: 0)
-        report = json.loads(got.stdout)
-        assert report["end"]["sum_received"]["bytes"] > 1_000_000, report.get("error")
-        server.wait(timeout=30)
-        assert "error" not in server.stdout.read().lower()
-    assert n0_network(rack)["accepted"] - before >= 2
-
-
-def test_sockperf_ping_pong_tcp_and_udp_on_the_rack(net):
-    """sockperf's server on p0, its client on p1, no shortcut: through n0 both ways (n0
-    accepts the TCP connection and carries the UDP datagrams)."""
-    sockperf = tool("sockperf")
-    rack, env = net
-    before = n0_network(rack)
-    for proto in ("--tcp", None):
-        port = _free_port()
-        server = ["sh", "-c", f"echo listening {port}; exec {sockperf} server -i {NIC} "
-                              f"-p {port} {proto or ''}"]
-        with on_rack(env, server, name="native"):
-            client = [sockperf, "ping-pong", "-i", NIC, "-p", str(port), "-t", "1",
-                      "-m", "128", *([proto] if proto else [])]
-            got = _retry(lambda c=client: run_on_rack(env, c, on="p1", name="native",
-                                                      flags=("--no-shortcuts",)),
-                         ok=lambda g: "percentile 50.000" in g.stdout)   # (refused: exit 0)
-            assert got.returncode == 0 and "percentile 50.000" in got.stdout, got.stdout[-500:]
-    after = n0_network(rack)
-    assert after["accepted"] - before["accepted"] >= 1
-    assert after["datagrams_in"] - before["datagrams_in"] >= 1000
-
-
-def test_curl_on_the_rack_fetches_from_outside(net, tmp_path):
-    curl = tool("curl")
-    _, env = net
-    (tmp_path / "page.txt").write_text("through the rack\n")
-    handler = lambda *a: http.server.SimpleHTTPRequestHandler(  # noqa: E731
-        *a, directory=str(tmp_path))
-    seen = []
-
-    class Server(http.server.ThreadingHTTPServer):
-        def verify_request(self, request, client_address):
-            seen.append(client_address[0])
-            return True
-
-    with Server((OUTSIDE, 0), handler) as httpd:
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        got = run_on_rack(env, [curl, "-sS", f"http://{OUTSIDE}:{httpd.server_port}/page.txt"],
-                          name="native")
-        httpd.shutdown()
-    assert got.returncode == 0 and got.stdout == "through the rack\n", got.stderr
-    assert seen and all(ip in ("127.0.0.11", "127.0.0.12") for ip in seen)   # a NIC of n0
-
-
-def test_nc_on_the_rack_serves_and_sends(net, built):
-    """nc -l on p0, nc on p1 (no shortcut): the line crosses n0, which accepts it."""
-    nc = tool("nc")
-    rack, env = net
-    before = n0_network(rack)["accepted"]
-    port = _free_port()
-    listener = ["sh", "-c", f"echo listening {port}; exec {nc} -l {NIC} {port}"]
-    with on_rack(env, listener, name="native") as (server, _):
-        got = _retry(lambda: run_on_rack(
-            env, ["sh", "-c", f"echo hello rack | {nc} -N {NIC} {port}"], on="p1",
-            name="native", flags=("--no-shortcuts",)))
-        assert got.returncode == 0, got.stderr
-        assert server.wait(timeout=30) == 0
-        assert server.stdout.read() == "hello rack\n"
-    assert n0_network(rack)["accepted"] - before >= 1
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((NIC, 0))
-        return s.getsockname()[1]
-
-
-def _retry(fn, tries: int = 20, ok=lambda got: got.returncode == 0):
-    """A tool's client, until its server (started just before) listens."""
-    for _ in range(tries):
-        got = fn()
-        if ok(got):
-            return got
-        time.sleep(0.25)
-    return got
-
