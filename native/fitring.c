@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include "fitring.h"
+#include "kernel_poll.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -212,7 +213,7 @@ int fr_wait_space(fr_ring *r, uint32_t n, int own_efd, int64_t spin_ns, int64_t 
             left = 1000000;  /* look again every millisecond: a lost ring costs no more */
         struct timespec ts = {0, left};
         struct pollfd pfd = {own_efd, POLLIN, 0};
-        ppoll(&pfd, 1, &ts, NULL);
+        kernel_ppoll(&pfd, 1, &ts);
         fr_drain_efd(own_efd);
     }
 }

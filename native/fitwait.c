@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "fitring.h"
+#include "kernel_poll.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -158,7 +159,7 @@ static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int exact
     int slack = exact ? prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0) : -1;
     if (slack > 1)
         prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
-    int rc = ppoll(pfd, (nfds_t)(1 + nfds), tsp, NULL);
+    int rc = kernel_ppoll(pfd, (nfds_t)(1 + nfds), tsp);
     *err = rc < 0 ? errno : 0;
     if (slack > 1)
         prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);

@@ -34,6 +34,7 @@
 #include "fitcall.h"
 #include "fitheader.h"
 #include "fitring.h"
+#include "kernel_poll.h"
 
 #define PAGE 4096u
 #define RESIDENT 1u
@@ -147,7 +148,8 @@ static int call(uint32_t h, uint16_t op, const char *payload, uint32_t n, uint32
     }
     for (int woken = 0; rc == FC_SENT; woken++) {   /* a wake-up with nothing: wait on */
         struct pollfd p = {R.c.hup[h], POLLIN, 0};
-        if (poll(&p, 1, 0) > 0 || woken > 1000)
+        struct timespec now = {0, 0};
+        if (kernel_ppoll(&p, 1, &now) > 0 || woken > 1000)
             fatal("mComponent %u is gone or silent (op %#x, page fault of pid %u)", h, op,
                   R.c.pid);
         rc = fr_call(NULL, NULL, 0, NULL, 0, (fr_ring *const *)&rx, 1, 0, R.c.bell, R.c.efd,

@@ -120,6 +120,25 @@ def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
         assert probe.wait(timeout=30) == 0, probe.stderr.read()
 
 
+def test_the_racks_own_waits_in_a_program_are_never_the_programs():
+    """A native program's poll and ppoll are the interposer's, which read the program's
+    inbox (native/preload_wait.c). The rack's own C code that runs in the program
+    (FIT's rings, the heap's pager thread) sleeps by the system call
+    (native/kernel_poll.h): none of its modules takes a wait from libc, where the
+    interposer would take it for the program's."""
+    import importlib
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm (binutils) on this machine")
+    waits = {"poll", "ppoll", "select", "pselect", "epoll_wait", "epoll_pwait", "epoll_pwait2"}
+    for name in ("_fitring", "_stubpath", "_extcache", "_rackmem", "_guest"):
+        path = importlib.import_module(f"native.{name}").__file__
+        out = subprocess.run([nm, "-D", "--undefined-only", path], capture_output=True,
+                             text=True, check=True).stdout
+        taken = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+        assert not taken & waits, (name, taken & waits)
+
+
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
 def test_a_c_udp_echo_keeps_every_datagram_whole(net, built, mode):
     """UDP in C: a server on p0; a connected client on p1 (through n0), then one outside
