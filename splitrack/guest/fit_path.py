@@ -49,8 +49,9 @@ class FitPath:
     """Different pComponents: a FIT channel between the two stubs.
 
     `reading` is held by whoever reads the channel: a waiting thread for a slice,
-    or the inbox thread for as long as it watches it; whoever holds it once the
-    path is released closes the channel (`let_go`)."""
+    a native program's polled wait for its sleep, or the inbox thread for as long
+    as it watches it; whoever holds it once the path is released closes the
+    channel (`let_go`)."""
 
     name = "fit"
     pump_due = False   # (a NicPath's: its sender reads the inbox)

@@ -40,7 +40,8 @@ class InboxReading:
 
     def _init_inbox_reading(self) -> None:
         self._inbox_lock = threading.Lock()   # held by whoever reads the inbox
-        self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread
+        self._watched: set[Any] = set()       # FIT shortcut paths, for the inbox thread or
+                                              # a polled wait
         self._rewatch = False                 # _watched changed since the inbox thread looked
         self._held: list[Any] = []            # polled: the channels a wait reads (`reading` held)
         self._armed: list[Any] = []           # polled: the sources a wait sleeps on
@@ -80,7 +81,8 @@ class InboxReading:
                 self._inbox_lock.release()
 
     def watch(self, path: Any) -> None:
-        """Threaded, the inbox thread reads this FitPath's channel (while no waiter does)."""
+        """The inbox thread (threaded) or a polled wait reads this FitPath's channel too
+        (while no waiter on the socket does)."""
         self._watched.add(path)
         self._rewatch = True
 
