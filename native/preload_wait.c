@@ -13,14 +13,11 @@
  *   4. returns if one of the program's descriptors is ready (or the time is up),
  *      else waits again.
  * So a push wakes the thread that waits for it, and no other: no thread hop, no
- * interpreter lock handed between threads. A wait that finds one of the program's
- * descriptors ready at once returns at once, the runtime not asked (a reader that
- * keeps up with its data pays no Python a wait), but never more than QUICK_WAITS
- * in a row: what waits in the inbox is handed out however busy the program's other
- * descriptors keep it. While another thread of the program reads
- * the inbox (one blocked in recv), a wait sleeps on the program's descriptors alone,
- * in slices. A runtime that went threaded (a fork()ed server's) has a thread of its
- * own read the inbox, and its waits are the kernel's alone, as before the first watch.
+ * interpreter lock handed between threads. While another thread of the program
+ * reads the inbox (one blocked in recv), a wait sleeps on the program's descriptors
+ * alone, in slices. A runtime that went threaded (a fork()ed server's) has a thread
+ * of its own read the inbox, and its waits are the kernel's alone, as before the
+ * first watch.
  *
  * select and pselect wait as poll does (their sets made pollfds and back, the kernel's
  * mapping: fs/select.c); epoll's waits sleep on the epoll descriptor, then take its
@@ -52,8 +49,6 @@ REAL(int, epoll_pwait2, int, struct epoll_event *, int, const struct timespec *,
 _Atomic int polled_waits;   /* the runtime is polled: the waits below read its inbox */
 
 #define ON_STACK 64        /* pollfds a wait keeps on its stack (more: the heap) */
-#define QUICK_WAITS 8      /* at most this many waits in a row find a descriptor of the
-                            * program's ready at once and return, the runtime not asked */
 #define NO_DEADLINE (-1LL)
 
 static long long now_ns(void)
@@ -91,16 +86,6 @@ static int polled(void)
 /* The program's n pollfds, waited on until one is ready or the deadline: ppoll's result. */
 static int wait_polled(struct pollfd *fds, nfds_t n, long long deadline, const sigset_t *mask)
 {
-    static __thread int quick;   /* waits in a row that returned without the runtime */
-    if (quick < QUICK_WAITS) {
-        struct timespec zero = {0, 0};
-        int ready = libc_ppoll()(fds, n, &zero, mask);
-        if (ready != 0 || left_of(deadline) == 0) {
-            quick++;
-            return ready;
-        }
-    }
-    quick = 0;
     struct pollfd stack[ON_STACK], *all = stack;
     int extra_stack[ON_STACK], *extra = extra_stack, room = ON_STACK, result = -1;
     nfds_t cap = ON_STACK;
