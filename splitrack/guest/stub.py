@@ -250,19 +250,20 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
             self._cond.wait_for(self._can_send, timeout)
 
     def _can_send(self) -> bool:
-        return self._send_ready(self._path.can_send)
+        return self._send_ready(False)
 
     def _writable(self) -> bool:
         """fileno()'s POLLOUT (bell.py): as _can_send(), but a stream's window must
         have a third of it free (its path's roomy()), as Linux's TCP says POLLOUT
         (sk_stream_min_wspace): a sender that poll() wakes writes much, not a sliver."""
-        return self._send_ready(self._path.roomy)
+        return self._send_ready(True)
 
-    def _send_ready(self, room: Any) -> bool:
+    def _send_ready(self, roomy: bool) -> bool:
         if self._pending is not None:   # a non-blocking connect's handshake goes on
             return self._connect_ended()
-        return bool(room() or self._error or self._shut_wr or self._broken
-                    or self._peer_gone or self._dead)
+        path = self._path
+        return bool((path.roomy() if roomy else path.can_send()) or self._error
+                    or self._shut_wr or self._broken or self._peer_gone or self._dead)
 
     def _alive(self) -> None:
         if self._dead or self._gone:
