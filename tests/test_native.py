@@ -8,11 +8,13 @@ address outside the rack is reached through n0's NIC, never from the host's own
 stack. Real tools on the rack: test_native_tools.py."""
 
 import os
+import queue
 import shutil
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -103,20 +105,26 @@ def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
     rack, env = net
     with on_rack(env, [built["wait_probe"], NIC, "0"], name="native", mode=mode) as (
             probe, (port,)):
-        lines = iter(probe.stdout.readline, "")
+        said: queue.Queue = queue.Queue()   # its lines, read aside: a step that never
+        threading.Thread(target=lambda: [said.put(x) for x in probe.stdout], daemon=True
+                         ).start()               # comes fails the test, not hang it
+
+        def line() -> str:
+            return said.get(timeout=30)
+
         with socket.create_connection((NIC, port), timeout=20) as one:
-            assert next(lines) == "select 0 left 0\n"
+            assert line() == "select 0 left 0\n"
             time.sleep(0.3)   # the probe polls beside its always-ready pipe meanwhile
             one.sendall(b"a")
-            busy = next(lines).split()
+            busy = line().split()
             assert busy[0] == "busy" and int(busy[1]) >= 1, busy
             with socket.create_connection((NIC, port), timeout=20) as two:
                 time.sleep(0.2)   # a thread blocks in read() on one, main in epoll_wait()
                 one.sendall(b"b")
                 time.sleep(0.2)
                 two.sendall(b"c")
-                assert next(lines) == "threads ok\n"
-                assert next(lines) == "ebadf ok\n"
+                assert line() == "threads ok\n"
+                assert line() == "ebadf ok\n"
         assert probe.wait(timeout=30) == 0, probe.stderr.read()
 
 
