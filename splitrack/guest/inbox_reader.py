@@ -31,7 +31,7 @@ from native.fitring import spin_yield
 from splitrack.guest import handles
 from splitrack.params import PEER_CHECK_S, STUB_FOLLOWER_SLICE_S, STUB_LEADER_SLICE_S
 
-_INBOX_BATCH = 64   # the inbox thread serves at most this many messages between polls
+_INBOX_BATCH = 64   # a drain (the inbox thread's, a polled wait's) serves at most this many
 
 
 class InboxReading:

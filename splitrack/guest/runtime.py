@@ -56,7 +56,6 @@ from splitrack.params import (
 _STUB_ID = SK   # every push starts with the stub's id
 _PUSHES = (Op.STUB_DATA, Op.STUB_DATA_DMA, Op.STUB_ACCEPT, Op.STUB_SENT, Op.STUB_CLOSED,
            Op.STUB_CONNECTED, Op.STUB_SC_CONNECT, Op.STUB_DGRAM_ERROR)
-_INBOX_BATCH = 64   # the inbox thread serves at most this many messages between polls
 _SLOT_BYTES = SOCKET_BUFFER_BYTES + SOCKET_SEND_BUFFER_BYTES   # one socket's two rings
 
 
