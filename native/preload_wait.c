@@ -78,6 +78,15 @@ static long long left_of(long long deadline)   /* ns; NO_DEADLINE: none */
     return left > 0 ? left : 0;
 }
 
+/* ppoll's timeout for ns nanoseconds (NO_DEADLINE: none), kept in *ts */
+static const struct timespec *timeout_of(long long ns, struct timespec *ts)
+{
+    if (ns == NO_DEADLINE)
+        return NULL;
+    *ts = (struct timespec){ns / 1000000000LL, ns % 1000000000LL};
+    return ts;
+}
+
 static int polled(void)
 {
     return atomic_load_explicit(&polled_waits, memory_order_relaxed) && !python_thread();
@@ -91,9 +100,9 @@ static int wait_polled(struct pollfd *fds, nfds_t n, long long deadline, const s
     nfds_t cap = ON_STACK;
     for (;;) {
         long long left = left_of(deadline);
-        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+        struct timespec ts;
         if (!atomic_load(&polled_waits)) {   /* it went threaded meanwhile: the kernel's */
-            result = libc_ppoll()(fds, n, left == NO_DEADLINE ? NULL : &ts, mask);
+            result = libc_ppoll()(fds, n, timeout_of(left, &ts), mask);
             break;
         }
         int arm = left != 0, most_ms = -1;
@@ -130,8 +139,7 @@ static int wait_polled(struct pollfd *fds, nfds_t n, long long deadline, const s
         long long sleep = left;
         if (most_ms >= 0 && (sleep == NO_DEADLINE || sleep > most_ms * 1000000LL))
             sleep = most_ms * 1000000LL;
-        ts = (struct timespec){sleep / 1000000000LL, sleep % 1000000000LL};
-        int r = libc_ppoll()(all, n + (nfds_t)k, sleep == NO_DEADLINE ? NULL : &ts, mask);
+        int r = libc_ppoll()(all, n + (nfds_t)k, timeout_of(sleep, &ts), mask);
         int err = errno;
         int came = held ? GUEST(sr.wait_end) : 0;
         if (r < 0) {
