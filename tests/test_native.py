@@ -98,7 +98,8 @@ def test_a_c_server_polls_a_fit_shortcut_beside_its_inbox(net, built, loop):
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
 def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
     """Once a C program waits on a rack socket, its poll, select and epoll waits read
-    its inbox themselves (native/preload_wait.c): select times out as Linux's does;
+    its inbox themselves (native/preload_wait.c), no inbox thread started for them:
+    select times out as Linux's does;
     a descriptor that is always ready does not starve the rack's pushes; a thread
     blocked in read() and another in epoll_wait() each get their bytes; a closed
     descriptor is EBADF."""
@@ -113,7 +114,7 @@ def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
             return said.get(timeout=30)
 
         with socket.create_connection((NIC, port), timeout=20) as one:
-            assert line() == "select 0 left 0\n"
+            assert line() == "select 0 left 0 threads +0\n"   # no inbox thread started
             time.sleep(0.3)   # the probe polls beside its always-ready pipe meanwhile
             one.sendall(b"a")
             busy = line().split()

@@ -4,17 +4,21 @@
  *   wait_probe IP PORT
  *
  * Listens (prints "listening PORT"), then, on the connections a client makes:
- *   1. select() on the first, which stays quiet: 0 after 200 ms, the timeval left 0;
+ *   1. select() on the first, which stays quiet: 0 after 200 ms, the timeval left 0,
+ *      and the program has as many threads after it as before (no inbox thread:
+ *      the wait itself read the inbox);
  *   2. poll() on it beside a descriptor that is always ready (a pipe's write end),
  *      until the client's byte makes it readable: the rack's pushes are read while the
  *      program's other descriptor keeps every wait short;
  *   3. a second connection: a thread blocks in read() on the first while the main
  *      thread waits in epoll_wait() on the second; each gets its byte;
  *   4. select() on a closed descriptor: EBADF.
- * Each step prints a line ("select 0 left 0", "busy N", "threads ok", "ebadf ok");
+ * Each step prints a line ("select 0 left 0 threads +0", "busy N", "threads ok",
+ * "ebadf ok");
  * any failed call: its errno, exit 1.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -41,6 +45,18 @@ static void expect_byte(int fd, char want, const char *what)
         fprintf(stderr, "wait_probe: %s: got %c, not %c\n", what, got, want);
         exit(1);
     }
+}
+
+static int threads(void)   /* this process's, from /proc/self/task */
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d)
+        fail("opendir");
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
 }
 
 static void *blocked_reader(void *arg)
@@ -73,10 +89,12 @@ int main(int argc, char **argv)
     FD_ZERO(&r);
     FD_SET(one, &r);
     struct timeval tv = {0, 200000};
+    int before = threads();
     int got = select(one + 1, &r, NULL, NULL, &tv);
     if (got < 0)
         fail("select");
-    printf("select %d left %ld\n", got, tv.tv_sec * 1000000L + tv.tv_usec);
+    printf("select %d left %ld threads %+d\n", got, tv.tv_sec * 1000000L + tv.tv_usec,
+           threads() - before);
     fflush(stdout);
 
     int pipefd[2];   /* 2. beside a descriptor that is always ready */
