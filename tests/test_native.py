@@ -96,6 +96,21 @@ def test_a_c_server_polls_a_fit_shortcut_beside_its_inbox(net, built, loop):
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_sends_held_back_leave_before_a_c_program_polls(net, built, mode):
+    """A C client sends 20 small pieces at once (message packing holds all but the
+    first back), then poll()s for their echo: its first wait sends what is held,
+    and all 2,000 bytes come back, none left behind."""
+    rack, env = net
+    with subprocess.Popen([built["echo_server"], OUTSIDE, "0", "block", "1"],
+                          stdout=subprocess.PIPE, text=True) as outside:
+        port = outside.stdout.readline().split()[1]
+        got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, "--pieces", "20", "100"],
+                          name="native", mode=mode)
+        assert (got.returncode, got.stdout) == (0, "pieces ok\n"), got.stderr
+        outside.wait(timeout=30)
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
 def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
     """Once a C program waits on a rack socket, its poll, select and epoll waits read
     its inbox themselves (native/preload_wait.c), no inbox thread started for them:

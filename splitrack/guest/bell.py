@@ -52,13 +52,15 @@ class Bell:
                 except BlockingIOError:
                     pass   # rung before readiness went exact: no byte was written
 
-    def _sync_bell(self) -> None:
-        """Readiness went exact: the bell's byte mirrors `_rung` from now on, and
-        the path holds no sends back (nic_path.py, packing)."""
+    def _sync_bell(self, went_exact: bool) -> None:
+        """The runtime's mode changed: readiness went exact (`went_exact`: the bell's
+        byte mirrors `_rung` from now on), or an inbox thread started; whether the
+        path holds sends back follows (nic_path.py, packing)."""
         with self._lock:
-            if self._rung and not self._dead and self._bell is not None:
-                self._bell.send(b"!")
-            self._sync_writable()
+            if went_exact:
+                if self._rung and not self._dead and self._bell is not None:
+                    self._bell.send(b"!")
+                self._sync_writable()
             sync = getattr(self._path, "sync_packing", None)
             if sync is not None:
                 sync()

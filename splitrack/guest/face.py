@@ -127,8 +127,8 @@ class StubFace:
     def pushed(self, op: int, payload: memoryview) -> None:
         self._s._pushed(op, payload)
 
-    def sync_bell(self) -> None:
-        self._s._sync_bell()
+    def sync_bell(self, went_exact: bool = True) -> None:
+        self._s._sync_bell(went_exact)
 
     def component_gone(self) -> None:
         self._s._component_gone()

@@ -12,7 +12,9 @@ the watch wakes only itself and the flusher not at all (a Python thread that
 woke to look every PACK_DELAY_S took the interpreter from a sending program:
 30 % of its send() time). The flusher takes a stub's lock only to send, and
 waits for it only once the batch is twice PACK_DELAY_S old (the watch rings
-again meanwhile).
+again meanwhile). A native program's waits (polled: inbox_reader.py) send
+what is held themselves first (`announce_holders`), as a Python program's
+waits on a socket do (nic_path.py).
 """
 
 import os
@@ -28,7 +30,7 @@ class Flusher:
     """The runtime's flusher: hold() and unhold() for the data paths."""
 
     def _init_flusher(self) -> None:
-        self._held: list[Any] = []        # data paths the watch watches, for the flusher
+        self._holders: list[Any] = []     # data paths the watch watches, for the flusher
         self._watch: Any = None           # the watch (stubpath.sp_watch), once one holds
         self._flush_efd = -1              # ... which rings this when a batch is due
         self._flusher_start = threading.Lock()
@@ -40,14 +42,27 @@ class Flusher:
                 if self._watch is None:
                     self._start_flusher()
         if not path.c.watched:
-            self._held.append(path)
+            self._holders.append(path)
         stubpath.lib.sp_watch_add(self._watch, path.c)
 
     def unhold(self, path: Any) -> None:
         """`path` goes (its socket closed): the watch forgets it."""
         if self._watch is not None and path.c.watched:
             stubpath.lib.sp_watch_remove(self._watch, path.c)
-            self._held.remove(path)
+            self._holders.remove(path)
+
+    def announce_holders(self) -> None:
+        """What every data path holds goes now: a native program's wait (poll_begin)
+        may be for the answer to it. A path whose stub another thread is in a call on
+        is left to that call, or to the flusher."""
+        for path in list(self._holders):
+            if path.held:
+                lock = path.stub.lock
+                if lock.acquire(blocking=False):
+                    try:
+                        path.announce_held()
+                    finally:
+                        lock.release()
 
     def _start_flusher(self) -> None:
         self._flush_efd = os.eventfd(0, os.EFD_CLOEXEC)
@@ -65,7 +80,7 @@ class Flusher:
         clock = time.monotonic
         while True:
             os.read(self._flush_efd, 8)   # (no interpreter lock while it waits)
-            for path in list(self._held):
+            for path in list(self._holders):
                 age = clock() - path.held_since   # a plain read: no lock to look
                 if not path.held or age < PACK_DELAY_S:
                     continue   # sent by the program meanwhile, or a younger batch

@@ -8,9 +8,10 @@ Who reads the inbox (`wait`):
     thread hop: a cross-thread wake-up costs ~40 us a round trip here.
   polled (once a native program polls, selects or uses epoll on a rack
     socket: the interposer's waits, native/preload_wait.c): as inline, and
-    the program's waits read it too (`poll_begin`, `poll_end`): a wait hands
-    out what waits, sleeps on the inbox beside the program's descriptors,
-    and hands out what came. The stubs ring their descriptors.
+    the program's waits read it too (`poll_begin`, `poll_end`): a wait sends
+    what the sockets hold back, hands out what waits, sleeps on the inbox
+    beside the program's descriptors, and hands out what came. The stubs
+    ring their descriptors.
   threaded (once a program asks for a socket's fileno(), to select on it):
     one inbox thread reads it, and rings the stubs' descriptors.
 The channels of FIT shortcuts (fit_path.FitPath) are read likewise: inline
@@ -92,11 +93,14 @@ class InboxReading:
 
     # ---- polled: a native program's waits read them (native/preload_wait.c) -------------
     def poll_begin(self, arm: bool) -> tuple[list[int] | None, float]:
-        """What waits in the inbox and the watched channels is handed out. With `arm`,
+        """What the program's sockets hold back (message packing) is sent, and what
+        waits in the inbox and the watched channels is handed out. With `arm`,
         this thread then holds them, armed, until poll_end(): their descriptors are
         returned, for its wait to sleep on beside the program's, at most the seconds
         returned (peers are looked at between). None: another thread reads them (a
         waiter, or the inbox thread; or the runtime closed), so sleep a slice at most."""
+        if self._holders:   # (the wait may be for the answer to them: flusher.py)
+            self.announce_holders()
         if self.threaded or self._stop or not self._inbox_lock.acquire(blocking=False):
             return None, STUB_FOLLOWER_SLICE_S
         kept = False   # (what is held is let go again unless the wait is to sleep on it)

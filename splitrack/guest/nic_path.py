@@ -29,7 +29,8 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   announcement is *held*; held sends go to the skeleton together, one flush
   and one N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the first
   of them has been held PACK_DELAY_S (the next send sends them), the stub
-  waits on the socket, STUB_SENT arrives, it shuts down or closes, or the
+  waits on the socket, a native program waits at all (poll, select, epoll:
+  the runtime is polled), STUB_SENT arrives, it shuts down or closes, or the
   runtime's flusher finds them PACK_DELAY_S old (the program stopped
   sending). A program that keeps sending thus sends its batches itself, and
   the flusher's thread seldom needs the interpreter. A held send smaller than
@@ -38,9 +39,11 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   an append, not a copy into the extCache. TCP is a byte stream, so nothing a
   peer can rely on changes. A datagram socket's path never holds (packing
   False: each datagram goes as it is sent). A socket with TCP_NODELAY never holds, nor does
-  one of a program that selects (its readiness is exact): such a program
-  waits in select(), not on the socket, and a reply it wrote in two sends
-  would wait for the flusher.
+  one of a program whose inbox thread keeps readiness exact (threaded: a
+  Python program that selects on fileno()): such a program waits in a
+  select() the rack never sees, not on the socket, and a reply it wrote in
+  two sends would wait for the flusher. A native program's selects are the
+  rack's (polled), and send what is held first.
 
 Traced (`splitrack trace`, fit_rpc/tracing.py): held bytes are announced in
 the context of the send that began holding them (`held_trace`), whoever
@@ -101,9 +104,9 @@ class NicPath:
 
     def sync_packing(self) -> None:
         """Whether sends may be held (packing): on for this process, no TCP_NODELAY, and
-        the program does not select (readiness is not kept exact). Called whenever one
-        of those changes."""
-        self.c.pack = bool(self.packing and self.rt.packing and not self.rt.exact
+        no inbox thread (threaded: the program's selects are not the rack's). Called
+        whenever one of those changes."""
+        self.c.pack = bool(self.packing and self.rt.packing and not self.rt.threaded
                            and not self.stub.option(*_NODELAY))
 
     # ---- the flusher reads these without the stub's lock (runtime._flush_held) ----------

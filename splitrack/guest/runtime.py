@@ -226,21 +226,22 @@ class Runtime(InboxReading, Flusher):
             if self.threaded:
                 return
             self.threaded = True
+            went_exact, self.exact = not self.exact, True
             threading.Thread(target=self._serve, name="splitrack-stub-inbox", daemon=True).start()
-        self._go_exact()
+        self._sync_stubs(went_exact)
 
     def go_polled(self) -> None:
         """From now on a native program's waits read the inbox too (poll_begin): it
         polls, selects or uses epoll on a rack socket."""
-        self._go_exact()
-
-    def _go_exact(self) -> None:
         with _runtime_lock:
             if self.exact:
                 return
             self.exact = True
-        for stub in list(self.stubs.values()):
-            stub._face.sync_bell()   # its fileno() rings from now on, and it holds no sends back
+        self._sync_stubs(True)
+
+    def _sync_stubs(self, went_exact: bool) -> None:
+        for stub in list(self.stubs.values()):   # fileno() rings from now on (went_exact);
+            stub._face.sync_bell(went_exact)     # sends are held back or not (threaded)
 
     def _vouch(self, peer: str, pid: int | None) -> bool:
         """Who may push to this process's stubs: an nComponent (global says which pid

@@ -6,6 +6,11 @@
  *                                        "ok BYTES CHECKSUM"
  *   echo_client IP PORT --rtt N SIZE     N round trips of SIZE bytes; print
  *                                        "rtt_us p50 p99"
+ *   echo_client IP PORT --pieces N SIZE  send N pieces of SIZE bytes at once (no
+ *                                        TCP_NODELAY: the rack may hold them back
+ *                                        and send them together), then poll() for
+ *                                        their echo, at most 10 s a wait; print
+ *                                        "pieces ok"
  *
  * IP may be IPv6 (it has a ':'). Exit 0 if all came back as sent, 1 otherwise
  * (with what differed, or the call that failed and its errno).
@@ -13,6 +18,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +63,8 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc != 5 && argc != 6) {
-        fprintf(stderr, "usage: echo_client IP PORT BYTES CHUNK | IP PORT --rtt N SIZE\n");
+        fprintf(stderr, "usage: echo_client IP PORT BYTES CHUNK | IP PORT --rtt N SIZE | "
+                        "IP PORT --pieces N SIZE\n");
         return 2;
     }
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
@@ -67,7 +74,9 @@ int main(int argc, char **argv)
     int fd = socket(six ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         fail("socket");
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int pieces = strcmp(argv[3], "--pieces") == 0;
+    if (!pieces)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if ((six ? connect(fd, (struct sockaddr *)&addr6, sizeof addr6)
              : connect(fd, (struct sockaddr *)&addr, sizeof addr)) < 0)
         fail("connect");
@@ -88,6 +97,38 @@ int main(int argc, char **argv)
         qsort(us, (size_t)n, sizeof *us, cmp);
         printf("rtt_us %.1f %.1f\n", us[n / 2], us[n * 99 / 100]);
         close(fd);
+        return 0;
+    }
+
+    if (pieces) {
+        size_t n = (size_t)atol(argv[4]), size = (size_t)atol(argv[5]), at = 0;
+        char *buf = malloc(n * size), *in = malloc(n * size);
+        for (size_t i = 0; i < n * size; i++)
+            buf[i] = (char)(i / size);
+        for (size_t i = 0; i < n; i++)
+            write_all(fd, buf + i * size, size);
+        while (at < n * size) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            int r = poll(&p, 1, 10000);
+            if (r < 0)
+                fail("poll");
+            if (r == 0) {
+                fprintf(stderr, "echo_client: poll timed out, %zu of %zu bytes back\n", at,
+                        n * size);
+                return 1;
+            }
+            ssize_t k = recv(fd, in + at, n * size - at, 0);
+            if (k <= 0)
+                k == 0 ? (fprintf(stderr, "echo_client: EOF after %zu\n", at), exit(1))
+                       : fail("recv");
+            at += (size_t)k;
+        }
+        if (memcmp(buf, in, n * size) != 0) {
+            fprintf(stderr, "echo_client: the pieces came back changed\n");
+            return 1;
+        }
+        close(fd);
+        printf("pieces ok\n");
         return 0;
     }
 
