@@ -13,6 +13,16 @@ What is measured (a rack from the spec; DDIO, its default data path):
 - throughput, MB/s: `iperf3 -c -t SECONDS` from outside to `iperf3 -s` on the rack
   (iperf3/rack-server: the rack receives), from the rack to a server outside
   (iperf3/rack-client: the rack sends), and both ends plain (iperf3/linux).
+- CPU, ms per MB received, over each of those runs (psutil; the client's from
+  its rusage): iperf3/linux (server + client), and iperf3/rack-server split
+  into its three processes, /n0 (the nComponent), /program (iperf3 -s on the
+  rack) and /client. With cores kept busy (--busy) every process of a run
+  shares the CPU, so CPU per MB sets throughput, and the rack's floor is
+  what its own run would give if its program took no CPU at all, n0 and the
+  client keeping the CPU the three had (iperf3/rack-server-floor, MB/s: rack
+  MB/s x (n0 + program + client) / (n0 + client)), over Linux's MB/s. No
+  program, however fast, gets the rack past it; with --busy the iperf3
+  rack-server target reports it (`floor`).
 - what the interposer costs a program that makes no socket call, ms a run, the
   whole process timed from outside: `dd` copying 10 MB of zeros in 512-byte
   reads and writes (40,000 calls the interposer sees and passes on), plain
@@ -28,14 +38,17 @@ at each size; iperf3 through the rack >= 0.5 x iperf3 on Linux, each direction;
 Needs sockperf and iperf3 (Debian: `apt install sockperf iperf3`).
 
 JSON (--json FILE): {"bench": "native", "sizes", "reps", "rtt": [{"size", "name",
-"p50_us", "p99_us"}], "throughput": [{"name", "MBps"}], "no_sockets": [{"name",
-"p50_ms", "p99_ms"}], "targets", "stats", "machine", "settings"} (report.py)
+"p50_us", "p99_us"}], "throughput": [{"name", "MBps"}], "cpu": [{"name", "ms_per_MB"}],
+"no_sockets": [{"name", "p50_ms", "p99_ms"}], "targets", "stats", "machine", "settings"}
+(report.py)
 """
 
 import argparse
 import contextlib
 import json
+import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -43,6 +56,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
+
+import psutil
 
 from benchmarks import tcp_client
 from benchmarks.progress import progress
@@ -67,11 +82,14 @@ _WARMUP_S = 0.4           # sockperf's own warm-up, left out of its log
 def run(spec: Any = None, sizes: tuple[int, ...] = SIZES, **settings: Any
         ) -> tuple[dict[str, Any], dict[str, Series]]:
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
+    s["seconds"] = max(1, math.ceil(s["seconds"]))   # whole seconds: sockperf refuses
+    #                              others, and iperf3's -t 0.5 is 0, which runs forever
     sockperf, iperf3 = _tool("sockperf"), _tool("iperf3")
     rack_spec = load_spec(spec, name=f"bench-native-{os.getpid()}")
     p0 = next(c["id"] for c in rack_spec.components if c["kind"] == "p")
-    nic = next(c for c in rack_spec.components if c["kind"] == "n")["nics"][0]
-    rtt, rate, cost = Series(), Series("MB/s"), Series("ms")
+    n = next(c for c in rack_spec.components if c["kind"] == "n")
+    nic = n["nics"][0]
+    rtt, rate, cost, cpu = Series(), Series("MB/s"), Series("ms"), Series("ms/MB")
     dd = [_tool("dd"), *_NO_SOCKETS]
     with progress("bench native", None if s.get("duration") else s["reps"]) as advance, \
             Rack(rack_spec) as rack, contextlib.ExitStack() as up, \
@@ -101,14 +119,24 @@ def run(spec: Any = None, sizes: tuple[int, ...] = SIZES, **settings: Any
                 rtt.add("python/rack", size, tcp_client.echo_rtts(*python, size, s["rounds"],
                                                                     50))
             for where, (ip, port) in ip3.items():
-                rate.add(f"iperf3/{where}", 0, _iperf3([iperf3], ip, port, s["seconds"],
-                                                       tools[ip, port]))
+                tool = tools[ip, port]
+                procs = {"server": tool.proc.pid} if where == "linux" else {
+                    "n0": rack.components[n["id"]]["pid"],
+                    "program": _program_of(rack.components[p0]["pid"], tool)}
+                mbps, used = _iperf3([iperf3], ip, port, s["seconds"], tool, procs=procs)
+                rate.add(f"iperf3/{where}", 0, mbps)
+                for who, ms_per_mb in used.items():
+                    cpu.add(f"iperf3/{where}/{who}", 0, ms_per_mb)
+                cpu.add(f"iperf3/{where}", 0, sum(used.values()))
+                if where == "rack-server":   # the same run without its program's CPU
+                    rate.add("iperf3/rack-server-floor", 0, mbps * sum(used.values())
+                             / (used["n0"] + used["client"]))
             rate.add("iperf3/rack-client", 0, _iperf3(
-                [*on_rack, iperf3], *ip3["linux"], s["seconds"], tools[ip3["linux"]], env))
+                [*on_rack, iperf3], *ip3["linux"], s["seconds"], tools[ip3["linux"]], env)[0])
             for name, ms in _no_sockets(dd, NO_SOCKETS_RUNS).items():
                 cost.add(f"no-sockets/{name}", 0, ms)
             advance(f"repetition {rep + 1}")
-    series = {"rtt/": rtt, "throughput/": rate, "cost/": cost}
+    series = {"rtt/": rtt, "throughput/": rate, "cost/": cost, "cpu/": cpu}
     return _report(series, sizes, s), series
 
 
@@ -188,18 +216,53 @@ def _sockperf(sockperf: str, ip: str, port: int, size: int, seconds: float,
 
 
 def _iperf3(client: list[str], ip: str, port: int, seconds: float, tool: _Tool,
-            env: dict[str, str] | None = None) -> float:
-    """MB/s received at the server, one iperf3 run."""
+            env: dict[str, str] | None = None, procs: dict[str, int | None] | None = None
+            ) -> tuple[float, dict[str, float]]:
+    """MB/s received at the server, one iperf3 run; with `procs` ({name: pid}), the
+    CPU each of them and the client (a child of ours: its rusage) used, in ms per MB
+    received."""
+    procs = {name: psutil.Process(pid) for name, pid in (procs or {}).items() if pid}
+    before = {name: _cpu_s(p) for name, p in procs.items()}
+    children = _children_cpu_s()
     got = _until_up([*client, "-c", ip, "-p", str(port), "-t", str(seconds), "-J"], env,
                     lambda g: g.returncode == 0 and '"error"' not in g.stdout,   # (-J: exit 0)
                     tool)
+    used = {name: _cpu_s(p) - before[name] for name, p in procs.items()}
+    used["client"] = _children_cpu_s() - children
     try:
         report = json.loads(got.stdout[got.stdout.index("{"):])
-        return report["end"]["sum_received"]["bytes"] / report["end"]["sum_received"][
-            "seconds"] / 1e6
+        mb = report["end"]["sum_received"]["bytes"] / 1e6
+        mbps = mb / report["end"]["sum_received"]["seconds"]
     except (ValueError, KeyError) as exc:
         raise RuntimeError(f"iperf3 to {ip}:{port} failed: {got.stdout[-400:]} "
                            f"{got.stderr[-400:]}; {tool.said()}") from exc
+    return mbps, ({name: s * 1e3 / mb for name, s in used.items()} if procs else {})
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of the children this process waited for, in all."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _program_of(pmonitor: int, tool: _Tool) -> int:
+    """The PID of a tool's program on the rack: the pMonitor's child running its argv
+    (the tool's own process is `splitrack run`, which asked for it; 10 s at most)."""
+    argv = tool.proc.args[tool.proc.args.index("--") + 1:]
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        for child in psutil.Process(pmonitor).children():
+            with contextlib.suppress(psutil.Error):
+                if child.cmdline()[1:] == argv[1:] and \
+                        os.path.basename(child.cmdline()[0]) == os.path.basename(argv[0]):
+                    return child.pid
+        time.sleep(0.05)
+    raise RuntimeError(f"no program {' '.join(argv)} on the rack: {tool.said()}")
 
 
 def _no_sockets(argv: list[str], runs: int) -> dict[str, list[float]]:
@@ -220,12 +283,19 @@ def _no_sockets(argv: list[str], runs: int) -> dict[str, list[float]]:
 def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
             ) -> dict[str, Any]:
     rtt, rate, cost = series["rtt/"], series["throughput/"], series["cost/"]
+    cpu = series["cpu/"]
     targets = [target(f"sockperf on the rack / bench tcp's DDIO echo, RTT p50 at {z} B",
                       rtt.ratio(("sockperf/rack", z), ("python/rack", z)), RTT_OVER_PYTHON)
                for z in sizes]
+    floor = None   # (CPU per MB sets throughput only where every process shares the CPU)
+    if s.get("busy"):
+        floor = {"name": "the rack-server run with its program's CPU taken out / Linux",
+                 "value": rate.ratio(("iperf3/rack-server-floor", 0),
+                                     ("iperf3/linux", 0))["value"]}
     targets += [target(f"iperf3 {what} / iperf3 on Linux",
                        rate.ratio((f"iperf3/{what}", 0), ("iperf3/linux", 0)),
-                       IPERF_OVER_LINUX, at_most=False)
+                       IPERF_OVER_LINUX, at_most=False,
+                       floor=floor if what == "rack-server" else None)
                 for what in ("rack-server", "rack-client")]
     targets.append(target("a program without sockets (dd, 512 B reads and writes): "
                           "interposer preloaded / plain, whole run p50",
@@ -238,7 +308,11 @@ def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
                                                  "python/rack")],
             "throughput": [{"name": name, "MBps": round(rate.summary(name, 0)["p50"], 1)}
                            for name in ("iperf3/linux", "iperf3/rack-server",
-                                        "iperf3/rack-client")],
+                                        "iperf3/rack-client", "iperf3/rack-server-floor")],
+            "cpu": [{"name": name, "ms_per_MB": round(cpu.summary(name, 0)["p50"], 4)}
+                    for name in ("iperf3/linux", "iperf3/linux/server", "iperf3/linux/client",
+                                 "iperf3/rack-server", "iperf3/rack-server/n0",
+                                 "iperf3/rack-server/program", "iperf3/rack-server/client")],
             "no_sockets": [{"name": name, "p50_ms": round(cost.summary(name, 0)["p50"], 3),
                             "p99_ms": round(cost.summary(name, 0)["p99"], 3)}
                            for name in ("no-sockets/plain", "no-sockets/preloaded")],
@@ -248,13 +322,16 @@ def _report(series: dict[str, Series], sizes: tuple[int, ...], s: dict[str, Any]
 def print_table(report: dict[str, Any]) -> None:
     print("echo round trip, µs (sockperf ping-pong --tcp; python/rack: bench tcp's DDIO echo)")
     print_stats([r for r in report["stats"] if r["series"].startswith("rtt/")])
-    print("iperf3, MB/s received (rack-server: the rack receives; rack-client: it sends)")
+    print("iperf3, MB/s received (rack-server: the rack receives; rack-client: it sends; "
+          "rack-server-floor: the rack-server run without its program's CPU)")
     print_stats([r for r in report["stats"] if r["series"].startswith("throughput/")])
+    print("CPU over the iperf3 runs, ms per MB received")
+    print_stats([r for r in report["stats"] if r["series"].startswith("cpu/")], width=34)
     print("a program without sockets (dd), ms a run: plain, and with the interposer preloaded")
     print_stats([r for r in report["stats"] if r["series"].startswith("cost/")])
 
 
 def main(args: argparse.Namespace) -> int:
     report, series = run(args.spec, args.sizes or SIZES, rounds=args.rounds, reps=args.reps,
-                         duration=args.duration, seconds=args.seconds)
+                         duration=args.duration, seconds=args.seconds, busy=args.busy)
     return finish(report, args, print_table, series)

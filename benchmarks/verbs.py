@@ -118,7 +118,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sizes", type=argtypes.sizes,
                    help="comma-separated message sizes in bytes (default: 128,4096)")
     p.add_argument("--seconds", type=argtypes.seconds, default=None,
-                   help="each sockperf and iperf3 run's length (default: 1)")
+                   help="each sockperf and iperf3 run's length, in whole seconds "
+                        "(rounded up; default: 1)")
     p = measuring("wordcount", "the paper's macro benchmark: word count on the rack vs Linux",
                   None, "default: 3")
     figures(p, "8 MB of input", WORDCOUNT_MODES, ",".join(WORDCOUNT_MODES))

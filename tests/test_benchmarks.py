@@ -11,6 +11,7 @@ import csv
 import errno
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -264,6 +265,25 @@ def test_bench_natives_program_without_sockets_runs_with_the_interposer_and_with
     ms = _no_sockets([sys.executable, "-c", probe], 3)
     assert sorted(ms) == ["plain", "preloaded"]
     assert all(len(v) == 3 and min(v) > 0 for v in ms.values())
+
+
+def test_bench_natives_iperf3_run_counts_the_cpu_of_both_ends(tmp_path):
+    """bench native's CPU accounting, behind its rack-server floor: over one plain iperf3
+    run, the server's CPU (psutil, by PID) and the client's (its rusage) are both
+    counted, in ms per MB received."""
+    from benchmarks.native import _iperf3, _tool_server
+    iperf3 = shutil.which("iperf3")
+    if iperf3 is None:
+        pytest.skip("no iperf3 on this machine (Debian: apt install iperf3)")
+    with socket.create_server(("127.0.0.5", 0)) as probe:
+        port = probe.getsockname()[1]
+    with _tool_server([iperf3, "-s", "-B", "127.0.0.5", "-p", str(port)], [],
+                      dict(os.environ), str(tmp_path)) as tool:
+        mbps, used = _iperf3([iperf3], "127.0.0.5", port, 1, tool,
+                             procs={"server": tool.proc.pid})
+    assert mbps > 0
+    assert sorted(used) == ["client", "server"]
+    assert all(0 < ms_per_mb < 100 for ms_per_mb in used.values()), used
 
 
 def test_the_connect_floor_makes_each_connection_from_the_nic():
