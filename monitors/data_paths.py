@@ -33,7 +33,10 @@ dDMA (`Dma`): between nComponent DRAM and the mComponent's arena (its region
 needed, as an RDMA NIC registers memory (`RingMap`: one M_DMA_MAP of the whole
 ring, its frames taken and pinned for as long as the socket lives; the
 mComponent keeps its page table); from then on every copy is the skeleton's
-own, no message. M_DMA_DONE unpins at the end.
+own, no message. M_DMA_DONE unpins at the end. A mapped ring is handed to
+the data plane too (native/dma.h: `conn.rdma`, `conn.tdma`), which copies
+it in C as it copies dDDIO's lines; until a ring is mapped, the plane hands
+the event that needs it back to the code here, which maps it.
 - receive: rx -> the arena at the receive ring's address; then STUB_DATA_DMA,
   and the stub drops its stale lines and reads through its extCache, which
   misses to the mComponent;
@@ -81,7 +84,9 @@ from fit_rpc.netpath import (
 )
 from fit_rpc.pages import MISS, pack_writeback
 from native.ddio import DdioRing
+from native.dma import DmaRing
 from native.extcache import ExtCache
+from native.nring import ffi
 
 
 class Ddio:
@@ -104,6 +109,10 @@ class Ddio:
             DdioRing(self.xc, pid, *rbuf), DdioRing(self.xc, pid, *tbuf))
         if self.lines is not None:     # ... and the data plane's (native/skelpath.c)
             conn.rbuf, conn.tbuf = self.lines[0].ring, self.lines[1].ring
+        else:                          # (dDMA: the plane's sizes; the rings once mapped)
+            conn.dma = 1
+            conn.rbuf = {"xc": ffi.NULL, "pid": pid, "start": rbuf[0], "size": rbuf[1]}
+            conn.tbuf = {"xc": ffi.NULL, "pid": pid, "start": tbuf[0], "size": tbuf[1]}
         self._maps: dict[tuple[int, int], RingMap] = {}   # a ring -> its mapping at home
 
     # stream offsets in each ring, and the bytes in the stub's send ring not pulled yet
@@ -253,13 +262,25 @@ class Ddio:
         if ring_map is None:
             ring_map = self._maps[ring] = RingMap(self.net.ep, self.memory.arena(self.home),
                                                   self.home, self.pid, ring)
+            if ring == self.rbuf:   # the data plane copies it from now on too
+                self.c.rdma = ring_map.native.ring
+            if ring == self.tbuf:
+                self.c.tdma = ring_map.native.ring
         ring_map.copy(addr, buf, write)
 
     def close(self) -> None:
         """The socket is gone: its rings' mappings are released (M_DMA_DONE)."""
+        self.c.rdma = self.c.tdma = ffi.NULL   # (the plane's first)
         for ring_map in self._maps.values():
             ring_map.release()
         self._maps.clear()
+
+    def home_gone(self, component: str) -> None:
+        """A component's process ended: if it was this path's home, its mappings went
+        with its arena, unreleased (the next copy maps again, and fails)."""
+        if component == self.home:
+            self.c.rdma = self.c.tdma = ffi.NULL
+            self._maps.clear()
 
     def confirm(self, skel: Any, n: int) -> None:
         self.net.push(skel, Op.STUB_SENT, SK_N.pack(skel.stub, n))
@@ -309,6 +330,7 @@ class RingMap:
             self.release()
             raise OSError(errno.EPROTO, f"{home} mapped {at} of a ring's {size} bytes")
         self._starts = [r[0] for r in self.runs]
+        self.native = DmaRing(arena, self.start, size, self.runs)   # the data plane's
 
     def copy(self, addr: int, buf: memoryview, write: bool) -> None:
         arena, at, done = self.arena, addr - self.start, 0

@@ -11,8 +11,8 @@ handled by the same thread, in arrival order.
 
 The data plane (native/skelpath.c) does the per-byte work of that loop in C,
 and answers most N_CONNECTs (connector.py keeps it supplied):
-for each DDIO connection in its plain state (Skeleton.plain) it handles the
-kernel socket's events, N_SEND and N_CREDIT (read straight off the inbox's
+for each connection in its plain state (Skeleton.plain), DDIO or DMA, it handles
+the kernel socket's events, N_SEND (N_SEND_DMA) and N_CREDIT (read straight off the inbox's
 FIT rings, on shm) and the pushes they cause, and hands everything else back
 as events, where the Python code (plane_loop.py) goes on from where it stopped
 (`refresh` says which connections are its; `_plane_events` takes what it
@@ -82,7 +82,8 @@ from native import skelpath
 from native.skelpath import MAX_PEERS
 
 _PLANE_OPS = {"n_send": Op.N_SEND, "n_credit": Op.N_CREDIT, "n_connect": Op.N_CONNECT,
-              "stub_data": Op.STUB_DATA, "stub_sent": Op.STUB_SENT, "magic": MAGIC,
+              "stub_data": Op.STUB_DATA, "stub_sent": Op.STUB_SENT,
+              "n_send_dma": Op.N_SEND_DMA, "stub_data_dma": Op.STUB_DATA_DMA, "magic": MAGIC,
               "version": VERSION, "request": REQUEST, "reply": REPLY, "oneway": ONEWAY}
 
 
@@ -113,7 +114,7 @@ class NMonitor(PlaneLoop, SkeletonOps, SkeletonLifecycle, Monitor):
         self.ep.counters.sources.append(self._plane_counts)
         self.memory = RackMemory(self.ep, os.getcwd())   # monitors run in the run directory
         # a dead board: its programs' connections first, then its regions go
-        self.ep.on_peer_gone.extend((self._board_gone, self.memory.forget))
+        self.ep.on_peer_gone.extend((self._board_gone, self._home_gone, self.memory.forget))
         self.ep.on_peer_gone.append(self._forget_peer)
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
         self.connector = Connector(self, [*self.config["nics"], self.rack["loopback"]],

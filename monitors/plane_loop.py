@@ -60,6 +60,7 @@ _INBOX_BATCH = 64   # inbox messages per poll round (zmq), so kernel sockets are
 # the data plane's counts (skelpath.take_counts) -> the endpoint's counters
 _PLANE_COUNTS = (("rx", Op.N_SEND, "rx_send"), ("rx", Op.N_CREDIT, "rx_credit"),
                  ("tx", Op.STUB_DATA, "tx_data"), ("tx", Op.STUB_SENT, "tx_sent"),
+                 ("rx", Op.N_SEND_DMA, "rx_send_dma"), ("tx", Op.STUB_DATA_DMA, "tx_data_dma"),
                  ("rx", Op.N_CONNECT, "rx_connect"), ("tx", Op.N_CONNECT, "tx_connect"))
 
 
@@ -155,7 +156,7 @@ class PlaneLoop:
                              [reply for _, _, reply, _ in rings])
 
     def refresh(self, skel: Skeleton) -> None:
-        """Whether the data plane runs skel now (skeleton.Net): a plain DDIO connection
+        """Whether the data plane runs skel now (skeleton.Net): a plain connection
         (Skeleton.plain) of a stub not found dead, on a transport with rings."""
         c = skel.c
         fast = self.rings is not None and skel.in_plane and skel.plain() and \

@@ -104,9 +104,9 @@ class Skeleton:
                          lambda self, v: setattr(self.c, "bytes_out", v))
 
     def plain(self) -> bool:
-        """Whether the data plane may run it (NMonitor.refresh): a DDIO connection in its
-        plain state, not traced -- every other state and mode is this file's."""
-        return (self.path is not None and self.path.name == "ddio" and self.trace is None
+        """Whether the data plane may run it (NMonitor.refresh): a connection in its
+        plain state, not traced -- every other state is this file's."""
+        return (self.path is not None and self.trace is None
                 and not (self.listening or self.connecting or self.eof or self.broken
                          or self.shut_wr or self.dead or self.path.parked)
                 and self.closing_since is None)

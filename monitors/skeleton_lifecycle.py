@@ -223,6 +223,16 @@ class SkeletonLifecycle:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
             self.closed(skel)
 
+    def _home_gone(self, peer: str) -> None:
+        """An mComponent died: the dDMA mappings into its arena go before the arena
+        does (RackMemory.forget), so the data plane copies there no more."""
+        if kind_of(peer) != "m":
+            return
+        for skel in self.skels.values():
+            home_gone = getattr(skel.path, "home_gone", None)
+            if home_gone is not None:
+                home_gone(peer)
+
     def _orphaned(self, skel: Skeleton) -> None:
         """The skeleton's process ended."""
         if skel.rx is None or skel.broken:

@@ -7,12 +7,13 @@
     nring.py                    its Python binding
     ddio.h / ddio.c             dDDIO's copies: DRAM ring <-> a process's extCache lines
     ddio.py                     its Python binding
+    dma.h / dma.c / dma.py      dDMA's copies: DRAM ring <-> a process's ring in an arena
     fitring.h / fitring.c       FIT's message rings and doorbells in shared memory
     fitwait.c                   ... waiting on them: spin, bell, sleep
     fitring.py                  its Python binding (ring.py: a Ring; waitset.py: a WaitSet)
     stubpath.h / stubpath.c     a bsdSocketStub's hot path: a send or a recv in one call
     stubpath.py                 its Python binding
-    skelpath.h / skelpath.c     the nComponent's data plane: its DDIO skeletons' hot path
+    skelpath.h / skelpath.c     the nComponent's data plane: its skeletons' hot path
     skelpath.py                 its Python binding
     rackmem.h                   a program's heap in rack memory (splitrack run --memory rack):
     pager.c                     ... its userfaultfd fault handler, through the extCache

@@ -7,7 +7,8 @@
                                                                EXTCACHE below: the three)
     nring_ffi      native/nring.{h,c}    -> native._nring     (the nComponent's DRAM ring,
                    native/ddio.{h,c}                           dDDIO's copies between it and
-                   native/skelconnect.{h,c}                    extCache lines, and the data
+                   native/dma.{h,c}                            extCache lines, dDMA's between
+                   native/skelconnect.{h,c}                    it and an arena, and the data
                    native/skelpath.{h,c}                       plane that runs its skeletons
                                                                and their connect():
                                                                ddio.c calls extcache.c,
@@ -85,7 +86,7 @@ EXTCACHE = ("extcache", "victim", "xcflush")   # the extCache's C files, built i
 FITRING = ("fitring", "fitwait")                # the rings' C files (fitring.h declares both's)
 
 extcache_ffi = _ffi("extcache", ["pthread"], sources=EXTCACHE[1:])
-nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "fitring", "skelconnect", "skelpath"),
+nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "dma", "fitring", "skelconnect", "skelpath"),
                  sources=(*EXTCACHE, *FITRING[1:]))
 fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss", "mplane"),
                    sources=(*EXTCACHE, *FITRING[1:]))

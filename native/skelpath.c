@@ -3,8 +3,9 @@
  *
  * Each handler below does what its Python twin does in the common case, in
  * the same order, and hands the rest back: readable() is Skeleton.readable
- * with Ddio.deliver, flush() is Skeleton.flush with Ddio.pull and confirm,
- * on_send() and on_credit() are NMonitor.n_send (Ddio.load) and n_credit.
+ * with Ddio.deliver (Dma's), flush() is Skeleton.flush with Ddio.pull and
+ * confirm, on_send() and on_credit() are NMonitor.n_send (Ddio.load) and
+ * n_credit.
  */
 #include "skelpath.h"
 
@@ -105,6 +106,9 @@ static int push(kp_plane *kp, kp_conn *c, uint16_t op, uint32_t n, kp_event *out
         if (op == kp->ops.stub_data) {
             p->tx_data++;
             p->tx_data_bytes += HEADER_BYTES + SK_N_BYTES;
+        } else if (op == kp->ops.stub_data_dma) {
+            p->tx_data_dma++;
+            p->tx_data_dma_bytes += HEADER_BYTES + SK_N_BYTES;
         } else {
             p->tx_sent++;
             p->tx_sent_bytes += HEADER_BYTES + SK_N_BYTES;
@@ -113,6 +117,29 @@ static int push(kp_plane *kp, kp_conn *c, uint16_t op, uint32_t n, kp_event *out
     }
     *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_PUSH, .op = op, .value = n};
     return handback(c);
+}
+
+/* n bytes of rx into the stub's receive ring from rpos (Ddio._store, Dma._store):
+ * the bytes copied (fewer: a line not cached, or a ring not mapped yet). */
+static int64_t store(kp_conn *c, uint32_t n) {
+    int64_t done = !c->dma ? dd_store(c->rx, &c->rbuf, c->rpos, n)
+                 : c->rdma ? dm_store(c->rx, c->rdma, c->rpos, n) : 0;
+    if (done < 0)
+        return 0;
+    if (!c->dma)
+        c->lines_bytes += (uint64_t)done;
+    return done;
+}
+
+/* k bytes of the stub's send ring from tpos into tx (Ddio._fetch, Dma._fetch). */
+static int64_t fetch(kp_conn *c, uint32_t k) {
+    int64_t done = !c->dma ? dd_fetch(c->tx, &c->tbuf, c->tpos, k)
+                 : c->tdma ? dm_fetch(c->tx, c->tdma, c->tpos, k) : 0;
+    if (done < 0)
+        return 0;
+    if (!c->dma)
+        c->lines_bytes += (uint64_t)done;
+    return done;
 }
 
 /* The kernel socket is readable (Skeleton.readable, Ddio.deliver). */
@@ -125,11 +152,8 @@ static int readable(kp_plane *kp, kp_conn *c, kp_event *out) {
     int64_t n = nring_recv(c->rx, c->fd, (uint32_t)max);
     if (n == -EAGAIN)
         return 0;
-    int64_t done = n > 0 ? dd_store(c->rx, &c->rbuf, c->rpos, (uint32_t)n) : 0;
-    if (done < 0)
-        done = 0;
+    int64_t done = n > 0 ? store(c, (uint32_t)n) : 0;
     c->rpos += (uint64_t)done;
-    c->lines_bytes += (uint64_t)done;
     if (n <= 0 || done < n) {   /* EOF, an error, or a line that is not cached */
         *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_RECEIVED, .value = n,
                           .stored = (uint64_t)done};
@@ -137,7 +161,7 @@ static int readable(kp_plane *kp, kp_conn *c, kp_event *out) {
     }
     c->window -= (uint64_t)n;
     c->bytes_in += (uint64_t)n;
-    int r = push(kp, c, kp->ops.stub_data, (uint32_t)n, out);
+    int r = push(kp, c, c->dma ? kp->ops.stub_data_dma : kp->ops.stub_data, (uint32_t)n, out);
     if (!c->window)
         rewatch(kp, c);
     return r;
@@ -151,13 +175,10 @@ static int flush(kp_plane *kp, kp_conn *c, kp_event *out) {
         uint32_t space = nring_space(tx);
         uint64_t k = c->pending < space ? c->pending : space;
         if (k) {
-            int64_t done = dd_fetch(tx, &c->tbuf, c->tpos, (uint32_t)k);
-            if (done < 0)
-                done = 0;
+            int64_t done = fetch(c, (uint32_t)k);
             c->tpos += (uint64_t)done;
             c->pending -= (uint64_t)done;
             c->unconfirmed += (uint64_t)done;
-            c->lines_bytes += (uint64_t)done;
             if ((uint64_t)done < k) {   /* a line that is not cached (evicted: at home) */
                 rewatch(kp, c);
                 *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_FLUSH};
@@ -187,7 +208,7 @@ static int flush(kp_plane *kp, kp_conn *c, kp_event *out) {
     return 0;
 }
 
-/* N_SEND: the stub put n more bytes into its send ring (Ddio.load). */
+/* N_SEND (N_SEND_DMA): the stub put n more bytes into its send ring (Ddio.load). */
 static int on_send(kp_plane *kp, kp_conn *c, uint32_t n, kp_event *out) {
     c->pending += n;
     if (c->pending > c->tbuf.size) {   /* more than its ring holds: a broken stub */
@@ -270,8 +291,9 @@ static int read_inbox(kp_plane *kp, kp_event *out, int max, int *nout) {
             }
             uint32_t body[2];
             memcpy(body, r->data + off + HEADER_BYTES, SK_N_BYTES);
-            int send = h.op == kp->ops.n_send, credit = h.op == kp->ops.n_credit;
             kp_conn *c = kp->by_fd[body[0] & SK_FD_MASK];
+            int send = c && h.op == (c->dma ? kp->ops.n_send_dma : kp->ops.n_send);
+            int credit = h.op == kp->ops.n_credit;
             if (h.magic != kp->ops.magic || h.version != kp->ops.version ||
                 h.kind != kp->ops.oneway || h.trace || h.length != SK_N_BYTES ||
                 !(send || credit) || !c || c->sk != body[0] || !c->fast || c->owner != peer) {
@@ -282,7 +304,11 @@ static int read_inbox(kp_plane *kp, kp_event *out, int max, int *nout) {
             work++;
             kp->messages++;
             kp_peer *p = peer_of(kp, peer);
-            if (send) {
+            if (send && c->dma) {
+                p->rx_send_dma++;
+                p->rx_send_dma_bytes += len;
+                *nout += on_send(kp, c, body[1], &out[*nout]);
+            } else if (send) {
                 p->rx_send++;
                 p->rx_send_bytes += len;
                 *nout += on_send(kp, c, body[1], &out[*nout]);

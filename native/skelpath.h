@@ -1,7 +1,7 @@
 /*
  * skelpath.h -- the nComponent's data plane, in C: the hot path of its
  * bsdSocketSkeletons in DDIO mode (monitors/skeleton.py, data_paths.py, and
- * the loop of monitors/nmonitor.py).
+ * the loop of monitors/nmonitor.py), in DDIO and in DMA mode.
  *
  * A NIC's firmware does the per-packet work and interrupts its driver only
  * for the rest; this is that split. The nMonitor's one loop calls kp_run,
@@ -9,25 +9,26 @@
  * do, without Python:
  *
  *   - its kernel socket readable: recv into rx (nComponent DRAM, nring.h),
- *     rx into the stub's receive ring's extCache lines (dDDIO, ddio.h), then
- *     STUB_DATA to the stub, written straight into the FIT ring to its
- *     process (fitring.h);
- *   - N_SEND from the stub (read straight off the inbox's FIT rings): the
- *     bytes from the stub's send ring's lines into tx, tx into the kernel,
- *     STUB_SENT every `sent_batch` bytes pulled; the same when the kernel
- *     socket turns writable;
+ *     rx into the stub's receive ring's extCache lines (dDDIO, ddio.h) or,
+ *     in DMA mode, where its home's arena holds that ring (dDMA, dma.h), then
+ *     STUB_DATA (STUB_DATA_DMA) to the stub, written straight into the FIT
+ *     ring to its process (fitring.h);
+ *   - N_SEND (N_SEND_DMA) from the stub (read straight off the inbox's FIT
+ *     rings): the bytes from the stub's send ring's lines (its arena's
+ *     copy) into tx, tx into the kernel, STUB_SENT every `sent_batch` bytes
+ *     pulled; the same when the kernel socket turns writable;
  *   - N_CREDIT: the receive window reopens;
  *   - N_CONNECT: a pooled kernel socket connects, and the reply goes back at
  *     once (skelconnect.h); the connection it made is handed back
  *     (KP_CONNECTED) for Python to give it its skeleton.
  *
  * Everything else is the nMonitor's (Python): every other op, every other
- * socket (listeners, connecting ones, DMA, traced, closing, shut down,
+ * socket (listeners, connecting ones, traced, closing, shut down,
  * broken), and each case the common one does not cover, which kp_run hands
  * back as an event (kp_event) exactly where it stopped, with the state
  * consistent: a recv that returned EOF or an error, or bytes a line that is
- * not cached stopped (KP_RECEIVED); a pull stopped by a line that is not
- * cached (KP_FLUSH); a kernel send that failed (KP_FAIL); a push whose ring
+ * not cached (DMA: a ring not mapped yet) stopped (KP_RECEIVED); a pull
+ * stopped likewise (KP_FLUSH); a kernel send that failed (KP_FAIL); a push whose ring
  * is full, or not known (KP_PUSH). Python's code continues from there (and
  * the connection is Python's until it says otherwise: kp_run clears `fast`
  * when it hands an event of it back). A
@@ -55,6 +56,7 @@
 #include <stdint.h>
 
 #include "ddio.h"
+#include "dma.h"
 #include "fitring.h"
 #include "nring.h"
 #include "skelconnect.h"
@@ -68,9 +70,10 @@
 /* What kp_run hands back (kp_event.kind). */
 #define KP_EVENT 0     /* an epoll event of a descriptor that is not fast: fd, events */
 #define KP_RECEIVED 1  /* conn's recv returned value (bytes > 0, 0 EOF, -errno), of which
-                          `stored` bytes are in the stub's lines (rpos moved), and
+                          `stored` bytes are in the stub's ring (rpos moved), and
                           nothing else was done (no window, no push) */
-#define KP_FLUSH 2     /* conn's pull met a line that is not cached: flush it (Python) */
+#define KP_FLUSH 2     /* conn's pull met a line that is not cached (DMA: a send ring
+                          not mapped yet): flush it (Python) */
 #define KP_FAIL 3      /* conn's connection failed with errno `value` (a kernel send's
                           failure: tx was reset; ENOBUFS: the stub sent past its ring) */
 #define KP_PUSH 4      /* push op `op` with n `value` to conn's stub: its ring was full */
@@ -80,10 +83,11 @@
 /* The ops it knows (fit_rpc/ops.py) and the FIT header (fit_rpc/header.py). */
 typedef struct {
     uint16_t n_send, n_credit, n_connect, stub_data, stub_sent;
+    uint16_t n_send_dma, stub_data_dma;
     uint16_t magic, version, request, reply, oneway;
 } kp_ops;
 
-/* One connection's data-plane state: the skeleton's and its dDDIO path's. */
+/* One connection's data-plane state: the skeleton's and its data path's. */
 typedef struct {
     int32_t fd;               /* its kernel socket */
     uint32_t sk;              /* the skeleton's id (messages name it) */
@@ -92,7 +96,10 @@ typedef struct {
     uint32_t fast;            /* 1: kp_run handles it (set by the caller; kp_run clears
                                  it when it hands one of its events back) */
     nring *rx, *tx;           /* its nComponent DRAM rings */
-    dd_ring rbuf, tbuf;       /* the stub's two rings, in its extCache lines */
+    dd_ring rbuf, tbuf;       /* the stub's two rings, in its extCache lines (DMA: their
+                                 start and size alone) */
+    uint32_t dma;             /* 1: the dDMA path: the rings in the arena, rdma and tdma */
+    const dm_ring *rdma, *tdma;   /* DMA: the two rings as mapped (NULL: not yet) */
     fr_ring *push;            /* the FIT ring to its owner's inbox (NULL: Python pushes) */
     uint64_t rpos, tpos;      /* stream offsets in each of the stub's rings */
     uint64_t window;          /* bytes the stub can still take */
@@ -119,6 +126,7 @@ typedef struct {
 typedef struct {
     uint64_t rx_send, rx_send_bytes, rx_credit, rx_credit_bytes;
     uint64_t tx_data, tx_data_bytes, tx_sent, tx_sent_bytes;
+    uint64_t rx_send_dma, rx_send_dma_bytes, tx_data_dma, tx_data_dma_bytes;
     uint64_t rx_connect, rx_connect_bytes, tx_connect, tx_connect_bytes;
     uint64_t connect_errors;  /* N_CONNECTs answered with an error */
 } kp_peer;

@@ -153,6 +153,7 @@ class Plane:
         return {name: getattr(c, name) for name in (
             "rx_send", "rx_send_bytes", "rx_credit", "rx_credit_bytes",
             "tx_data", "tx_data_bytes", "tx_sent", "tx_sent_bytes",
+            "rx_send_dma", "rx_send_dma_bytes", "tx_data_dma", "tx_data_dma_bytes",
             "rx_connect", "rx_connect_bytes", "tx_connect", "tx_connect_bytes",
             "connect_errors")}
 
