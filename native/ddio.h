@@ -17,7 +17,8 @@
  * the bsdSocketStub makes (splitrack/nic_path.py).
  *
  * Both return the bytes copied (>= 0; fewer than asked: a line was not
- * cached), or -EINVAL for a ring of no bytes.
+ * cached), or -EINVAL for a ring of no bytes. (The walk over both rings is
+ * nring.h's: nring_store_to, nring_fetch_from.)
  */
 #ifndef SPLITRACK_DDIO_H
 #define SPLITRACK_DDIO_H

@@ -15,7 +15,8 @@
  *
  * Both return the bytes copied, or -EINVAL for a ring of no bytes or runs
  * that do not cover it inside the arena (the caller checked them when it
- * mapped the ring: data_paths.RingMap).
+ * mapped the ring: data_paths.RingMap). (The walk over both rings is
+ * nring.h's: nring_store_to, nring_fetch_from.)
  */
 #ifndef SPLITRACK_DMA_H
 #define SPLITRACK_DMA_H

@@ -72,6 +72,45 @@ void nring_drop(nring *r, uint32_t n) {
     r->head += min_u32(n, nring_used(r)); /* clamped: head never passes tail */
 }
 
+/* n bytes between r from its position rpos and a process's ring from stream
+ * offset pos, stretch by stretch (nring.h). */
+static int64_t walk(const nring *r, uint64_t rpos, nring_copier copy, const void *ring,
+                    uint64_t size, uint64_t pos, uint32_t n, int store) {
+    if (!size || !r->cap)
+        return -EINVAL;
+    uint64_t done = 0;
+    while (done < n) {
+        uint64_t off = (rpos + done) % r->cap, at = (pos + done) % size, k = n - done;
+        if (k > r->cap - off)
+            k = r->cap - off;
+        if (k > size - at)
+            k = size - at;
+        int64_t got = copy(ring, r->base + off, at, k, store);
+        if (got < 0)
+            return done ? (int64_t)done : got;
+        done += (uint64_t)got;
+        if ((uint64_t)got < k)
+            break;
+    }
+    return (int64_t)done;
+}
+
+int64_t nring_store_to(nring *rx, nring_copier copy, const void *ring, uint64_t size,
+                       uint64_t pos, uint32_t n) {
+    int64_t done = walk(rx, rx->head, copy, ring, size, pos, min_u32(n, nring_used(rx)), 1);
+    if (done > 0)
+        nring_drop(rx, (uint32_t)done);
+    return done;
+}
+
+int64_t nring_fetch_from(nring *tx, nring_copier copy, const void *ring, uint64_t size,
+                         uint64_t pos, uint32_t n) {
+    int64_t done = walk(tx, tx->tail, copy, ring, size, pos, min_u32(n, nring_space(tx)), 0);
+    if (done > 0)
+        nring_commit(tx, (uint32_t)done);
+    return done;
+}
+
 int64_t nring_recv(nring *r, int fd, uint32_t max) {
     struct iovec iov[2];
     struct msghdr m = {.msg_iov = iov};

@@ -58,6 +58,27 @@ void nring_drop(nring *r, uint32_t n);
  * (clamped to the space, like put); returns how many. */
 uint32_t nring_commit(nring *r, uint32_t n);
 
+/* ---- to and from a process's socket ring (ddio.h, dma.h) ------------------
+ * A process's ring of `size` bytes holds byte `pos` of its stream at ring
+ * offset pos % size. The copies between it and a DRAM ring go stretch by
+ * stretch, each contiguous in both rings (it ends where either wraps, or at
+ * the end of what is asked); `copy` moves one stretch: k bytes between dram
+ * and the process's ring at offset `at`, into it if `store`, out of it if
+ * not. It returns the bytes it moved (fewer than k: stop there), or -errno. */
+typedef int64_t (*nring_copier)(const void *ring, char *dram, uint64_t at, uint64_t k,
+                                int store);
+
+/* Receive: min(n, used) bytes from the front of rx into the process's ring from
+ * stream offset pos; the bytes copied leave rx. Returns them, or -errno if the
+ * first stretch failed (-EINVAL: a ring of no bytes). */
+int64_t nring_store_to(nring *rx, nring_copier copy, const void *ring, uint64_t size,
+                       uint64_t pos, uint32_t n);
+
+/* Send: min(n, space) bytes of the process's ring from stream offset pos into
+ * tx's free space; the bytes copied join tx. Returns as nring_store_to. */
+int64_t nring_fetch_from(nring *tx, nring_copier copy, const void *ring, uint64_t size,
+                         uint64_t pos, uint32_t n);
+
 /* One recvmsg(MSG_DONTWAIT) into the free space (two iovecs when it wraps),
  * at most max bytes. Returns the bytes received (> 0), 0 at EOF, or -errno:
  * -EAGAIN when nothing waits, -ENOBUFS if the ring is full, -EINVAL if max is 0. */

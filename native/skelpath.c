@@ -119,27 +119,22 @@ static int push(kp_plane *kp, kp_conn *c, uint16_t op, uint32_t n, kp_event *out
     return handback(c);
 }
 
-/* n bytes of rx into the stub's receive ring from rpos (Ddio._store, Dma._store):
- * the bytes copied (fewer: a line not cached, or a ring not mapped yet). */
-static int64_t store(kp_conn *c, uint32_t n) {
-    int64_t done = !c->dma ? dd_store(c->rx, &c->rbuf, c->rpos, n)
-                 : c->rdma ? dm_store(c->rx, c->rdma, c->rpos, n) : 0;
-    if (done < 0)
-        return 0;
-    if (!c->dma)
-        c->lines_bytes += (uint64_t)done;
-    return done;
-}
-
-/* k bytes of the stub's send ring from tpos into tx (Ddio._fetch, Dma._fetch). */
-static int64_t fetch(kp_conn *c, uint32_t k) {
-    int64_t done = !c->dma ? dd_fetch(c->tx, &c->tbuf, c->tpos, k)
-                 : c->tdma ? dm_fetch(c->tx, c->tdma, c->tpos, k) : 0;
-    if (done < 0)
-        return 0;
-    if (!c->dma)
-        c->lines_bytes += (uint64_t)done;
-    return done;
+/* n bytes from rx into the stub's receive ring at rpos (store), or from its send
+ * ring at tpos into tx (Ddio._store, _fetch; Dma's): the bytes copied (fewer: a
+ * line that is not cached, or a DMA ring not mapped yet). */
+static int64_t copy(kp_conn *c, uint32_t n, int store) {
+    int64_t done;
+    if (c->dma) {
+        const dm_ring *ring = store ? c->rdma : c->tdma;
+        done = !ring ? 0 : store ? dm_store(c->rx, ring, c->rpos, n)
+                                 : dm_fetch(c->tx, ring, c->tpos, n);
+    } else {
+        done = store ? dd_store(c->rx, &c->rbuf, c->rpos, n)
+                     : dd_fetch(c->tx, &c->tbuf, c->tpos, n);
+        if (done > 0)
+            c->lines_bytes += (uint64_t)done;
+    }
+    return done < 0 ? 0 : done;
 }
 
 /* The kernel socket is readable (Skeleton.readable, Ddio.deliver). */
@@ -152,7 +147,7 @@ static int readable(kp_plane *kp, kp_conn *c, kp_event *out) {
     int64_t n = nring_recv(c->rx, c->fd, (uint32_t)max);
     if (n == -EAGAIN)
         return 0;
-    int64_t done = n > 0 ? store(c, (uint32_t)n) : 0;
+    int64_t done = n > 0 ? copy(c, (uint32_t)n, 1) : 0;
     c->rpos += (uint64_t)done;
     if (n <= 0 || done < n) {   /* EOF, an error, or a line that is not cached */
         *out = (kp_event){.fd = c->fd, .sk = c->sk, .kind = KP_RECEIVED, .value = n,
@@ -175,7 +170,7 @@ static int flush(kp_plane *kp, kp_conn *c, kp_event *out) {
         uint32_t space = nring_space(tx);
         uint64_t k = c->pending < space ? c->pending : space;
         if (k) {
-            int64_t done = fetch(c, (uint32_t)k);
+            int64_t done = copy(c, (uint32_t)k, 0);
             c->tpos += (uint64_t)done;
             c->pending -= (uint64_t)done;
             c->unconfirmed += (uint64_t)done;
