@@ -2,7 +2,8 @@
 
 At setup it registers its NICs (IPv4 addresses) with GNM and maps its DRAM;
 the data paths map the FIT regions they copy to and from (a pComponent's
-extCache, an mComponent's arena: data_paths.py) when a socket first needs them.
+extCache, an mComponent's arena: data_paths.py, rack_memory.py) when a socket
+first needs them.
 Then one loop (serve: plane_loop.py) waits on its FIT inbox and every kernel
 socket its bsdSocketSkeletons own, with one epoll: the inbox through the endpoint's
 readiness fd (arm, sleep, disarm: fit_rpc/transport.py), after spinning for
@@ -71,9 +72,9 @@ from fit_rpc import Op
 from fit_rpc.header import MAGIC, ONEWAY, REPLY, REQUEST, VERSION
 from monitors.connector import Connector
 from monitors.core import Monitor
-from monitors.data_paths import RackMemory
 from monitors.plane_loop import PlaneLoop
 from monitors.proxy import ALLOWED, Proxy
+from monitors.rack_memory import RackMemory
 from monitors.skeleton import Skeleton
 from monitors.skeleton_lifecycle import SkeletonLifecycle
 from monitors.skeleton_ops import SkeletonOps

@@ -1,7 +1,7 @@
 /*
  * dma.h -- dDMA's copies, in C: between the nComponent's DRAM rings and a
  * process's socket ring where its home mComponent's arena holds it (the
- * paper, Fig. 5; monitors/data_paths.py's Dma and RingMap).
+ * paper, Fig. 5; monitors/data_paths.py's Dma, rack_memory.py's RingMap).
  *
  * The skeleton maps each of a socket's two rings once, as an RDMA NIC
  * registers memory (M_DMA_MAP: every page of it gets a frame, pinned for as
@@ -15,7 +15,7 @@
  *
  * Both return the bytes copied, or -EINVAL for a ring of no bytes or runs
  * that do not cover it inside the arena (the caller checked them when it
- * mapped the ring: data_paths.RingMap). (The walk over both rings is
+ * mapped the ring: monitors/rack_memory.py). (The walk over both rings is
  * nring.h's: nring_store_to, nring_fetch_from.)
  */
 #ifndef SPLITRACK_DMA_H

@@ -9,7 +9,7 @@ Interface:
     ring.ring                           its C description (a `dm_ring *`), valid while
                                         this object lives
 Runs that leave a byte of the ring uncovered, overlap, or reach past the arena are
-OSError(EINVAL) when made (monitors/data_paths.RingMap checked them already).
+OSError(EINVAL) when made (monitors/rack_memory.RingMap checked them already).
 The arena stays mapped while a DmaRing over it lives.
 """
 

@@ -1,11 +1,14 @@
-"""Shared fixtures: short run roots, storage roots, and racks of real processes.
+"""Shared fixtures: short run roots, storage roots, racks of real processes, and the
+C test programs of tests/c/.
 
 Every rack a test starts is a `Rack` context manager (stops its processes even
 when the test fails); monitors also die with the pytest process
 (PR_SET_PDEATHSIG), so an interrupted run leaks nothing.
 """
 
+import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -34,3 +37,18 @@ def client(rack):
     ep = rack.endpoint()
     yield ep
     ep.close()
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, str]:
+    """tests/c/*.c built with the machine's C compiler, once a run: {name: path}."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (cc) on this machine"
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "c")
+    out, programs = tmp_path_factory.mktemp("c"), {}
+    for source in sorted(os.listdir(here)):
+        name = source.removesuffix(".c")
+        programs[name] = str(out / name)
+        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
+                        os.path.join(here, source)], check=True)
+    return programs

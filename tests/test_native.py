@@ -32,20 +32,6 @@ def net():
         yield rack_env
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict[str, str]:
-    """tests/c/*.c built with the machine's C compiler: {name: path}."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc, "no C compiler (cc) on this machine"
-    out, programs = tmp_path_factory.mktemp("c"), {}
-    for source in sorted(os.listdir(os.path.join(HERE, "c"))):
-        name = source.removesuffix(".c")
-        programs[name] = str(out / name)
-        subprocess.run([cc, "-O2", "-Wall", "-Werror", "-o", programs[name],
-                        os.path.join(HERE, "c", source)], check=True)
-    return programs
-
-
 def linux_checksum(built, nbytes: int) -> str:
     """The echo client's line against the same server as a plain process."""
     with subprocess.Popen([built["echo_server"], "127.0.0.1", "0", "block", "1"],
@@ -93,21 +79,6 @@ def test_a_c_server_polls_a_fit_shortcut_beside_its_inbox(net, built, loop):
         assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
         assert server.wait(timeout=30) == 0, server.stderr.read()
     assert n0_network(rack)["accepted"] == before["accepted"]   # a shortcut: n0 not asked
-
-
-@pytest.mark.parametrize("mode", ["ddio", "dma"])
-def test_sends_held_back_leave_before_a_c_program_polls(net, built, mode):
-    """A C client sends 20 small pieces at once (message packing holds all but the
-    first back), then poll()s for their echo: its first wait sends what is held,
-    and all 2,000 bytes come back, none left behind."""
-    rack, env = net
-    with subprocess.Popen([built["echo_server"], OUTSIDE, "0", "block", "1"],
-                          stdout=subprocess.PIPE, text=True) as outside:
-        port = outside.stdout.readline().split()[1]
-        got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, "--pieces", "20", "100"],
-                          name="native", mode=mode)
-        assert (got.returncode, got.stdout) == (0, "pieces ok\n"), got.stderr
-        outside.wait(timeout=30)
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])

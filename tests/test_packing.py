@@ -1,8 +1,8 @@
 """Message packing (splitrack/guest/nic_path.py): consecutive small sends of a rack
 socket go to the nComponent together, and nothing a TCP peer can see changes:
 every byte arrives, in order, and held bytes leave even while the program
-computes. TCP_NODELAY and SPLITRACK_PACKING=0 (`--no-packing`) send each send
-on its own."""
+computes, or before a native program's poll. TCP_NODELAY and SPLITRACK_PACKING=0
+(`--no-packing`) send each send on its own."""
 
 import hashlib
 import socket
@@ -13,9 +13,10 @@ import pytest
 
 from fit_rpc import Op
 from helpers import SPLITRACK
-from netprogs import network_rack, on_rack
+from netprogs import network_rack, on_rack, run_on_rack
 
 NIC = "127.0.0.11"
+OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
 
 # argv: NIC COUNT SIZE NODELAY (0; 1: on the socket; 2: on the listener) THEN (close or
 # sleep). Prints "port pid"; sends COUNT messages of SIZE bytes (message i is byte i % 251
@@ -118,3 +119,18 @@ def test_run_help_documents_no_packing():
     out = subprocess.run([SPLITRACK, "run", "--help"], capture_output=True, text=True,
                          check=True).stdout
     assert "--no-packing" in out
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_sends_held_back_leave_before_a_c_program_polls(pack, built, mode):
+    """A C client sends 20 small pieces at once (message packing holds all but the
+    first back), then poll()s for their echo: its first wait sends what is held,
+    and all 2,000 bytes come back, none left behind."""
+    rack, env = pack
+    with subprocess.Popen([built["echo_server"], OUTSIDE, "0", "block", "1"],
+                          stdout=subprocess.PIPE, text=True) as outside:
+        port = outside.stdout.readline().split()[1]
+        got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, "--pieces", "20", "100"],
+                          name="pack", mode=mode)
+        assert (got.returncode, got.stdout) == (0, "pieces ok\n"), got.stderr
+        outside.wait(timeout=30)
