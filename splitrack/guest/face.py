@@ -21,7 +21,7 @@ With the stub's lock held (as a path's methods run), unless it says otherwise:
     park_readable(t), park_writable(t)  the waits' sleeps (unlocked)
     pushed(op, payload)   a push for this socket (unlocked: it takes the lock)
     option(level, opt), runtime, lock, path, ncomponent, dead
-and the runtime's (unlocked): sync_bell(), component_gone(), close_connection(),
+and the runtime's (unlocked): sync_bell(went_exact), component_gone(), close_connection(),
 after_fork().
 """
 
@@ -127,7 +127,7 @@ class StubFace:
     def pushed(self, op: int, payload: memoryview) -> None:
         self._s._pushed(op, payload)
 
-    def sync_bell(self, went_exact: bool = True) -> None:
+    def sync_bell(self, went_exact: bool) -> None:
         self._s._sync_bell(went_exact)
 
     def component_gone(self) -> None:
