@@ -122,15 +122,19 @@ def test_run_help_documents_no_packing():
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
-def test_sends_held_back_leave_before_a_c_program_polls(pack, built, mode):
-    """A C client sends 20 small pieces at once (message packing holds all but the
-    first back), then poll()s for their echo: its first wait sends what is held,
-    and all 2,000 bytes come back, none left behind."""
+@pytest.mark.parametrize("how", ["--pieces", "--polled-pieces"])
+def test_sends_held_back_leave_before_a_c_program_polls(pack, built, mode, how):
+    """A C client sends 20 small pieces at once, then poll()s for their echo: all
+    2,000 bytes come back, none left behind. Packing holds all but the first back,
+    whether the client polled before (--polled-pieces: its runtime is polled) or not
+    (its first poll makes it so): n0 gets the 20 in a few N_SENDs."""
     rack, env = pack
+    before = _sends_seen_by_n0(rack)
     with subprocess.Popen([built["echo_server"], OUTSIDE, "0", "block", "1"],
                           stdout=subprocess.PIPE, text=True) as outside:
         port = outside.stdout.readline().split()[1]
-        got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, "--pieces", "20", "100"],
+        got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, how, "20", "100"],
                           name="pack", mode=mode)
         assert (got.returncode, got.stdout) == (0, "pieces ok\n"), got.stderr
         outside.wait(timeout=30)
+    assert _sends_seen_by_n0(rack) - before < 10

@@ -11,6 +11,10 @@
  *                                        and send them together), then poll() for
  *                                        their echo, at most 10 s a wait; print
  *                                        "pieces ok"
+ *   echo_client IP PORT --polled-pieces N SIZE
+ *                                        the same after a poll() that finds
+ *                                        nothing (the program polls before it
+ *                                        sends)
  *
  * IP may be IPv6 (it has a ':'). Exit 0 if all came back as sent, 1 otherwise
  * (with what differed, or the call that failed and its errno).
@@ -64,7 +68,7 @@ int main(int argc, char **argv)
 {
     if (argc != 5 && argc != 6) {
         fprintf(stderr, "usage: echo_client IP PORT BYTES CHUNK | IP PORT --rtt N SIZE | "
-                        "IP PORT --pieces N SIZE\n");
+                        "IP PORT --pieces N SIZE | IP PORT --polled-pieces N SIZE\n");
         return 2;
     }
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
@@ -74,7 +78,8 @@ int main(int argc, char **argv)
     int fd = socket(six ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         fail("socket");
-    int pieces = strcmp(argv[3], "--pieces") == 0;
+    int polled = strcmp(argv[3], "--polled-pieces") == 0;
+    int pieces = polled || strcmp(argv[3], "--pieces") == 0;
     if (!pieces)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if ((six ? connect(fd, (struct sockaddr *)&addr6, sizeof addr6)
@@ -105,6 +110,9 @@ int main(int argc, char **argv)
         char *buf = malloc(n * size), *in = malloc(n * size);
         for (size_t i = 0; i < n * size; i++)
             buf[i] = (char)(i / size);
+        struct pollfd quiet = {.fd = fd, .events = POLLIN};
+        if (polled && poll(&quiet, 1, 0) != 0)
+            fail("the first poll");
         for (size_t i = 0; i < n; i++)
             write_all(fd, buf + i * size, size);
         while (at < n * size) {
