@@ -13,6 +13,7 @@
     fitring.py                  its Python binding (ring.py: a Ring; waitset.py: a WaitSet)
     stubpath.h / stubpath.c     a bsdSocketStub's hot path: a send or a recv in one call
     stubpath.py                 its Python binding
+    fastrecv.h / fastrecv.c     ... a native program's recv of bytes already there, in C
     skelpath.h / skelpath.c     the nComponent's data plane: its skeletons' hot path
     skelpath.py                 its Python binding
     rackmem.h                   a program's heap in rack memory (splitrack run --memory rack):

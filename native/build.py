@@ -24,8 +24,10 @@
                                                                mComponent's page messages:
                                                                EXTCACHE built in)
     stubpath_ffi   native/stubpath.{h,c} -> native._stubpath  (a bsdSocketStub's rings through
-                                                               the nComponent, in its extCache
-                                                               lines: EXTCACHE built in too)
+                   native/fastrecv.{h,c}                       the nComponent, in its extCache
+                                                               lines, and a native program's
+                                                               recv of them without the
+                                                               interpreter: EXTCACHE built in)
     rackmem_ffi    native/rackmem.h      -> native._rackmem   (a program's heap in rack memory:
                    native/pager.c                              the userfaultfd pager and the
                    native/rackalloc.c                          allocator CPython uses, hooked in
@@ -90,7 +92,7 @@ nring_ffi = _ffi("nring", ["pthread"], also=("ddio", "dma", "fitring", "skelconn
                  sources=(*EXTCACHE, *FITRING[1:]))
 fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss", "mplane"),
                    sources=(*EXTCACHE, *FITRING[1:]))
-stubpath_ffi = _ffi("stubpath", ["pthread"], sources=EXTCACHE)
+stubpath_ffi = _ffi("stubpath", ["pthread"], also=("fastrecv",), sources=EXTCACHE)
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
                    sources=("pager", "rackalloc", "rackpython", *EXTCACHE, *FITRING, "fitcall"))
 

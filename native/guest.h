@@ -53,6 +53,9 @@ int sr_watch(int polled);
 int sr_wait_begin(int arm, int *fds, int room, int *most_ms);
 int sr_wait_end(void);   /* disarm, hand out what came: 1 if anything came, else 0 */
 int sr_ready(void);                                           /* 1 once the stub is loaded */
+/* fr_recv of native/fastrecv.h (the stub's recv of bytes already there, without the
+ * interpreter), which the interposer asks before sr_recv; NULL: none */
+void *sr_fast_recv(void);
 /* --memory rack, before main(): the program's heap in rack pages (rackmem.py's install(),
  * which turns native/preload_memory.c's malloc and mmap to them); 0, or -errno after one
  * line on stderr saying why not */

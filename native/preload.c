@@ -11,6 +11,8 @@
  *
  *   - which descriptors are the rack's: `rack[fd]`, set when socket(),
  *     accept(), dup() made one here, cleared by close();
+ *   - a recv of a stream's bytes already there (more than it asks for) is
+ *     taken in C, without the interpreter (native/fastrecv.h: fast_recv);
  *   - calls made by the interpreter itself (any thread with a Python thread
  *     state: the stub's own syscalls, the runtime's threads) always go to
  *     libc, so nothing loops back (`python_thread`);
@@ -71,6 +73,7 @@ int guest_up;
 pthread_once_t guest_once = PTHREAD_ONCE_INIT;
 __thread int in_guest, program_thread;
 struct guest_calls sr;
+long (*fast_recv)(int, void *, size_t);
 
 /* ---- native._guest, in an interpreter of the program's own ------------------------------- */
 PyThreadState *(*py_this_thread)(void);
@@ -182,6 +185,8 @@ void start_guest(void)
     int (*ready)(void) = need(lib, "sr_ready");
     if (GUEST(ready) != 1)   /* its init code failed: cffi printed why */
         cannot_run("native._guest", "see above");
+    void *(*fast)(void) = need(lib, "sr_fast_recv");
+    fast_recv = (long (*)(int, void *, size_t))GUEST(fast);
     if (!python_host) {   /* (python's os.fork and exit do these themselves) */
         pthread_atfork(before_fork, after_fork_parent, after_fork_child);
         atexit(at_exit);

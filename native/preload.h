@@ -13,6 +13,8 @@
  *   is_rack(fd)     fd is a rack socket's, and the call is the program's
  *   python_thread() the call is the interpreter's own (it goes to libc)
  *   GUEST(sr.fn, ...) a call of native/guest.h, counted as the interpreter's
+ *   fast_recv       fr_recv (native/fastrecv.h), asked before sr.recv: a stream's
+ *                   bytes already there, taken without the interpreter
  *   libc_NAME()     libc's definition of NAME (REAL(...) declares it, per file)
  *   ret(r)          -errno -> -1 with errno set, as libc returns
  *   mark(fd)        a new rack descriptor into the table (ret() of a -errno)
@@ -80,6 +82,8 @@ extern struct guest_calls {
     int (*inherit)(const int *, int, int *);
     int (*memory)(void);
 } sr;
+/* fr_recv (native/fastrecv.h): a stream's recv of bytes already there, no interpreter */
+extern long (*fast_recv)(int fd, void *buf, size_t n);
 
 void start_guest(void);
 void adopt_inherited(void);

@@ -10,7 +10,8 @@
  *   - a send on a broken connection raises SIGPIPE unless MSG_NOSIGNAL;
  *   - vectors (sendmsg, recvmsg, writev, readv) go through one buffer: a stub's
  *     send and recv take one; no ancillary data (EOPNOTSUPP);
- *   - _FORTIFY_SOURCE's checked reads (Debian builds its programs with them).
+ *   - _FORTIFY_SOURCE's checked reads (Debian builds its programs with them);
+ *   - a recv that native/fastrecv.h can serve in C is served there (quick()).
  * Returns and errno as libc's (ret()).
  */
 #define _GNU_SOURCE
@@ -177,13 +178,26 @@ ssize_t write(int fd, const void *buf, size_t n)
     return is_rack(fd) ? sent(GUEST(sr.send, fd, buf, n, 0, 0, 0, 0), 0) : libc_write()(fd, buf, n);
 }
 
+/* A stream's bytes that are there already, without the interpreter (native/fastrecv.h),
+ * for the flags that change nothing then (MSG_WAITALL: more than n are there): the
+ * count, or -1 (the stub's call, which serves everything else). */
+static long quick(int fd, void *buf, size_t n, int flags)
+{
+    if (!fast_recv || !n || (flags & ~(MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL)))
+        return -1;
+    return fast_recv(fd, buf, n);
+}
+
 ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, socklen_t *len)
 {
     if (!is_rack(fd))
         return libc_recvfrom()(fd, buf, n, flags, addr, len);
+    long r = addr ? -1 : quick(fd, buf, n, flags);
+    if (r >= 0)
+        return r;
     uint32_t ip = 0;
     int port = 0;
-    long r = GUEST(sr.recv, fd, buf, n, flags, addr ? &ip : NULL, addr ? &port : NULL);
+    r = GUEST(sr.recv, fd, buf, n, flags, addr ? &ip : NULL, addr ? &port : NULL);
     if (r >= 0 && addr && port < 0 && len)
         *len = 0;   /* a stream's: no address, as Linux's TCP says */
     else if (r >= 0 && addr)
@@ -193,13 +207,15 @@ ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, 
 
 ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
-    return is_rack(fd) ? ret(GUEST(sr.recv, fd, buf, n, flags, NULL, NULL))
-                       : libc_recv()(fd, buf, n, flags);
+    if (!is_rack(fd))
+        return libc_recv()(fd, buf, n, flags);
+    long r = quick(fd, buf, n, flags);
+    return r >= 0 ? r : ret(GUEST(sr.recv, fd, buf, n, flags, NULL, NULL));
 }
 
 ssize_t read(int fd, void *buf, size_t n)
 {
-    return is_rack(fd) ? ret(GUEST(sr.recv, fd, buf, n, 0, NULL, NULL)) : libc_read()(fd, buf, n);
+    return is_rack(fd) ? recv(fd, buf, n, 0) : libc_read()(fd, buf, n);
 }
 
 /* _FORTIFY_SOURCE's checked reads (Debian builds its programs with them). */

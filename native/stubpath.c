@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -44,9 +45,9 @@ uint64_t sp_now(void) {
 
 /* Up to n bytes between buf and the ring [start, start + size) from stream
  * offset pos: the bytes copied, all n or up to the first address that is not
- * cached (then in p->miss). */
+ * cached (then in *miss). */
 static uint64_t ring_copy(sp_path *p, uint64_t start, uint64_t size, uint64_t pos, char *buf,
-                          uint64_t n, int write) {
+                          uint64_t n, int write, uint64_t *miss) {
     uint64_t done = 0;
     while (done < n) {
         uint64_t at = (pos + done) % size, k = n - done;
@@ -58,7 +59,7 @@ static uint64_t ring_copy(sp_path *p, uint64_t start, uint64_t size, uint64_t po
             got = 0;   /* (a broken segment: the caller's fault path says why) */
         done += (uint64_t)got;
         if ((uint64_t)got < k) {
-            p->miss = start + at + (uint64_t)got;
+            *miss = start + at + (uint64_t)got;
             break;
         }
     }
@@ -68,7 +69,7 @@ static uint64_t ring_copy(sp_path *p, uint64_t start, uint64_t size, uint64_t po
 int sp_unstage(sp_path *p) {
     if (!p->staged)
         return 0;
-    uint64_t done = ring_copy(p, p->tstart, p->tsize, p->tpos, p->stage, p->staged, 1);
+    uint64_t done = ring_copy(p, p->tstart, p->tsize, p->tpos, p->stage, p->staged, 1, &p->miss);
     p->tpos += done;
     p->staged -= (uint32_t)done;
     if (p->staged) {
@@ -103,7 +104,7 @@ int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken) {
     } else {
         if (sp_unstage(p) == SP_MISS)
             return SP_MISS;
-        uint64_t k = ring_copy(p, p->tstart, p->tsize, p->tpos, (char *)buf, n, 1);
+        uint64_t k = ring_copy(p, p->tstart, p->tsize, p->tpos, (char *)buf, n, 1, &p->miss);
         if (!k && n)
             return SP_MISS;
         if (k < n) {
@@ -125,17 +126,67 @@ void sp_announced(sp_path *p) {
     p->announced = sp_now();
 }
 
-uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek) {
-    uint64_t avail = p->rtail - p->rhead;
-    if (skip >= avail)
-        return 0;
-    uint64_t k = want < avail - skip ? want : avail - skip;
-    k = ring_copy(p, p->rstart, p->rsize, p->rhead + skip, dst, k, 0);
-    if (!peek) {
-        p->rhead += k;
-        p->unacked += k;
+void sp_rlock(sp_path *p) {
+    for (unsigned spins = 0; __atomic_exchange_n(&p->rlock, 1, __ATOMIC_ACQUIRE); spins++) {
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();   /* its holder is copying, and may share this CPU */
+        }
     }
+}
+
+void sp_runlock(sp_path *p) {
+    __atomic_store_n(&p->rlock, 0, __ATOMIC_RELEASE);
+}
+
+uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek) {
+    sp_rlock(p);
+    p->miss = 0;
+    uint64_t avail = __atomic_load_n(&p->rtail, __ATOMIC_ACQUIRE) - p->rhead, k = 0;
+    if (skip < avail) {
+        k = want < avail - skip ? want : avail - skip;
+        k = ring_copy(p, p->rstart, p->rsize, p->rhead + skip, dst, k, 0, &p->miss);
+        if (!peek) {
+            p->rhead += k;
+            p->unacked += k;
+        }
+    }
+    sp_runlock(p);
     return k;
+}
+
+int64_t sp_take_more(sp_path *p, char *dst, uint64_t want) {
+    int64_t r = -1;
+    uint64_t miss;   /* (not the path's: the stub's own call may be reading it) */
+    sp_rlock(p);
+    uint64_t avail = __atomic_load_n(&p->rtail, __ATOMIC_ACQUIRE) - p->rhead;
+    if (p->fast && want && avail > want && p->unacked < p->rsize / 2) {
+        uint64_t k = ring_copy(p, p->rstart, p->rsize, p->rhead, dst, want, 0, &miss);
+        if (k) {
+            p->rhead += k;
+            p->unacked += k;
+            r = (int64_t)k;
+        }
+    }
+    sp_runlock(p);
+    return r;
+}
+
+void sp_fast(sp_path *p, int on) {
+    sp_rlock(p);
+    p->fast = (uint32_t)on;
+    sp_runlock(p);
+}
+
+uint64_t sp_credit_due(sp_path *p, uint64_t least) {
+    sp_rlock(p);
+    uint64_t n = p->unacked >= least ? p->unacked : 0;
+    p->unacked -= n;
+    sp_runlock(p);
+    return n;
 }
 
 /* ---- the watch ----------------------------------------------------------- */

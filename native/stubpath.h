@@ -7,7 +7,9 @@
  * lines; its bsdSocketSkeleton walks the same rings (monitors/data_paths.py).
  * An sp_path is that connection's whole state on the stub's side; these
  * functions are its hot path, one native call per send() or recv(), made
- * with the stub's lock held (one caller at a time).
+ * with the stub's lock held (one caller at a time), but for sp_take_more,
+ * which a native program's recv makes without it (fastrecv.h): so the
+ * receive side (rhead, unacked) is also under the path's own `rlock`.
  *
  * Stream offsets: byte `pos` of a direction's stream lives at
  * start + pos % size of its ring.
@@ -72,6 +74,8 @@ typedef struct {
     uint64_t announced;     /* when bytes last went to the skeleton (ns) */
     uint32_t staged;        /* bytes in stage */
     uint32_t watched;       /* on an sp_watch's list */
+    uint32_t rlock;         /* the receive side's lock: rhead, unacked (sp_take, fastrecv.h) */
+    uint32_t fast;          /* 1: a native program's recv may take without the interpreter */
     char *stage;            /* 2 * line bytes */
     /* packing */
     uint64_t pack_max;      /* bytes held at most */
@@ -108,8 +112,27 @@ void sp_announced(sp_path *p);
 /* Receive: copy up to `want` received bytes into dst, from `skip` bytes past
  * the first unread one; unless peek, the bytes copied are read (rhead moves;
  * skip must then be 0). Returns the bytes copied: fewer than were there if a
- * miss stopped it (0: none waits, or the first line missed). */
+ * miss stopped it (then `miss` is its address; else `miss` is 0: another
+ * thread's recv took the rest first, fastrecv.h). Under `rlock`. */
 uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek);
+
+/* The bytes read and not yet given back to the skeleton, if at least `least`
+ * (then none is left unacked): what the caller sends as N_CREDIT. Else 0. */
+uint64_t sp_credit_due(sp_path *p, uint64_t least);
+
+/* A native program's recv without the interpreter (fastrecv.h): `want` bytes,
+ * only if more than `want` wait (the socket stays readable: nothing to hush),
+ * `fast` is on and fewer than half the ring's bytes are unacked (else the
+ * stub's recv takes them, and gives the credit back). Returns the bytes
+ * copied (short if a line was not cached), or -1: none taken, ask the stub. */
+int64_t sp_take_more(sp_path *p, char *dst, uint64_t want);
+
+/* `fast` on or off, under the lock: once off, no such recv is copying. */
+void sp_fast(sp_path *p, int on);
+
+/* The receive side's lock (a spin lock: it is held for one copy at most). */
+void sp_rlock(sp_path *p);
+void sp_runlock(sp_path *p);
 
 /* ---- the watch: held batches that nobody sends ------------------------------ */
 

@@ -64,6 +64,20 @@ def test_a_c_echo_server_on_the_rack_echoes_every_byte(net, built, mode, loop):
     assert after["connected"] - before["connected"] >= 1   # p1's client's
 
 
+@pytest.mark.parametrize("mode,loop", [("ddio", "block"), ("ddio", "poll"), ("dma", "epoll")])
+def test_a_c_server_that_reads_less_than_waits_gets_every_byte(net, built, mode, loop):
+    """The server reads 1000 bytes a call while up to 100 KB wait: most of those recvs
+    are taken in C, without the interpreter (native/fastrecv.h), across extCache lines,
+    the ring's wrap and the credits given back; 2 MB, every byte checked."""
+    rack, env = net
+    expected = linux_checksum(built, 2_000_000)
+    with on_rack(env, [built["echo_server"], NIC, "0", loop, "1", "1000"], name="native",
+                 mode=mode) as (server, (port,)):
+        got = run([built["echo_client"], NIC, str(port), "2000000", "100000"])
+        assert (got.returncode, got.stdout) == (0, expected), got.stderr
+        assert server.wait(timeout=30) == 0, server.stderr.read()
+
+
 @pytest.mark.parametrize("loop", ["poll", "epoll"])
 def test_a_c_server_polls_a_fit_shortcut_beside_its_inbox(net, built, loop):
     """A client on p1 reaches the poll()ing server on p0 by a FIT shortcut (no

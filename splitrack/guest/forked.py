@@ -175,6 +175,9 @@ class Forked:
     def fileno(self) -> int:
         return _std.fileno(self)   # the inherited descriptor: the parent rings its bell
 
+    def quick_path(self) -> None:
+        return None   # its recvs are the parent's (stub.py: never in C here)
+
     def send(self, data: Any, flags: int = 0) -> int:
         return _call(self, "send", bytes(bytes_view(data)), flags)[0]
 

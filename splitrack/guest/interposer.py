@@ -20,7 +20,9 @@ rack socket (the interposer sees those calls, and passes them on to the
 kernel); from then on those waits read the runtime's inbox themselves
 (`wait_begin`, `wait_end`: inbox_reader.py), without a thread hop a message.
 A program that only blocks in its calls keeps the inline runtime. Handles are
-kept in `_HANDLES`, by descriptor, until the program closes them.
+kept in `_HANDLES`, by descriptor, until the program closes them. Once a
+stream's stub has served a recv, its descriptor's recvs of bytes already
+there are taken in C (`_QUICK`, native/fastrecv.h), never reaching `_recv`.
 
 In a Python program (which has the drop-in) the same functions run in its own
 interpreter, for the TCP and UDP sockets libc makes there (uvloop's libuv,
@@ -43,11 +45,15 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from native import stubpath
 from splitrack.guest import forked
 from splitrack.guest.runtime import current, runtime
 from splitrack.guest.stub import BsdSocketStub
 
 _HANDLES: dict[int, Any] = {}   # the program's descriptor -> its stub handle
+_QUICK: dict[int, Any] = {}     # ... -> its NicPath, while fr_recv may take from it
+os.register_at_fork(after_in_child=_QUICK.clear)   # (a child's sockets are its parent's)
+_FR_RECV = int(stubpath.ffi.cast("uintptr_t", stubpath.ffi.addressof(stubpath.lib, "fr_recv")))
 _SOCK_NONBLOCK = int(socket.SOCK_NONBLOCK)
 _STRUCTS = {(socket.SOL_SOCKET, socket.SO_LINGER), (socket.IPPROTO_TCP, socket.TCP_INFO),
             (socket.IPPROTO_TCP, socket.TCP_CONGESTION)}   # options that are not an int
@@ -92,7 +98,10 @@ def bind(ffi: Any) -> None:
     def _recv(fd: int, buf: Any, n: int, flags: int, ip: Any, port: Any) -> int:
         sock = _handle(fd)
         if ip == ffi.NULL:
-            return sock.recv_into(ffi.buffer(buf, n), n, flags)
+            got = sock.recv_into(ffi.buffer(buf, n), n, flags)
+            if fd not in _QUICK:   # its next recvs of bytes already there: in C
+                _quick(fd, sock)
+            return got
         got, sender = sock.recvfrom_into(ffi.buffer(buf, n), n, flags)
         _address(sender, ip, port)
         return got
@@ -103,6 +112,7 @@ def bind(ffi: Any) -> None:
 
     def _close(fd: int) -> int:
         _handle(fd)
+        _unquick(fd)
         _HANDLES.pop(fd).close()
         return 0
 
@@ -143,6 +153,7 @@ def bind(ffi: Any) -> None:
 
     def _exit() -> int:
         for fd in list(_HANDLES):
+            _unquick(fd)
             try:
                 _HANDLES.pop(fd).close()
             except OSError:
@@ -167,6 +178,8 @@ def bind(ffi: Any) -> None:
         if arm and rt.wait_sources() > room:
             most_ms[0] = rt.wait_sources()
             return -errno.ENOSPC
+        for path in _QUICK.values():   # what C's recvs read goes back to the skeletons
+            path.credit_after_quick()
         sources, most = rt.poll_begin(bool(arm))
         most_ms[0] = math.ceil(most * 1000)
         if sources is None:
@@ -180,6 +193,10 @@ def bind(ffi: Any) -> None:
 
     def _ready() -> int:
         return 1
+
+    @ffi.def_extern(name="sr_fast_recv", onerror=_bug)   # (a pointer: NULL if it failed)
+    def _fast_recv() -> Any:
+        return ffi.cast("void *", _FR_RECV)
 
     def _memory() -> int:
         from splitrack.guest import rackmem
@@ -201,6 +218,20 @@ def bind(ffi: Any) -> None:
                _listen, _accept, _send, _recv, _shutdown, _close, _name, _setsockopt,
                _getsockopt, _blocking, _dup, _exit, _inherit):
         extern(fn)
+
+
+def _quick(fd: int, sock: Any) -> None:
+    """fd's recvs of bytes already there are taken in C from now on, if its stub's
+    are plain stream bytes through an nComponent (native/fastrecv.h)."""
+    quick = getattr(sock, "quick_path", None)   # (a fork()ed child's handle: none)
+    path = quick() if quick is not None else None
+    if path is not None and stubpath.lib.fr_on(fd, path.c) == 0:
+        _QUICK[fd] = path   # (kept: the C state lives as long as the table names it)
+
+
+def _unquick(fd: int) -> None:
+    if _QUICK.pop(fd, None) is not None:
+        stubpath.lib.fr_off(fd)   # (once it returns, no recv in C uses the path)
 
 
 def hand_over(fd: int) -> None:

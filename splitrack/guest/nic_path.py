@@ -23,6 +23,10 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
 - windows: at most a ring's worth unconsumed each way; consumed bytes go
   back as N_CREDIT in batches, sent ones come back as STUB_SENT once the
   skeleton has them in nComponent DRAM.
+- a native program's recv of bytes already there (more than it asks for)
+  is taken in C, without the interpreter or the stub's lock (`quick`:
+  native/fastrecv.h); what it read goes back at the program's next wait
+  (`credit_after_quick`) or the next recv here.
 - message packing (the paper's suggested improvement; on unless the process
   runs with SPLITRACK_PACKING=0): a send that comes while earlier bytes are in
   flight (announced, not yet confirmed) and within PACK_GAP_S of the last
@@ -71,8 +75,8 @@ from splitrack.params import (
 
 _NODELAY = (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)
 _lib, _from_buffer = stubpath.lib, stubpath.ffi.from_buffer
-_put, _take, _unstage, _announced = _lib.sp_put, _lib.sp_take, _lib.sp_unstage, \
-    _lib.sp_announced
+_put, _take, _unstage, _announced, _credit_due = _lib.sp_put, _lib.sp_take, \
+    _lib.sp_unstage, _lib.sp_announced, _lib.sp_credit_due
 _SENT, _HELD, _HOLDING, _FULL, _MISS, _MISSED = stubpath.SENT, stubpath.HELD, \
     stubpath.HOLDING, stubpath.FULL, stubpath.MISS, stubpath.MISSED
 _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
@@ -132,6 +136,9 @@ class NicPath:
         buf = _from_buffer(out, require_writable=True)
         done = _take(c, buf, k, 0, peek)
         while done < k:   # a line that is not cached: fault it in (reading ahead), go on
+            if not c.miss:   # (none: a recv in C took the rest meanwhile, fastrecv.h)
+                k = done
+                break
             try:
                 self.vm.fault(c.miss, _left(self._rbuf, c.miss, k - done))
             except BaseException:
@@ -143,12 +150,41 @@ class NicPath:
         if view is None and k < len(out):
             del out[k:]
         if not peek:
-            if c.unacked >= SOCKET_CREDIT_BYTES:   # the skeleton's window reopens
-                self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, c.unacked))
-                c.unacked = 0
+            self._give_credit()
             if c.rhead == c.rtail:
                 self.stub.drained()
         return k if view is not None else bytes(out)
+
+    def _give_credit(self) -> None:
+        """The skeleton's window reopens by what was read, once a batch of it was."""
+        n = _credit_due(self.c, SOCKET_CREDIT_BYTES)
+        if n:
+            self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, n))
+
+    # ---- a native program's recv without the interpreter (native/fastrecv.h) ------------
+    def quick(self) -> Any:
+        """This path, whose recvs of bytes already there are now takeable in C from
+        its state `c` (sp_take_more); None once released."""
+        if self.buffers is None:
+            return None
+        _lib.sp_fast(self.c, 1)
+        return self
+
+    def quick_off(self) -> None:
+        """No more of those: once this returns, none is copying (released, broken)."""
+        _lib.sp_fast(self.c, 0)
+
+    def credit_after_quick(self) -> None:
+        """(a native program's wait; the stub's lock not held) What the recvs in C
+        read goes back to the skeleton, once a batch of it was. A failure breaks the
+        connection, as announce_held's does."""
+        if self.c.unacked >= SOCKET_CREDIT_BYTES:
+            with self.stub.lock:
+                if self.buffers is not None:
+                    try:
+                        self._give_credit()
+                    except OSError as exc:
+                        self.stub.set_error(exc.errno or errno.EIO)
 
     def pushed(self, op: int, payload: memoryview) -> None:
         if op == Op.STUB_DATA:   # n more bytes in the receive ring's lines (dDDIO wrote them)
@@ -273,6 +309,7 @@ class NicPath:
 
     def release(self) -> None:
         """The buffers back to the runtime (the socket closed, or never connected)."""
+        self.quick_off()
         self.rt.unhold(self)
         if self.buffers is not None:
             self.rt.free_buffers(self.buffers)

@@ -131,14 +131,33 @@ class Receiving:
             got = self._path.take(want, view, peek)
             if got is not None:
                 return got
-        if self._error:   # reported once, as Linux does; then the socket is broken
-            code, self._error, self._broken = self._error, 0, True
-            raise err(code)
+        if self._error:
+            raise err(self._error_once())
         if self._eof or self._shut_rd or self._broken or self._dead:
             return b"" if view is None else 0
         if self._peer is None:
             raise err(errno.ENOTCONN)
         return None
+
+    def _error_once(self) -> int:
+        """(lock held) The error, which is reported once, as Linux does; then the
+        socket is broken, and recv reads nothing more: not in C either."""
+        code, self._error, self._broken = self._error, 0, True
+        off = getattr(self._path, "quick_off", None)
+        if off is not None:
+            off()
+        return code
+
+    def quick_path(self) -> Any:
+        """The NicPath whose recvs of bytes already there a native program may take
+        in C from now on (native/fastrecv.h: no other of recv's rules applies
+        then), or None: a datagram socket, a shortcut, not connected, broken."""
+        with self._lock:
+            quick = getattr(self._path, "quick", None)
+            if (quick is None or self.type != socket.SOCK_STREAM or self._broken
+                    or self._dead or self._gone):
+                return None
+            return quick()
 
     def _drained(self) -> None:
         """The path has no more buffered bytes: fileno() stops being readable."""

@@ -93,8 +93,7 @@ class Sending:
         if self._dead or self._gone:
             raise err(errno.EBADF)
         if self._error:
-            code, self._error, self._broken = self._error, 0, True
-            raise err(code)
+            raise err(self._error_once())
         if self._shut_wr or self._broken or self._peer_gone or self._peer is None:
             raise err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
 

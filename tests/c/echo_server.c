@@ -1,12 +1,13 @@
 #define _GNU_SOURCE
 /* A TCP echo server, as a C program: the rack's native interposer under test.
  *
- *   echo_server IP PORT MODE CONNS
+ *   echo_server IP PORT MODE CONNS [READ]
  *
  * MODE: "block" (accept, then read/write until EOF, one connection at a time),
  * "poll" or "epoll" (non-blocking, every connection at once in one loop).
  * Prints "listening PORT" once it listens (PORT 0: the port it got), serves
- * CONNS connections, then exits 0. Any failed call: its errno, exit 1.
+ * CONNS connections, then exits 0. READ: at most this many bytes a read (default and
+ * most: 65536). Any failed call: its errno, exit 1.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,11 +28,13 @@ static void fail(const char *what)
     exit(1);
 }
 
+static size_t piece = 65536;   /* READ */
+
 /* Echo what is there; 1 while the connection is open. */
 static int echo(int fd)
 {
     char buf[65536];
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = read(fd, buf, piece);
     if (n == 0)
         return 0;
     if (n < 0)
@@ -58,8 +61,12 @@ static void nonblocking(int fd)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: echo_server IP PORT block|poll|epoll CONNS\n");
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: echo_server IP PORT block|poll|epoll CONNS [READ]\n");
+        return 2;
+    }
+    if (argc == 6 && (piece = strtoul(argv[5], NULL, 10)) - 1 >= 65536) {
+        fprintf(stderr, "echo_server: READ is 1..65536\n");
         return 2;
     }
     const char *mode = argv[3];
