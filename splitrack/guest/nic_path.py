@@ -137,6 +137,8 @@ class NicPath:
         done = _take(c, buf, k, 0, peek)
         while done < k:   # a line that is not cached: fault it in (reading ahead), go on
             if not c.miss:   # (none: a recv in C took the rest meanwhile, fastrecv.h)
+                if not done:
+                    return None
                 k = done
                 break
             try:
