@@ -12,7 +12,7 @@ own; every handle's is a dup of it: handles.py), `_bell` the other end:
 - writable while a send would not block and (a stream) a third of its window
   is free, as Linux's TCP says (`_writable`): while it is not, the other
   direction (`_fd` to `_bell`) is kept full -- `_fd`'s SO_SNDBUF is the
-  kernel's least, so one 4 KiB write fills it -- and drained when the window
+  kernel's least, so one write fills it -- and drained when the window
   opens again, the socket breaks, shuts down or closes (`wake_senders`,
   `_sync_writable`).
 
@@ -22,7 +22,9 @@ A pipe shortcut's fileno() is the pipe's end, exact by itself (`_bell` None).
 import _socket
 import os
 
-_CLOG = bytes(4096)   # what fills the pair's other direction (_sync_writable)
+_CLOG = bytes(65536)   # more than the pair's other direction holds: a write fills it, and
+                      # a Unix stream's non-blocking write then takes what fits, a recv
+                      # all there is (one syscall each way, not two: _sync_writable)
 
 
 class Bell:
@@ -81,10 +83,10 @@ class Bell:
         self._clogged = shut
         try:
             if shut:
-                while True:
-                    os.write(self._fd, _CLOG)
+                while os.write(self._fd, _CLOG) == len(_CLOG):
+                    pass
             else:
-                while self._bell.recv(len(_CLOG) * 4):
+                while len(self._bell.recv(len(_CLOG))) == len(_CLOG):
                     pass
         except BlockingIOError:
             pass
