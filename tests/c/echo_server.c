@@ -4,7 +4,8 @@
  *   echo_server IP PORT MODE CONNS [READ]
  *
  * MODE: "block" (accept, then read/write until EOF, one connection at a time),
- * "poll" or "epoll" (non-blocking, every connection at once in one loop).
+ * "waitall" (the same, each read a recv(MSG_WAITALL) of READ bytes), "poll" or
+ * "epoll" (non-blocking, every connection at once in one loop).
  * Prints "listening PORT" once it listens (PORT 0: the port it got), serves
  * CONNS connections, then exits 0. READ: at most this many bytes a read (default and
  * most: 65536). Any failed call: its errno, exit 1.
@@ -29,16 +30,21 @@ static void fail(const char *what)
 }
 
 static size_t piece = 65536;   /* READ */
+static int read_flags;         /* MSG_WAITALL in "waitall" */
 
 /* Echo what is there; 1 while the connection is open. */
 static int echo(int fd)
 {
     char buf[65536];
-    ssize_t n = read(fd, buf, piece);
+    ssize_t n = recv(fd, buf, piece, read_flags);
     if (n == 0)
         return 0;
     if (n < 0)
         return errno == EAGAIN ? 1 : (fail("read"), 0);
+    if (read_flags & MSG_WAITALL && (size_t)n != piece) {   /* (the clients send whole ones) */
+        fprintf(stderr, "echo_server: MSG_WAITALL read %zd of %zu\n", n, piece);
+        exit(1);
+    }
     for (ssize_t at = 0; at < n;) {   /* (a non-blocking write may take part) */
         ssize_t k = write(fd, buf + at, n - at);
         if (k < 0 && errno != EAGAIN)
@@ -62,7 +68,7 @@ static void nonblocking(int fd)
 int main(int argc, char **argv)
 {
     if (argc != 5 && argc != 6) {
-        fprintf(stderr, "usage: echo_server IP PORT block|poll|epoll CONNS [READ]\n");
+        fprintf(stderr, "usage: echo_server IP PORT block|waitall|poll|epoll CONNS [READ]\n");
         return 2;
     }
     if (argc == 6 && (piece = strtoul(argv[5], NULL, 10)) - 1 >= 65536) {
@@ -88,6 +94,10 @@ int main(int argc, char **argv)
     printf("listening %d\n", ntohs(addr.sin_port));
     fflush(stdout);
 
+    if (strcmp(mode, "waitall") == 0) {
+        mode = "block";
+        read_flags = MSG_WAITALL;
+    }
     if (strcmp(mode, "block") == 0) {
         for (int served = 0; served < conns; served++) {
             int fd = accept(lfd, NULL, NULL);
