@@ -3,8 +3,9 @@
  * fastrecv.h.
  *
  * Each entry has a lock of its own, held by fr_recv while it uses the path
- * (only tried: a busy entry is the stub's) and by fr_off while it clears it,
- * so a path is never used after fr_off returns.
+ * (only tried: if another thread's fr_recv, fr_on or fr_off holds it, this
+ * recv is the stub's) and by fr_off while it clears it, so a path is never
+ * used after fr_off returns.
  */
 #include "fastrecv.h"
 
@@ -56,7 +57,7 @@ int fr_on(int fd, sp_path *p) {
     }
     fr_entry *e = &table[fd];
     lock(e);
-    e->p = p;
+    __atomic_store_n(&e->p, p, __ATOMIC_RELAXED);
     unlock(e);
     return 0;
 }
@@ -66,7 +67,7 @@ void fr_off(int fd) {
     if (!t || fd < 0 || fd >= FR_FDS)
         return;
     lock(&t[fd]);
-    t[fd].p = NULL;
+    __atomic_store_n(&t[fd].p, NULL, __ATOMIC_RELAXED);
     unlock(&t[fd]);
 }
 

@@ -19,8 +19,14 @@
  * (sp_fast). A fork()ed child starts with an empty table: its rack sockets
  * are its parent's (splitrack/guest/forked.py).
  *
- * Credit: what fr_recv reads is given back to the skeleton (N_CREDIT) by the
- * program's next wait (the interposer's), or by the stub's next recv.
+ * Credit: what fr_recv reads is given back to the skeleton (N_CREDIT), a
+ * batch at a time, by the program's next polled wait (the interposer's), or
+ * by the stub's next recv (fr_recv leaves it to the stub at half the ring).
+ *
+ * Ordering: the stub's side moves rtail with a plain store after the lines
+ * are written (dDDIO) or dropped (dDMA); sp_take_more reads it with an
+ * acquire load, which is enough on x86 (stores are not reordered), the
+ * machines this runs on.
  */
 #ifndef SPLITRACK_FASTRECV_H
 #define SPLITRACK_FASTRECV_H

@@ -179,20 +179,13 @@ ssize_t write(int fd, const void *buf, size_t n)
 }
 
 /* A stream's bytes that are there already, without the interpreter (native/fastrecv.h),
- * for the flags that change nothing then: the count, or -1 (the stub's call, which
- * serves everything else). MSG_WAITALL: more than n are there, but a line that is not
- * cached may cut the copy short; the stub reads the rest (an error then: what came). */
+ * for the flags that change nothing then (it takes all n or none: MSG_WAITALL and
+ * SO_RCVLOWAT are met): n, or -1 (the stub's call, which serves everything else). */
 static long quick(int fd, void *buf, size_t n, int flags)
 {
     if (!fast_recv || !n || (flags & ~(MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL)))
         return -1;
-    long r = fast_recv(fd, buf, n);
-    if (r > 0 && (size_t)r < n && (flags & MSG_WAITALL)) {
-        long more = GUEST(sr.recv, fd, (char *)buf + r, n - (size_t)r, flags, NULL, NULL);
-        if (more > 0)
-            r += more;
-    }
-    return r;
+    return fast_recv(fd, buf, n);
 }
 
 ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, socklen_t *len)

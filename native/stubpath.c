@@ -148,7 +148,10 @@ uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek) 
     uint64_t avail = __atomic_load_n(&p->rtail, __ATOMIC_ACQUIRE) - p->rhead, k = 0;
     if (skip < avail) {
         k = want < avail - skip ? want : avail - skip;
+        uint64_t asked = k;
         k = ring_copy(p, p->rstart, p->rsize, p->rhead + skip, dst, k, 0, &p->miss);
+        if (k < asked)
+            p->faulting = 1;
         if (!peek) {
             p->rhead += k;
             p->unacked += k;
@@ -163,13 +166,11 @@ int64_t sp_take_more(sp_path *p, char *dst, uint64_t want) {
     uint64_t miss;   /* (not the path's: the stub's own call may be reading it) */
     sp_rlock(p);
     uint64_t avail = __atomic_load_n(&p->rtail, __ATOMIC_ACQUIRE) - p->rhead;
-    if (p->fast && want && avail > want && p->unacked < p->rsize / 2) {
-        uint64_t k = ring_copy(p, p->rstart, p->rsize, p->rhead, dst, want, 0, &miss);
-        if (k) {
-            p->rhead += k;
-            p->unacked += k;
-            r = (int64_t)k;
-        }
+    if (p->fast && !p->faulting && want && avail > want && p->unacked < p->rsize / 2
+        && ring_copy(p, p->rstart, p->rsize, p->rhead, dst, want, 0, &miss) == want) {
+        p->rhead += want;
+        p->unacked += want;
+        r = (int64_t)want;
     }
     sp_runlock(p);
     return r;
@@ -184,9 +185,14 @@ void sp_fast(sp_path *p, int on) {
 uint64_t sp_credit_due(sp_path *p, uint64_t least) {
     sp_rlock(p);
     uint64_t n = p->unacked >= least ? p->unacked : 0;
-    p->unacked -= n;
     sp_runlock(p);
     return n;
+}
+
+void sp_credited(sp_path *p, uint64_t n) {
+    sp_rlock(p);
+    p->unacked -= n;
+    sp_runlock(p);
 }
 
 /* ---- the watch ----------------------------------------------------------- */

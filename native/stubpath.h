@@ -76,6 +76,8 @@ typedef struct {
     uint32_t watched;       /* on an sp_watch's list */
     uint32_t rlock;         /* the receive side's lock: rhead, unacked (sp_take, fastrecv.h) */
     uint32_t fast;          /* 1: a native program's recv may take without the interpreter */
+    uint32_t faulting;      /* 1: the stub's take stopped at a miss, and faults the line in
+                             * before it goes on (sp_take sets it; the stub clears it) */
     char *stage;            /* 2 * line bytes */
     /* packing */
     uint64_t pack_max;      /* bytes held at most */
@@ -112,19 +114,24 @@ void sp_announced(sp_path *p);
 /* Receive: copy up to `want` received bytes into dst, from `skip` bytes past
  * the first unread one; unless peek, the bytes copied are read (rhead moves;
  * skip must then be 0). Returns the bytes copied: fewer than were there if a
- * miss stopped it (then `miss` is its address; else `miss` is 0: another
- * thread's recv took the rest first, fastrecv.h). Under `rlock`. */
+ * miss stopped it (then `miss` is its address, and `faulting` is set until
+ * the caller clears it: no recv in C takes meanwhile, so the caller's bytes
+ * stay one stretch of the stream); else `miss` is 0: another thread's recv
+ * took the rest first (fastrecv.h). Under `rlock`. */
 uint64_t sp_take(sp_path *p, char *dst, uint64_t want, uint64_t skip, int peek);
 
-/* The bytes read and not yet given back to the skeleton, if at least `least`
- * (then none is left unacked): what the caller sends as N_CREDIT. Else 0. */
+/* The bytes read and not yet given back to the skeleton, if at least `least`:
+ * what the caller sends as N_CREDIT, and then says it did (sp_credited: n
+ * fewer unacked; a send that failed leaves them unacked). Else 0. */
 uint64_t sp_credit_due(sp_path *p, uint64_t least);
+void sp_credited(sp_path *p, uint64_t n);
 
-/* A native program's recv without the interpreter (fastrecv.h): `want` bytes,
- * only if more than `want` wait (the socket stays readable: nothing to hush),
- * `fast` is on and fewer than half the ring's bytes are unacked (else the
- * stub's recv takes them, and gives the credit back). Returns the bytes
- * copied (short if a line was not cached), or -1: none taken, ask the stub. */
+/* A native program's recv without the interpreter (fastrecv.h): all `want`
+ * bytes, only if more than `want` wait (the socket stays readable: nothing
+ * to hush), every line of them is cached, `fast` is on, the stub is not
+ * faulting, and fewer than half the ring's bytes are unacked (else the
+ * stub's recv takes them, and gives the credit back). Returns `want`, or -1:
+ * none taken (dst may have been written), ask the stub. */
 int64_t sp_take_more(sp_path *p, char *dst, uint64_t want);
 
 /* `fast` on or off, under the lock: once off, no such recv is copying. */

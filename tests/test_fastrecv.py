@@ -78,22 +78,28 @@ def test_what_it_leaves_to_the_stub(path):
     c.unacked = RING // 2                   # half the ring unacked: the stub gives it back
     assert recv(10) == (-1, b"")
     assert lib.sp_credit_due(c, RING) == 0 and c.unacked == RING // 2
-    assert lib.sp_credit_due(c, 1024) == RING // 2 and c.unacked == 0
+    assert lib.sp_credit_due(c, 1024) == RING // 2 and c.unacked == RING // 2  # (a send
+    lib.sp_credited(c, RING // 2)                                  # that failed: no change)
+    assert c.unacked == 0
     assert recv(10) == (10, data[:10])
     lib.fr_off(FD)
     assert recv(10) == (-1, b"")
     assert lib.fr_on(-1, c) == -1 and lib.fr_on(1 << 20, c) == -1
 
 
-def test_a_line_not_cached_stops_it_and_the_stub_faults_it(path):
+def test_a_line_not_cached_leaves_it_all_to_the_stub_which_faults_it(path):
     c, xc, data = path
     xc.invalidate(PID, RSTART // LINE + 1, 1)   # the ring's second line
     c.rtail = 3 * LINE
-    assert recv(LINE + 100) == (LINE, data[:LINE])   # up to the line: a short read
-    assert recv(100) == (-1, b"")                    # it first: the stub's fault path
-    assert c.miss == 0                               # (the stub's field: not touched)
-    buf = ffi.new("char[]", 100)
-    assert lib.sp_take(c, buf, 100, 0, 0) == 0 and c.miss == RSTART + LINE
+    assert recv(LINE + 100)[0] == -1      # all or none (MSG_WAITALL, SO_RCVLOWAT hold)
+    assert (c.rhead, c.unacked, c.miss) == (0, 0, 0)   # (the stub's fields: untouched)
+    assert recv(100) == (100, data[:100])              # the lines before it: C's
+    buf = ffi.new("char[]", LINE)
+    assert lib.sp_take(c, buf, LINE, 0, 0) == LINE - 100   # the stub's stops at it,
+    assert c.miss == RSTART + LINE and c.faulting == 1     # and faults it in: until it
+    assert recv(10) == (-1, b"")                           # clears faulting, C waits,
+    c.faulting = 0                                         # so its bytes stay one stretch
+    assert recv(10)[0] == -1 and c.rhead == LINE           # (still not cached: the stub's)
 
 
 def test_the_stubs_take_and_recvs_in_c_never_read_a_byte_twice(path):
@@ -103,32 +109,40 @@ def test_the_stubs_take_and_recvs_in_c_never_read_a_byte_twice(path):
     total, got, credited = 200 * RING, {}, [0]
     lock = threading.Lock()
 
+    errors = []
+
     def feed_and_read(take):
         buf = ffi.new("char[]", 777)
-        while c.rhead < total:
-            k = take(buf)
-            if k > 0:
-                with lock:
-                    got[take] = got.get(take, 0) + k
+        try:
+            while c.rhead < total:
+                k = take(buf)
+                if k > 0:
+                    with lock:
+                        got[take] = got.get(take, 0) + k
+        except BaseException as exc:   # (a thread's failure is the test's)
+            errors.append(exc)
 
     def in_c(buf):
         return lib.fr_recv(FD, buf, 777)
 
     def as_stub(buf):
         k = lib.sp_take(c, buf, 777, 0, 0)
-        assert k or c.miss == 0
+        assert c.miss == 0 and not c.faulting   # (every line cached: no miss)
         return k
 
     def producer():
         while c.rtail < total:   # the skeleton's pushes: a line's worth at a time, once
             if c.rtail - c.rhead <= RING - LINE:   # there is room (the window)
                 c.rtail += LINE
-            credited[0] += lib.sp_credit_due(c, LINE)   # (N_CREDIT: C may read on)
+            due = lib.sp_credit_due(c, LINE)   # (N_CREDIT: C may read on)
+            lib.sp_credited(c, due)
+            credited[0] += due
     threads = [threading.Thread(target=f) for f in (producer,)] + \
         [threading.Thread(target=feed_and_read, args=(t,)) for t in (in_c, as_stub)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    assert not errors, errors
     assert sum(got.values()) == total == c.rhead == credited[0] + c.unacked
     assert len(got) == 2, "both read some"  # (else this proves nothing)

@@ -148,6 +148,7 @@ def bind(ffi: Any) -> None:
 
     def _dup(fd: int, newfd: int) -> int:
         onto = getattr(_handle(fd), "dup_onto", None)   # a fork()ed child's (forked.py)
+        _unquick(newfd)   # (closed behind the interposer's back: fclose, close_range)
         _HANDLES[newfd] = onto(newfd) if onto else BsdSocketStub(fileno=newfd)   # one more
         return 0
 
@@ -178,7 +179,8 @@ def bind(ffi: Any) -> None:
         if arm and rt.wait_sources() > room:
             most_ms[0] = rt.wait_sources()
             return -errno.ENOSPC
-        for path in _QUICK.values():   # what C's recvs read goes back to the skeletons
+        for path in tuple(_QUICK.values()):   # what C's recvs read goes back to the
+                                              # skeletons (other threads change _QUICK)
             path.credit_after_quick()
         sources, most = rt.poll_begin(bool(arm))
         most_ms[0] = math.ceil(most * 1000)
@@ -230,8 +232,10 @@ def _quick(fd: int, sock: Any) -> None:
 
 
 def _unquick(fd: int) -> None:
-    if _QUICK.pop(fd, None) is not None:
+    """fd's recvs are the stub's again: its descriptor closed, or is another's now."""
+    if fd in _QUICK:
         stubpath.lib.fr_off(fd)   # (once it returns, no recv in C uses the path)
+        del _QUICK[fd]
 
 
 def hand_over(fd: int) -> None:
@@ -263,6 +267,7 @@ def _handle(fd: int) -> Any:
 def _adopt(handle: Any) -> int:
     """The program's descriptor of a new handle: its own (not the runtime's)."""
     fd = _socket.socket.fileno(handle)
+    _unquick(fd)   # (closed behind the interposer's back: fclose, close_range)
     _HANDLES[fd] = handle
     return fd
 

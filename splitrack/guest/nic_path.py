@@ -75,8 +75,9 @@ from splitrack.params import (
 
 _NODELAY = (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)
 _lib, _from_buffer = stubpath.lib, stubpath.ffi.from_buffer
-_put, _take, _unstage, _announced, _credit_due = _lib.sp_put, _lib.sp_take, \
-    _lib.sp_unstage, _lib.sp_announced, _lib.sp_credit_due
+_put, _take, _unstage, _announced = _lib.sp_put, _lib.sp_take, _lib.sp_unstage, \
+    _lib.sp_announced
+_credit_due, _credited = _lib.sp_credit_due, _lib.sp_credited
 _SENT, _HELD, _HOLDING, _FULL, _MISS, _MISSED = stubpath.SENT, stubpath.HELD, \
     stubpath.HOLDING, stubpath.FULL, stubpath.MISS, stubpath.MISSED
 _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
@@ -135,20 +136,13 @@ class NicPath:
         out = bytearray(k) if view is None else view[:k]
         buf = _from_buffer(out, require_writable=True)
         done = _take(c, buf, k, 0, peek)
-        while done < k:   # a line that is not cached: fault it in (reading ahead), go on
-            if not c.miss:   # (none: a recv in C took the rest meanwhile, fastrecv.h)
-                if not done:
-                    return None
-                k = done
-                break
+        if done < k:
             try:
-                self.vm.fault(c.miss, _left(self._rbuf, c.miss, k - done))
-            except BaseException:
-                if not done or peek:
-                    raise
-                k = done   # what was read is the program's: a short read; the fault
-                break      # (its home unreachable...) comes again at the next recv
-            done += _take(c, buf + done, k - done, done if peek else 0, peek)
+                k = self._take_rest(buf, k, done, peek)
+            finally:
+                c.faulting = 0   # (set by sp_take at the miss: recvs in C wait meanwhile)
+            if not k:
+                return None
         if view is None and k < len(out):
             del out[k:]
         if not peek:
@@ -157,11 +151,29 @@ class NicPath:
                 self.stub.drained()
         return k if view is not None else bytes(out)
 
+    def _take_rest(self, buf: Any, k: int, done: int, peek: bool) -> int:
+        """take() after its first copy stopped short of k bytes at `done`: a line that
+        is not cached is faulted in (reading ahead), and the copy goes on; the count
+        read. (No miss: a recv in C took the rest first, fastrecv.h.)"""
+        c = self.c
+        while done < k and c.miss:
+            try:
+                self.vm.fault(c.miss, _left(self._rbuf, c.miss, k - done))
+            except BaseException:
+                if not done or peek:
+                    raise
+                return done   # what was read is the program's: a short read; the fault
+                              # (its home unreachable...) comes again at the next recv
+            done += _take(c, buf + done, k - done, done if peek else 0, peek)
+        return done
+
     def _give_credit(self) -> None:
-        """The skeleton's window reopens by what was read, once a batch of it was."""
+        """The skeleton's window reopens by what was read, once a batch of it was
+        (if the send fails, those bytes stay unacked)."""
         n = _credit_due(self.c, SOCKET_CREDIT_BYTES)
         if n:
             self.rt.send(self.n, Op.N_CREDIT, SK_N.pack(self.sk, n))
+            _credited(self.c, n)
 
     # ---- a native program's recv without the interpreter (native/fastrecv.h) ------------
     def quick(self) -> Any:
@@ -180,9 +192,9 @@ class NicPath:
         """(a native program's wait; the stub's lock not held) What the recvs in C
         read goes back to the skeleton, once a batch of it was. A failure breaks the
         connection, as announce_held's does."""
-        if self.c.unacked >= SOCKET_CREDIT_BYTES:
+        if self.c.fast and self.c.unacked >= SOCKET_CREDIT_BYTES:
             with self.stub.lock:
-                if self.buffers is not None:
+                if self.c.fast:   # (off: released, or broken and reported)
                     try:
                         self._give_credit()
                     except OSError as exc:

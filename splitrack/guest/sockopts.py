@@ -117,9 +117,7 @@ class Options:
             self._rt.pump()   # what the skeleton said so far
             self._settle()
             with self._lock:
-                code, self._error = self._error, 0
-                self._broken = self._broken or bool(code)
-            return code
+                return self._error_once() if self._error else 0
         if key == (SOL_SOCKET, _socket_module.SO_TYPE):
             return int(self.type)   # (an int, as the kernel's getsockopt gives it)
         if key == RCVLOWAT:
