@@ -23,11 +23,13 @@ typedef struct {
 } fr_entry;
 
 static fr_entry *table;   /* FR_FDS entries, made by the first fr_on */
+static uint64_t taken;    /* bytes fr_recv took since fr_taken last looked */
 static pthread_mutex_t making = PTHREAD_MUTEX_INITIALIZER;
 
 static void child_forgets(void) {
     if (table)   /* (the parent's sockets: the child reaches them through it) */
         memset(table, 0, FR_FDS * sizeof *table);
+    taken = 0;
 }
 
 static void lock(fr_entry *e) {
@@ -80,5 +82,11 @@ long fr_recv(int fd, void *buf, size_t want) {
         return -1;   /* another thread's: the stub serves this one */
     long r = e->p ? (long)sp_take_more(e->p, buf, want) : -1;
     unlock(e);
+    if (r > 0)
+        __atomic_fetch_add(&taken, (uint64_t)r, __ATOMIC_RELAXED);
     return r;
+}
+
+uint64_t fr_taken(void) {
+    return __atomic_exchange_n(&taken, 0, __ATOMIC_RELAXED);
 }

@@ -32,6 +32,7 @@
 #define SPLITRACK_FASTRECV_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "stubpath.h"
 
@@ -45,5 +46,9 @@ void fr_off(int fd);
 /* Up to `want` bytes of fd's stream into buf: the count, or -1 (none taken:
  * not in the table, busy in another thread, or a case for the stub). */
 long fr_recv(int fd, void *buf, size_t want);
+
+/* The bytes fr_recv took since the last call (so a wait looks for credit to
+ * give back only after some were: not at every wait of a busy server). */
+uint64_t fr_taken(void);
 
 #endif

@@ -52,6 +52,9 @@ from splitrack.guest.stub import BsdSocketStub
 
 _HANDLES: dict[int, Any] = {}   # the program's descriptor -> its stub handle
 _QUICK: dict[int, Any] = {}     # ... -> its NicPath, while fr_recv may take from it
+                                # (None: the stub's, as its first recv found: a
+                                # datagram's, a shortcut's, a broken one's)
+_fr_taken = stubpath.lib.fr_taken
 os.register_at_fork(after_in_child=_QUICK.clear)   # (a child's sockets are its parent's)
 _FR_RECV = int(stubpath.ffi.cast("uintptr_t", stubpath.ffi.addressof(stubpath.lib, "fr_recv")))
 _SOCK_NONBLOCK = int(socket.SOCK_NONBLOCK)
@@ -179,9 +182,10 @@ def bind(ffi: Any) -> None:
         if arm and rt.wait_sources() > room:
             most_ms[0] = rt.wait_sources()
             return -errno.ENOSPC
-        for path in tuple(_QUICK.values()):   # what C's recvs read goes back to the
-                                              # skeletons (other threads change _QUICK)
-            path.credit_after_quick()
+        if _QUICK and _fr_taken():   # what C's recvs read goes back to the skeletons
+            for path in tuple(_QUICK.values()):   # (other threads change _QUICK)
+                if path is not None:
+                    path.credit_after_quick()
         sources, most = rt.poll_begin(bool(arm))
         most_ms[0] = math.ceil(most * 1000)
         if sources is None:
@@ -227,15 +231,16 @@ def _quick(fd: int, sock: Any) -> None:
     are plain stream bytes through an nComponent (native/fastrecv.h)."""
     quick = getattr(sock, "quick_path", None)   # (a fork()ed child's handle: none)
     path = quick() if quick is not None else None
-    if path is not None and stubpath.lib.fr_on(fd, path.c) == 0:
-        _QUICK[fd] = path   # (kept: the C state lives as long as the table names it)
+    if path is not None and stubpath.lib.fr_on(fd, path.c) != 0:
+        path = None   # (a descriptor past the table's end)
+    _QUICK[fd] = path   # (kept: the C state lives as long as the table names it)
 
 
 def _unquick(fd: int) -> None:
     """fd's recvs are the stub's again: its descriptor closed, or is another's now."""
-    if fd in _QUICK:
+    if _QUICK.get(fd) is not None:
         stubpath.lib.fr_off(fd)   # (once it returns, no recv in C uses the path)
-        del _QUICK[fd]
+    _QUICK.pop(fd, None)
 
 
 def hand_over(fd: int) -> None:
