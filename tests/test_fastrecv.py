@@ -106,23 +106,25 @@ def test_a_line_not_cached_leaves_it_all_to_the_stub_which_faults_it(path):
 
 def test_the_stubs_take_and_recvs_in_c_never_read_a_byte_twice(path):
     """Two threads read one stream: one in C (fr_recv), one as the stub (sp_take); every
-    byte is read once, and a take cut short by the other says no miss."""
+    byte is read once, and the stub's takes never see a miss (a take the other cut
+    short is not one)."""
     c, _, data = path
     total, got, credited = 200 * RING, {}, [0]
     lock = threading.Lock()
 
-    errors = []
+    errors, stop = [], threading.Event()   # (a failed reader stops all: none outlives c)
 
     def feed_and_read(take):
         buf = ffi.new("char[]", 777)
         try:
-            while c.rhead < total:
+            while c.rhead < total and not stop.is_set():
                 k = take(buf)
                 if k > 0:
                     with lock:
                         got[take] = got.get(take, 0) + k
         except BaseException as exc:   # (a thread's failure is the test's)
             errors.append(exc)
+            stop.set()
 
     def in_c(buf):
         return lib.fr_recv(FD, buf, 777)
@@ -133,18 +135,25 @@ def test_the_stubs_take_and_recvs_in_c_never_read_a_byte_twice(path):
         return k
 
     def producer():
-        while c.rtail < total:   # the skeleton's pushes: a line's worth at a time, once
+        while c.rtail < total and not stop.is_set():   # the skeleton's pushes: a line's
+                                                        # worth at a time, once
             if c.rtail - c.rhead <= RING - LINE:   # there is room (the window)
                 c.rtail += LINE
             due = lib.sp_credit_due(c, LINE)   # (N_CREDIT: C may read on)
             lib.sp_credited(c, due)
             credited[0] += due
-    threads = [threading.Thread(target=f) for f in (producer,)] + \
-        [threading.Thread(target=feed_and_read, args=(t,)) for t in (in_c, as_stub)]
+    threads = [threading.Thread(target=f, daemon=True) for f in (producer,)] + \
+        [threading.Thread(target=feed_and_read, args=(t,), daemon=True)
+         for t in (in_c, as_stub)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(60)
+    try:
+        for t in threads:
+            t.join(60)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
     assert not errors, errors
     assert sum(got.values()) == total == c.rhead == credited[0] + c.unacked
     assert len(got) == 2, "both read some"  # (else this proves nothing)

@@ -229,8 +229,7 @@ def bind(ffi: Any) -> None:
 def _quick(fd: int, sock: Any) -> None:
     """fd's recvs of bytes already there are taken in C from now on, if its stub's
     are plain stream bytes through an nComponent (native/fastrecv.h)."""
-    quick = getattr(sock, "quick_path", None)   # (a fork()ed child's handle: none)
-    path = quick() if quick is not None else None
+    path = sock.quick_path()   # (a fork()ed child's handle: None, forked.py)
     if path is not None and stubpath.lib.fr_on(fd, path.c) != 0:
         path = None   # (a descriptor past the table's end)
     _QUICK[fd] = path   # (kept: the C state lives as long as the table names it)
