@@ -17,7 +17,9 @@
  * reads the inbox (one blocked in recv), a wait sleeps on the program's descriptors
  * alone, in slices. A runtime that went threaded (a fork()ed server's) has a thread
  * of its own read the inbox, and its waits are the kernel's alone, as before the
- * first watch.
+ * first watch. A wait a signal handler siglongjmp()s out of between 1 and 3 leaves
+ * the inbox held: the same thread's next wait or rack call lets it go first
+ * (splitrack/guest/inbox_reader.py).
  *
  * select and pselect wait as poll does (their sets made pollfds and back, the kernel's
  * mapping: fs/select.c); epoll's waits sleep on the epoll descriptor, then take its

@@ -105,7 +105,7 @@ def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
     select times out as Linux's does;
     a descriptor that is always ready does not starve the rack's pushes; a thread
     blocked in read() and another in epoll_wait() each get their bytes; a closed
-    descriptor is EBADF."""
+    descriptor is EBADF; a wait left by siglongjmp leaves the next wait working."""
     rack, env = net
     with on_rack(env, [built["wait_probe"], NIC, "0"], name="native", mode=mode) as (
             probe, (port,)):
@@ -129,6 +129,9 @@ def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
                 two.sendall(b"c")
                 assert line() == "threads ok\n"
                 assert line() == "ebadf ok\n"
+                assert line() == "jumped\n"   # out of a poll by siglongjmp: the next
+                two.sendall(b"d")              # wait still reads the inbox
+                assert line() == "after the jump ok\n"
         assert probe.wait(timeout=30) == 0, probe.stderr.read()
 
 

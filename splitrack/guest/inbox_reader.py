@@ -47,6 +47,7 @@ class InboxReading:
         self._held: list[Any] = []            # polled: the channels a wait reads (`reading` held)
         self._armed: list[Any] = []           # polled: the sources a wait sleeps on
         self._next_tick = 0.0                 # polled: when a wait next looks at peers (_tick)
+        self._polling = 0                     # polled: the thread whose wait holds them
 
     def wait(self, ready: Callable[[], bool], deadline: float | None,
              park: Callable[[float | None], object]) -> bool:
@@ -54,6 +55,7 @@ class InboxReading:
         inbox if nobody else does; otherwise park(timeout) waits for a wake-up."""
         if handles.DROPPED:
             handles.reap(self)
+        self._left_a_wait()
         while not ready():
             now = time.monotonic()
             left = None if deadline is None else deadline - now
@@ -74,6 +76,7 @@ class InboxReading:
 
     def pump(self) -> None:
         """Hand out what waits in the inbox now, if no other thread reads it."""
+        self._left_a_wait()
         if not self.threaded and self._inbox_lock.acquire(blocking=False):
             try:
                 while self.inbox.serve(0):
@@ -101,9 +104,11 @@ class InboxReading:
         waiter, or the inbox thread; or the runtime closed), so sleep a slice at most."""
         if self._holders:   # (the wait may be for the answer to them: flusher.py)
             self.announce_holders()
+        self._left_a_wait()
         if self.threaded or self._stop or not self._inbox_lock.acquire(blocking=False):
             return None, STUB_FOLLOWER_SLICE_S
         kept = False   # (what is held is let go again unless the wait is to sleep on it)
+        self._polling = threading.get_ident()
         try:
             self._held = [path for path in self._watched
                           if not path.released and path.reading.acquire(blocking=False)]
@@ -152,7 +157,15 @@ class InboxReading:
             held, self._held = self._held, []
             for path in held:
                 path.let_go()
+            self._polling = 0
             self._inbox_lock.release()
+
+    def _left_a_wait(self) -> None:
+        """A polled wait this thread began and never ended -- a signal handler
+        siglongjmp()ed out of it (native/preload_wait.c) -- still holds the inbox and
+        the channels: let them go, so that this and every later wait reads them."""
+        if self._polling and self._polling == threading.get_ident():
+            self._let_go()
 
     # ---- threaded: the inbox thread ---------------------------------------------------------
     def _serve(self) -> None:

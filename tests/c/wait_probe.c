@@ -12,9 +12,11 @@
  *      program's other descriptor keeps every wait short;
  *   3. a second connection: a thread blocks in read() on the first while the main
  *      thread waits in epoll_wait() on the second; each gets its byte;
- *   4. select() on a closed descriptor: EBADF.
+ *   4. select() on a closed descriptor: EBADF;
+ *   5. a signal handler siglongjmp()s out of a poll() on the second connection (as
+ *      some programs leave a wait); the next poll() still gets the client's byte.
  * Each step prints a line ("select 0 left 0 threads +0", "busy N", "threads ok",
- * "ebadf ok");
+ * "ebadf ok", "jumped", "after the jump ok");
  * any failed call: its errno, exit 1.
  */
 #include <arpa/inet.h>
@@ -22,12 +24,15 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 static void fail(const char *what)
@@ -57,6 +62,14 @@ static int threads(void)   /* this process's, from /proc/self/task */
         n += e->d_name[0] != '.';
     closedir(d);
     return n;
+}
+
+static sigjmp_buf out_of_the_wait;
+
+static void jump(int sig)
+{
+    (void)sig;
+    siglongjmp(out_of_the_wait, 1);
 }
 
 static void *blocked_reader(void *arg)
@@ -146,6 +159,27 @@ int main(int argc, char **argv)
     if (select(gone + 1, &r, NULL, NULL, &tv) != -1 || errno != EBADF)
         fail("select on a closed descriptor");
     printf("ebadf ok\n");
+    fflush(stdout);
+
+    struct sigaction sa = {.sa_handler = jump};   /* 5. out of a wait by siglongjmp */
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) < 0)
+        fail("sigaction");
+    if (!sigsetjmp(out_of_the_wait, 1)) {
+        struct itimerval at = {.it_value = {0, 100000}};
+        setitimer(ITIMER_REAL, &at, NULL);
+        struct pollfd p = {.fd = two, .events = POLLIN};
+        poll(&p, 1, 10000);   /* (the client is quiet: only the signal ends it) */
+        fprintf(stderr, "wait_probe: the poll ended without the signal\n");
+        return 1;
+    }
+    printf("jumped\n");
+    fflush(stdout);
+    struct pollfd p = {.fd = two, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        fail("the poll after the jump (its inbox never read?)");
+    expect_byte(two, 'd', "read after the jump");
+    printf("after the jump ok\n");
     close(ep);
     close(one);
     close(two);
