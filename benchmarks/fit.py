@@ -6,7 +6,14 @@ What is measured, per payload size (128 B and 4 KiB):
   rack.transport "shm" (the default), one with "zmq". In each, the first
   pComponent's monitor calls ECHO on the first mComponent's monitor
   (PING_PEER), so both ends are real monitor processes of a real rack and the
-  clock runs inside the caller, as a component would see it;
+  clock runs inside the caller, as a component would see it. ECHO is FIT's own
+  ping (the Endpoint's op): over shm the mComponent's data plane answers it in
+  C where its inbox waits (native/mplane.h), as it answers M_MISS, so this is
+  the transport's round trip with no handler behind it;
+- shm_python: the same ECHO from the same caller to a component whose inbox
+  wait is Python's (the first other pComponent or sComponent; none: not
+  measured), so its Endpoint's Python handler answers it: what a round trip
+  to an op served in Python costs on top (not a target);
 - the floors (benchmarks/floors.py): the same echo between this process and a
   plain child process with no FIT code: linux_tcp (TCP loopback, TCP_NODELAY),
   unix (AF_UNIX stream socketpair), shm_eventfd (FIT's rings, both sides asleep
@@ -32,13 +39,17 @@ within 10 %.
 
 Targets (docs/benchmarks.md): FIT shm RTT p50 / Linux TCP p50 <= 1.0 at 128 B
 and <= 1.3 at 4 KiB; each with its floor, shm_spin / Linux TCP (the rings
-with both ends spinning and no FIT code: FIT over shm cannot beat it).
-`over_shm_spin` is what FIT's own code adds to it.
+between two Python processes spinning, no FIT code: a FIT call from Python to
+a Python handler cannot beat it; to the mComponent's C it can, with a core
+busy, where the two ends take turns on one core and the callee's turn is
+short). `over_shm_spin` is FIT's round trip over it.
 
 JSON (--json FILE): {"bench": "fit", "caller", "target", "rounds", "reps",
 "rack_up_s", "rack_up_s_by_transport": {"shm", "zmq"},
 "results": [{"size", "transport": "shm"|"zmq", "fit_p50_us", "fit_p99_us",
              "over_linux_tcp", "over_shm_eventfd", "over_shm_spin", "over_raw_zmq"}],
+"python_handler": [{"size", "target", "fit_p50_us", "fit_p99_us", "over_linux_tcp"}]
+    (shm_python; empty without such a component),
 "floors": [{"size", "name", "p50_us", "p99_us"}],
 "fabric": {"latency": [{"latency_us", "size", "fit_p50_us", "increase_us", "over_2L",
                         "min_over_2L"}],
@@ -88,6 +99,8 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
     base = load_spec(spec, name=f"bench-fit-{os.getpid()}")
     caller = next(c["id"] for c in base.components if c["kind"] == "p")
     target = next(c["id"] for c in base.components if c["kind"] == "m")
+    handler = next((c["id"] for c in base.components
+                    if c["kind"] in ("p", "s") and c["id"] != caller), None)
     fit, floor = Series(), Series()
     rack_up_s: dict[str, float] = {}
     done = 0
@@ -106,12 +119,16 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
         echoes = stack.enter_context(floors.Echoes(floors.NAMES))
         kinds = [("fit", t) for t in TRANSPORTS] + [("floor", n) for n in floors.NAMES]
         kinds += [("fit", name) for name in modeled if name != BW_NAME]
+        kinds += [("fit", PYTHON)] if handler else []
         advance = stack.enter_context(progress("bench fit", None if duration else reps))
         for rep in repetitions(reps, duration):
             order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
             for size in sizes:
                 for what, name in order:
-                    if what == "fit":
+                    if name == PYTHON:
+                        fit.add(name, size, _ping(endpoints["shm"], caller, handler, size,
+                                                  rounds))
+                    elif what == "fit":
                         fit.add(name, size, _ping(endpoints[name], caller, target, size, rounds))
                     else:
                         floor.add(name, size, echoes.round_trips(name, size, rounds,
@@ -128,7 +145,9 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
     report = {"bench": "fit", "caller": caller, "target": target, "rounds": rounds,
               "reps": done, "rack_up_s": rack_up_s["shm"],
               "rack_up_s_by_transport": {t: rack_up_s[t] for t in TRANSPORTS},
-              "results": results, "floors": floor_rows}
+              "results": results, "floors": floor_rows,
+              "python_handler": [_python_row(handler, size, fit, floor)
+                                 for size in sizes if handler]}
     report["targets"] = _targets(sizes, fit, floor, rack_up_s["shm"])
     if modeled:
         report["fabric"] = _fabric(sizes, fit, latencies, bandwidth)
@@ -140,6 +159,7 @@ def run(spec: Any = None, sizes: tuple[int, ...] = BENCH_FIT_SIZES_BYTES,
 
 
 BW_NAME = "shm+bandwidth"
+PYTHON = "shm_python"   # ECHO answered by a Python handler (the module's docstring)
 
 
 def _latency_name(ns: int) -> str:
@@ -236,13 +256,21 @@ def _result(transport: str, size: int, fit: Series, floor: Series) -> dict[str, 
     return row
 
 
+def _python_row(handler: str, size: int, fit: Series, floor: Series) -> dict[str, Any]:
+    got = fit.summary(PYTHON, size)
+    return {"size": size, "target": handler, "fit_p50_us": round(got["p50"], 2),
+            "fit_p99_us": round(got["p99"], 2),
+            "over_linux_tcp": round(got["p50"] / floor.summary("linux_tcp", size)["p50"], 3)}
+
+
 def _targets(sizes: tuple[int, ...], fit: Series, floor: Series,
              rack_up_s: float) -> list[dict[str, Any]]:
     """Each target of docs/benchmarks.md with what this run measured, and its floor:
     shm_spin, the same rings between two Python processes that spin, with no FIT
-    code. A FIT call over shm does all of that and more, so FIT over shm cannot be
-    faster. (shm_eventfd is no floor: FIT polls, rack.poll_us, so it can beat the
-    rings asleep.)"""
+    code. A FIT call between two Python ends does all of that and more, so it
+    cannot be faster; the ECHO measured here is answered in C (with a core busy
+    it can be). (shm_eventfd is no floor: FIT polls, rack.poll_us, so it can
+    beat the rings asleep.)"""
     out = [target(f"FIT shm RTT p50 / Linux TCP p50 at {_SIZE_LABELS[size]}",
                   ratio_of(fit.reps["shm", size], floor.reps["linux_tcp", size]),
                   FIT_RTT_OVER_LINUX[size],
@@ -258,14 +286,16 @@ def print_table(report: dict[str, Any]) -> None:
           f"interconnect floors ({report['reps']} x {report['rounds']} round trips each, "
           "interleaved); round trips in µs")
     print_stats(sorted(report["stats"], key=lambda r: r["size"]), "what")
-    print(f"{'size':>6}  {'what':<12} {'p50 / linux_tcp':>15}")
+    print(f"{'size':>6}  {'what':<14} {'p50 / linux_tcp':>15}")
     for size in sorted({r["size"] for r in report["results"]}):
         linux = floors.p50(report["floors"], "linux_tcp", size)
         lines = [(f"FIT {r['transport']}", r["fit_p50_us"])
                  for r in report["results"] if r["size"] == size]
+        lines += [(f"FIT {PYTHON}", r["fit_p50_us"])
+                  for r in report["python_handler"] if r["size"] == size]
         lines += [(f["name"], f["p50_us"]) for f in report["floors"] if f["size"] == size]
         for what, p50 in lines:
-            print(f"{size:>6}  {what:<12} {p50 / linux:>15.3f}")
+            print(f"{size:>6}  {what:<14} {p50 / linux:>15.3f}")
     up = report["rack_up_s_by_transport"]
     print("rack up in " + ", ".join(f"{s:.2f} s ({t})" for t, s in up.items()))
     fabric = report.get("fabric")

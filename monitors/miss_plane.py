@@ -1,5 +1,5 @@
-"""The mMonitor's data plane, its Python side: M_MISS, M_FETCH and M_WRITEBACK
-answered in C.
+"""The mMonitor's data plane, its Python side: M_MISS, M_FETCH, M_WRITEBACK
+and ECHO answered in C.
 
 `MissPlane` holds the mMonitor's native.mplane.MemoryPlane (native/mplane.h):
 the page tables' mirror (address_space.py's PageTable keeps it) over the
@@ -12,7 +12,8 @@ Interface:
     planes = MissPlane(plane, counts, counters)
                                         counts: the mMonitor's (`misses`, `writebacks`,
                                         `victims` grow with the plane's, and `plane_misses`,
-                                        `plane_writebacks` say how many were its);
+                                        `plane_writebacks`, `plane_echoes` say how many
+                                        were its);
                                         counters: the endpoint's
     planes.inbox(links) -> bool         the transport's inbox rings, as
                                         inbox_rings() lists them; False: too many
@@ -22,7 +23,8 @@ Interface:
 
 Invariants: a sender is served in C only once the endpoint vouched for its
 link, and names only its own pid (an nComponent's M_MISS any: dDDIO fills
-any process's lines), as the handlers check; what the plane answered is counted as if
+any process's lines; a component or a client names none: its ECHO only),
+as the handlers check; what the plane answered is counted as if
 Python had, taken before the ring list changes (its counts go with it).
 """
 
@@ -31,7 +33,7 @@ from typing import Any
 from fit_rpc import Op
 from fit_rpc.counters import Counters
 from fit_rpc.identity import kind_of, process_of
-from native.mplane import ANY_PID, MAX_RINGS, NOBODY, MemoryPlane
+from native.mplane import ANY_PID, MAX_RINGS, NO_PID, NOBODY, MemoryPlane
 
 
 class MissPlane:
@@ -67,15 +69,18 @@ class MissPlane:
             counts["writebacks"] += got["written"]
             counts["plane_writebacks"] += got["written"]
             counts["victims"] += got["victims"]
+            counts["plane_echoes"] += got["echo"][0]
 
 
-_OPS = ((Op.M_MISS, "miss"), (Op.M_FETCH, "fetch"), (Op.M_WRITEBACK, "writeback"))
+_OPS = ((Op.M_MISS, "miss"), (Op.M_FETCH, "fetch"), (Op.M_WRITEBACK, "writeback"),
+        (Op.ECHO, "echo"))
 
 
 def _may_name(peer: str) -> int:
     """The process whose pages a vouched-for sender may ask for in C: its own
-    ("pN.PID"); any (an nComponent); or none (NOBODY: Python serves it)."""
+    ("pN.PID"); any (an nComponent); or none (NO_PID: a component or a client,
+    whose ECHO alone is answered in C)."""
     if kind_of(peer) == "n":
         return ANY_PID
     process = process_of(peer)
-    return NOBODY if process is None else process[1]
+    return NO_PID if process is None else process[1]

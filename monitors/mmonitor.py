@@ -21,8 +21,8 @@ Serves (docs/protocol.md, 0x04xx):
                       meanwhile) until M_DMA_DONE; DMA_LEASE_S at most, or, for a
                       held mapping (a socket's ring, mapped once as an RDMA NIC
                       registers memory), until the process is released.
-On shm the common cases of M_MISS, M_FETCH and M_WRITEBACK (pages held) are
-answered in C by the data plane that is the inbox's wait (miss_plane.py,
+On shm the common cases of M_MISS, M_FETCH and M_WRITEBACK (pages held), and
+FIT's ECHO, are answered in C by the data plane that is the inbox's wait (miss_plane.py,
 native/mplane.h), from a mirror of the page tables; the handlers here serve
 the rest, with the same rules.
 A process places memory here only if it is of this mComponent's slice (both
@@ -62,7 +62,7 @@ from native.mplane import LAYOUTS, MemoryPlane
 
 # what the data plane answers (native/mplane.h; its layouts are pages.py's)
 PLANE_OPS = {"miss": Op.M_MISS, "fetch": Op.M_FETCH, "writeback": Op.M_WRITEBACK,
-              "request": REQUEST, "fetch_max": FETCH_MAX_LINES}
+             "echo": Op.ECHO, "request": REQUEST, "fetch_max": FETCH_MAX_LINES}
 assert {"miss": MISS.size, "fetch": FETCH.size, "writeback": WRITEBACK.size} == LAYOUTS
 DMA_MAX_BYTES = 1 << 20   # one M_DMA_MAP covers at most this much
 DMA_LEASE_S = 5.0         # pinned frames are freed at the latest this long after M_DMA_MAP
@@ -80,9 +80,10 @@ class MMonitor(Monitor):
         whole = self.memory // self.line   # frames (the arena's tail past the last is unused)
         self.frames = np.frombuffer(self.arena, np.uint8, whole * self.line).reshape(
             whole, self.line)
-        # the data plane: M_MISS answered in C from the page tables' mirror (miss_plane.py)
+        # the data plane: M_MISS (and more) answered in C from the page tables' mirror
         self.counts = {"misses": 0, "plane_misses": 0, "zero_misses": 0, "writebacks": 0,
-                       "plane_writebacks": 0, "victims": 0, "victims_dropped": 0,
+                       "plane_writebacks": 0, "plane_echoes": 0, "victims": 0,
+                       "victims_dropped": 0,
                        "frames_used": 0, "dma_read_bytes": 0, "dma_write_bytes": 0,
                        "dma_leases_expired": 0}
         rings = self.ep.rings()   # shm: the plane is the inbox's wait (zmq: None)

@@ -230,6 +230,14 @@ static int writeback(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, u
     return 1;
 }
 
+/* FIT's ping (the Endpoint's own op, fit_rpc/endpoint.py): its payload back. */
+static int echo(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, uint32_t n) {
+    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq, p, n) != 0)
+        return 0;
+    count(&mp->counts[i].echo, m, n);
+    return 1;
+}
+
 static int serve(mp_plane *mp, uint32_t i, const fs_msg *m) {
     if (!m->plain || m->kind != mp->ops.request || mp->who[i] == MP_NOBODY || !mp->replies[i])
         return 0;
@@ -241,6 +249,8 @@ static int serve(mp_plane *mp, uint32_t i, const fs_msg *m) {
         return fetch(mp, i, m, p, n);
     if (m->op == mp->ops.writeback)
         return writeback(mp, i, m, p, n);
+    if (m->op == mp->ops.echo)
+        return echo(mp, i, m, p, n);
     return 0;
 }
 

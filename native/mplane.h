@@ -20,6 +20,9 @@
  *                  held) first copied into its frame;
  *     M_FETCH      the n frames' bytes, gathered into the reply (own pid only);
  *     M_WRITEBACK  each line into its frame; an empty reply (own pid only);
+ *     ECHO         FIT's ping, its payload back (any sender vouched for): the
+ *                  Endpoint's own op, answered where the transport's wait is,
+ *                  as a kernel answers ICMP echo without the program;
  *   the request released with the reply (fs_answer); and waits on.
  *
  * Everything else is returned as fs_next returns it, in its ring, for Python
@@ -35,7 +38,8 @@
  * its pages when it goes), so a hit needs no region check.
  *
  * Identity: each inbox ring comes with what its sender may name (mp_set_inbox):
- * MP_NOBODY (not vouched for yet, or a component: Python serves it),
+ * MP_NOBODY (not vouched for yet: Python serves it), MP_NO_PID (vouched for, a
+ * component or a client: its ECHO only),
  * MP_ANY_PID (an nComponent: dDDIO's M_MISS may name any process), or a pid.
  *
  * Counters: per inbox ring, each op's messages and bytes each way (header
@@ -57,6 +61,7 @@
                                  all: monitors/miss_plane.py) */
 #define MP_NOBODY -1          /* an inbox ring's sender that is not served here */
 #define MP_ANY_PID -2         /* ... that may name any process (an nComponent) */
+#define MP_NO_PID -3          /* ... that names none (a component, a client): ECHO only */
 #define MP_NO_FRAME -1        /* mp_get: the table holds no frame for the page */
 #define MP_MISS_BYTES 24      /* pages.py's layouts: MISS <IQIQ>, FETCH <IQI>, */
 #define MP_FETCH_BYTES 16     /* WRITEBACK <II> */
@@ -73,7 +78,7 @@ typedef struct {
 
 /* The ops it answers (fit_rpc/ops.py), M_FETCH's limit (pages.py), the REQUEST kind. */
 typedef struct {
-    uint16_t miss, fetch, writeback;
+    uint16_t miss, fetch, writeback, echo;
     uint8_t request;
     uint32_t fetch_max;
 } mp_ops;
@@ -83,7 +88,7 @@ typedef struct {
 } mp_opcount;
 
 typedef struct {
-    mp_opcount miss, fetch, writeback;
+    mp_opcount miss, fetch, writeback, echo;
     uint64_t fetched;         /* lines M_FETCH sent */
     uint64_t written;         /* lines stored: M_WRITEBACK's and victims */
     uint64_t victims;         /* victims that rode in an M_MISS */

@@ -5,7 +5,8 @@ Interface:
                                        over the arena's whole frames of `line` bytes
                                        (a writable buffer, kept alive here); ops: the op
                                        codes it answers and more (mplane.h's mp_ops:
-                                       miss, fetch, writeback, request, fetch_max);
+                                       miss, fetch, writeback, echo, request,
+                                       fetch_max);
                                        bell: the endpoint's (native.fitring.Bell; None:
                                        no rings, run() is not used, the table still is)
     plane.set(pid, vpage, frame); plane.delete(pid, vpage)
@@ -15,7 +16,7 @@ Interface:
     plane.set_inbox(rings, replies, who)
                                        the inbox's rings (native.fitring.Ring), the rings
                                        back on their links, what each sender may name
-                                       (a pid, ANY_PID or NOBODY); the counts of the list
+                                       (a pid, ANY_PID, NO_PID or NOBODY); the counts of the list
                                        before are dropped: take them first
     i = plane.run(spin_s, timeout_s, msg)
                                        WaitSet.take() over the inbox rings (its ring's
@@ -23,10 +24,10 @@ Interface:
                                        woken; TIMEOUT), all it could answer in C answered
     plane.take_counts(i) -> dict       ring i's counts since the last take (mp_counts:
                                        {"miss": (msgs, bytes_in, bytes_out), "fetch",
-                                       "writeback"; "fetched", "written", "victims"})
+                                       "writeback", "echo"; "fetched", "written", "victims"})
     plane.close()                      the table's memory, and the arena let go (the
                                        plane is unusable after)
-Constants: ANY_PID, NOBODY, MAX_RINGS; LAYOUTS (the request layouts' sizes in C,
+Constants: ANY_PID, NO_PID, NOBODY, MAX_RINGS; LAYOUTS (the request layouts' sizes in C,
 which fit_rpc/pages.py's must be).
 """
 
@@ -36,10 +37,11 @@ from typing import Any
 from native.ring import Ring, ffi, lib
 from native.waitset import TIMEOUT
 
-ANY_PID, NOBODY, MAX_RINGS = lib.MP_ANY_PID, lib.MP_NOBODY, lib.MP_MAX_RINGS
+ANY_PID, NO_PID, NOBODY, MAX_RINGS = lib.MP_ANY_PID, lib.MP_NO_PID, lib.MP_NOBODY, \
+    lib.MP_MAX_RINGS
 LAYOUTS = {"miss": lib.MP_MISS_BYTES, "fetch": lib.MP_FETCH_BYTES,
            "writeback": lib.MP_WRITEBACK_BYTES}
-_OPS = ("miss", "fetch", "writeback")
+_OPS = ("miss", "fetch", "writeback", "echo")
 
 
 class MemoryPlane:

@@ -5,6 +5,9 @@ answered in C from a mirror of the page tables.
 - on shm, a write-back, a miss and a read-ahead of pages m0 holds are the plane's,
   with the bytes written back, counted as Python would count them (m0's misses and
   writebacks, its links' ops); on zmq the same are Python's, with the same bytes;
+- FIT's ECHO, from a client or a rack process, is the plane's on shm once the link
+  is vouched for (its first message is Python's), payloads of any size back intact,
+  counted as Python would count them; on zmq Python's;
 - what the plane must not answer stays Python's: a first touch (zeros), a page of a
   region that is gone (EFAULT): a region freed or a process released leaves the
   mirror (the pid may come again); a malformed request, with Python's errors;
@@ -108,6 +111,27 @@ def test_pages_held_are_the_planes_on_shm_with_the_bytes_written(rack):
                 vm.ep.call("m0", Op.M_MISS, MISS.pack(vm.pid, addr // LINE + page, 0, 0))
             assert info.value.errno == errno.EFAULT
         assert memory(rack)["plane_misses"] == final["plane_misses"]
+
+
+def test_echo_is_the_planes_once_the_link_is_vouched_for(rack):
+    rack, transport = rack
+    rng = random.Random(5)
+    payloads = [b"", b"x", rng.randbytes(4096), rng.randbytes(300_000)] * 3
+    with rack.endpoint() as client, attached_vm(rack) as vm:
+        for ep in (client, vm.ep):
+            before = memory(rack)
+            for payload in payloads:
+                assert bytes(ep.call("m0", Op.ECHO, payload)) == payload
+            after = memory(rack)
+            answered = after["plane_echoes"] - before["plane_echoes"]
+            if transport == "shm":   # all but the link's first (Python vouches for it)
+                assert len(payloads) - 1 <= answered <= len(payloads)
+            else:
+                assert answered == 0
+            was = before["links"].get(ep.id, {}).get("ECHO", {})
+            now = after["links"][ep.id]["ECHO"]   # counted as if Python had answered
+            assert now["rx_msgs"] - was.get("rx_msgs", 0) == len(payloads)
+            assert now["tx_msgs"] - was.get("tx_msgs", 0) == len(payloads)
 
 
 def test_a_first_touch_is_zeros_from_python(rack):
