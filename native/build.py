@@ -44,8 +44,8 @@ and one plain C library, no module (setup.py's ext_modules: `preload`):
     native/preload_socket.c                                    preloads into native programs:
     native/preload_fd.c                                        it starts an interpreter there
     native/preload_wait.c                                      and loads native._guest;
-    native/preload_memory.c                                    malloc and mmap for --memory
-                                                               rack)
+    native/preload_copy.c                                      malloc and mmap for --memory
+    native/preload_memory.c                                    rack)
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.

@@ -51,8 +51,9 @@
  *
  * The library's files: this one (which descriptors are the rack's, the interpreter,
  * fork() and exec()), preload_socket.c (the socket calls), preload_fd.c (fcntl,
- * ioctl, dup), preload_wait.c (poll, select, epoll), preload_memory.c (--memory
- * rack); preload.h is what the first four share.
+ * ioctl, dup), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
+ * splice, sendmmsg, recvmmsg), preload_memory.c (--memory rack); preload.h is
+ * what the first five share.
  */
 #define _GNU_SOURCE
 #include "preload.h"

@@ -1,4 +1,4 @@
-/* The native interposer's own parts, shared by its four files (none of it is
+/* The native interposer's own parts, shared by its five files (none of it is
  * exported from the library: hidden visibility).
  *
  *   preload.c         which descriptors are the rack's, the interpreter it starts,
@@ -6,6 +6,7 @@
  *   preload_socket.c  the socket calls on rack descriptors (socket ... getsockopt)
  *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup
  *   preload_wait.c    the waits: poll, select, epoll's (read the runtime's inbox)
+ *   preload_copy.c    sendfile, splice, sendmmsg, recvmmsg on rack descriptors
  *
  * Interface:
  *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited

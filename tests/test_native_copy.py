@@ -1,0 +1,74 @@
+"""A native program's sendfile, splice, sendmmsg and recvmmsg on rack sockets
+(native/preload_copy.c), with the C probe tests/c/copy_probe.c:
+
+- sendfile, with an offset and without one, sends every byte of a file through n0,
+  in DDIO and in DMA, and leaves the offsets as Linux's does; a sendmmsg of three
+  messages follows them in order (before, the kernel moved sendfile's bytes into the
+  rack descriptor's own socket: the program said they were sent, none arrived);
+- a splice into a rack socket is EINVAL, said once on stderr, and takes nothing
+  from its pipe;
+- recvmmsg (MSG_WAITFORONE) and sendmmsg on a UDP socket on the rack: each datagram
+  back whole, to its sender.
+"""
+
+import os
+import socket
+import threading
+
+import pytest
+
+from netprogs import n0_network, network_rack, on_rack, run_on_rack
+
+NIC = "127.0.0.11"
+OUTSIDE = "127.0.0.2"   # a host of the outside world: reached through n0's NIC
+
+
+@pytest.fixture(scope="module")
+def net():
+    with network_rack("copy") as rack_env:
+        yield rack_env
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_sendfile_and_sendmmsg_send_every_byte_through_the_rack(net, built, tmp_path, mode):
+    rack, env = net
+    data = os.urandom(3_000_001)   # (not a multiple of a line, nor of the slices)
+    path = tmp_path / "payload"
+    path.write_bytes(data)
+    got = bytearray()
+    with socket.create_server((OUTSIDE, 0)) as server:
+        def receive() -> None:
+            conn, _ = server.accept()
+            with conn:
+                while chunk := conn.recv(1 << 16):
+                    got.extend(chunk)
+        reader = threading.Thread(target=receive, daemon=True)
+        reader.start()
+        before = n0_network(rack)
+        done = run_on_rack(env, [built["copy_probe"], "stream", OUTSIDE,
+                                 str(server.getsockname()[1]), str(path)],
+                           mode=mode, name="copy")
+        reader.join(timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", str(len(data) + 6)]
+    assert not reader.is_alive()
+    assert bytes(got) == data + b"abcdef"
+    assert n0_network(rack)["connected"] - before["connected"] >= 1   # through n0
+    said = [line for line in done.stderr.splitlines() if "splice()" in line]
+    assert len(said) == 1 and "EINVAL" in said[0]
+
+
+def test_recvmmsg_and_sendmmsg_keep_each_datagram_whole(net, built):
+    rack, env = net
+    datagrams = [b"", b"one", os.urandom(1400)]
+    with on_rack(env, [built["copy_probe"], "dgram", NIC], name="copy") as (probe, (port,)):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+            client.bind((OUTSIDE, 0))
+            client.settimeout(30)
+            for d in datagrams:
+                client.sendto(d, (NIC, port))
+            back = [client.recvfrom(4096) for _ in datagrams]
+        assert probe.wait(timeout=30) == 0, probe.stderr.read()
+        assert probe.stdout.read().split() == ["ok", "3"]
+    assert [d for d, _ in back] == datagrams
+    assert {addr for _, addr in back} == {(NIC, port)}
