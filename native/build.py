@@ -45,7 +45,8 @@ and one plain C library, no module (setup.py's ext_modules: `preload`):
     native/preload_fd.c                                        it starts an interpreter there
     native/preload_wait.c                                      and loads native._guest;
     native/preload_copy.c                                      malloc and mmap for --memory
-    native/preload_memory.c                                    rack)
+    native/preload_stdio.c                                     rack)
+    native/preload_memory.c
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.

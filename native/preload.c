@@ -52,8 +52,8 @@
  * The library's files: this one (which descriptors are the rack's, the interpreter,
  * fork() and exec()), preload_socket.c (the socket calls), preload_fd.c (fcntl,
  * ioctl, dup), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
- * splice, sendmmsg, recvmmsg), preload_memory.c (--memory rack); preload.h is
- * what the first five share.
+ * splice, sendmmsg, recvmmsg), preload_stdio.c (fdopen, dprintf),
+ * preload_memory.c (--memory rack); preload.h is what the first six share.
  */
 #define _GNU_SOURCE
 #include "preload.h"

@@ -1,4 +1,4 @@
-/* The native interposer's own parts, shared by its five files (none of it is
+/* The native interposer's own parts, shared by its six files (none of it is
  * exported from the library: hidden visibility).
  *
  *   preload.c         which descriptors are the rack's, the interpreter it starts,
@@ -7,6 +7,7 @@
  *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup
  *   preload_wait.c    the waits: poll, select, epoll's (read the runtime's inbox)
  *   preload_copy.c    sendfile, splice, sendmmsg, recvmmsg on rack descriptors
+ *   preload_stdio.c   fdopen and dprintf on rack descriptors (glibc's stdio skips write)
  *
  * Interface:
  *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited

@@ -1,5 +1,6 @@
-"""A native program's sendfile, splice, sendmmsg and recvmmsg on rack sockets
-(native/preload_copy.c), with the C probe tests/c/copy_probe.c:
+"""A native program's calls that move a socket's bytes other than send and recv:
+sendfile, splice, sendmmsg and recvmmsg (native/preload_copy.c, probe
+tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_probe.c):
 
 - sendfile, with an offset and without one, sends every byte of a file through n0,
   in DDIO and in DMA, and leaves the offsets as Linux's does; a sendmmsg of three
@@ -8,7 +9,10 @@
 - a splice into a rack socket is EINVAL, said once on stderr, and takes nothing
   from its pipe;
 - recvmmsg (MSG_WAITFORONE) and sendmmsg on a UDP socket on the rack: each datagram
-  back whole, to its sender.
+  back whole, to its sender;
+- an fdopen()ed stream of a rack socket (fprintf, fgets, fileno, fclose) and dprintf:
+  their bytes cross the rack in order, the answer is read back, fclose closes the
+  socket (before, glibc's stdio wrote into the rack descriptor's bell: lost).
 """
 
 import os
@@ -72,3 +76,23 @@ def test_recvmmsg_and_sendmmsg_keep_each_datagram_whole(net, built):
         assert probe.stdout.read().split() == ["ok", "3"]
     assert [d for d, _ in back] == datagrams
     assert {addr for _, addr in back} == {(NIC, port)}
+
+
+def test_stdio_on_a_rack_socket_crosses_the_rack(net, built):
+    rack, env = net
+    with socket.create_server((OUTSIDE, 0)) as server:
+        heard = []
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn, conn.makefile("rb") as lines:
+                heard.extend([lines.readline(), lines.readline()])
+                conn.sendall(b"answer\n")
+                heard.append(conn.recv(1))   # b"": the program's fclose closed it
+        peer = threading.Thread(target=answer, daemon=True)
+        peer.start()
+        done = run_on_rack(env, [built["stdio_probe"], OUTSIDE, str(server.getsockname()[1])],
+                           name="copy")
+        peer.join(timeout=30)
+    assert (done.returncode, done.stdout) == (0, "ok answer\n"), done.stderr
+    assert heard == [b"fprintf 42\n", b"dprintf too\n", b""]
