@@ -2,6 +2,9 @@
  *
  *   - fcntl and ioctl(FIONBIO) on a rack descriptor: O_NONBLOCK is the stub's (its
  *     descriptor stays non-blocking underneath, for the runtime); F_DUPFD is a dup;
+ *   - ioctl(FIONREAD), or SIOCINQ: the stub's count of what a recv would get now
+ *     (sr_pending; a datagram socket: the next datagram's size), not the kernel's
+ *     count of the bell's bytes; any other request is the kernel's;
  *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
  *     takes the descriptors back from its parent (preload.c);
@@ -90,6 +93,13 @@ int ioctl(int fd, unsigned long request, ...)
     va_end(ap);
     if (is_rack(fd) && request == FIONBIO)
         return ret(GUEST(sr.blocking, fd, !*(int *)arg));
+    if (is_rack(fd) && request == FIONREAD) {   /* (SIOCINQ) the stub's, not the bell's */
+        int r = GUEST(sr.pending, fd);
+        if (r < 0)
+            return ret(r);
+        *(int *)arg = r;
+        return 0;
+    }
     return libc_ioctl()(fd, request, arg);
 }
 

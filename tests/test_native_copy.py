@@ -12,7 +12,9 @@ tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_probe.c):
   back whole, to its sender;
 - an fdopen()ed stream of a rack socket (fprintf, fgets, fileno, fclose) and dprintf:
   their bytes cross the rack in order, the answer is read back, fclose closes the
-  socket (before, glibc's stdio wrote into the rack descriptor's bell: lost).
+  socket (before, glibc's stdio wrote into the rack descriptor's bell: lost);
+- ioctl FIONREAD is the stub's count of what a recv would get (a datagram socket:
+  the next datagram's size), not the kernel's count of the bell's bytes.
 """
 
 import os
@@ -64,7 +66,7 @@ def test_sendfile_and_sendmmsg_send_every_byte_through_the_rack(net, built, tmp_
 
 def test_recvmmsg_and_sendmmsg_keep_each_datagram_whole(net, built):
     rack, env = net
-    datagrams = [b"", b"one", os.urandom(1400)]
+    datagrams = [b"one", b"", os.urandom(1400)]   # (FIONREAD: the first's size, 3)
     with on_rack(env, [built["copy_probe"], "dgram", NIC], name="copy") as (probe, (port,)):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
             client.bind((OUTSIDE, 0))
@@ -87,12 +89,12 @@ def test_stdio_on_a_rack_socket_crosses_the_rack(net, built):
             conn, _ = server.accept()
             with conn, conn.makefile("rb") as lines:
                 heard.extend([lines.readline(), lines.readline()])
-                conn.sendall(b"answer\n")
+                conn.sendall(b"a" * 999 + b"\n")
                 heard.append(conn.recv(1))   # b"": the program's fclose closed it
         peer = threading.Thread(target=answer, daemon=True)
         peer.start()
         done = run_on_rack(env, [built["stdio_probe"], OUTSIDE, str(server.getsockname()[1])],
                            name="copy")
         peer.join(timeout=30)
-    assert (done.returncode, done.stdout) == (0, "ok answer\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, "ok 1000\n"), done.stderr
     assert heard == [b"fprintf 42\n", b"dprintf too\n", b""]

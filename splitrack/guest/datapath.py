@@ -38,6 +38,9 @@ class DataPath(Protocol):
     def pushed(self, op: int, payload: memoryview) -> None:
         """A push for this connection's data (STUB_DATA, STUB_SENT, a channel's credit)."""
 
+    def pending(self) -> int:
+        """The received bytes buffered now, that a take() would find (FIONREAD)."""
+
     def can_send(self) -> bool:
         """Whether a put() would take something now."""
 

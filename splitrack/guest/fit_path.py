@@ -138,6 +138,9 @@ class FitPath:
         except OSError:
             return False
 
+    def pending(self) -> int:
+        return sum(len(data) for data in self.rx)
+
     def can_send(self) -> bool:
         return self.credit > 0
 

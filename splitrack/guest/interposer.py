@@ -149,6 +149,9 @@ def bind(ffi: Any) -> None:
         sock.setblocking(bool(blocking))
         return 0
 
+    def _pending(fd: int) -> int:
+        return min(_handle(fd).pending(), 0x7FFFFFFF)
+
     def _dup(fd: int, newfd: int) -> int:
         onto = getattr(_handle(fd), "dup_onto", None)   # a fork()ed child's (forked.py)
         _unquick(newfd)   # (closed behind the interposer's back: fclose, close_range)
@@ -222,7 +225,7 @@ def bind(ffi: Any) -> None:
 
     for fn in (_ready, _memory, _watch, _wait_begin, _wait_end, _socket, _bind, _connect,
                _listen, _accept, _send, _recv, _shutdown, _close, _name, _setsockopt,
-               _getsockopt, _blocking, _dup, _exit, _inherit):
+               _getsockopt, _blocking, _pending, _dup, _exit, _inherit):
         extern(fn)
 
 

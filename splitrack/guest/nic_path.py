@@ -288,6 +288,9 @@ class NicPath:
         if c.announced - self._pumped > _PUMP_NS:   # a program that only sends hears its
             self.pump_due = True                    # skeleton too (stub.py pumps, unlocked)
 
+    def pending(self) -> int:
+        return self.c.rtail - self.c.rhead
+
     def can_send(self) -> bool:
         return self.c.credit > 0
 

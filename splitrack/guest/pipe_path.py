@@ -12,8 +12,11 @@ held, but for the waits.
 """
 
 import _socket
+import fcntl
 import select
 import socket
+import sys
+import termios
 import time
 from typing import Any
 
@@ -56,6 +59,10 @@ class PipePath:
             return self.sock.send(chunk, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
         except BlockingIOError:
             return 0
+
+    def pending(self) -> int:   # (the kernel's count of the pipe's bytes)
+        return int.from_bytes(fcntl.ioctl(self.sock.fileno(), termios.FIONREAD, bytes(4)),
+                              sys.byteorder, signed=True)
 
     def can_send(self) -> bool:
         return bool(self.writable.poll(0))

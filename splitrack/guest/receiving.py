@@ -11,7 +11,8 @@ blocking socket only: with a timeout CPython's socket is non-blocking, where the
 kernel ignores both); MSG_PEEK leaves them; MSG_DONTWAIT does not wait (with a
 timeout, CPython waits first: so does the stub); MSG_NOSIGNAL, MSG_MORE and
 the like change nothing, as in Linux's TCP. An error after some bytes were
-read returns them, and the next call reports it, as Linux does.
+read returns them, and the next call reports it, as Linux does. pending() is
+ioctl FIONREAD's answer: what a recv would get now.
 """
 
 import errno
@@ -58,6 +59,17 @@ class Receiving:
         buffers = list(buffers)
         data = self.recv(sum(memoryview(b).nbytes for b in buffers), flags)
         return scatter(data, buffers), [], 0, None
+
+    def pending(self) -> int:
+        """ioctl FIONREAD (SIOCINQ): the bytes a recv would get now without waiting; a
+        listening socket has none to say (EINVAL, as Linux's TCP)."""
+        if self._dead or self._gone:
+            raise err(errno.EBADF)
+        if self._listening:
+            raise err(errno.EINVAL)
+        with self._lock:
+            path = self._path
+            return 0 if path is None or self._broken else path.pending()
 
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
         """recv (view None: returns bytes) or recv_into (returns the count)."""

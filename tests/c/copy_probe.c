@@ -9,7 +9,9 @@
  *                                    three messages; a splice from a pipe into the
  *                                    socket must fail with EINVAL; print "ok BYTES"
  *   copy_probe dgram IP              bind UDP to (IP, 0), print "listening PORT";
- *                                    recvmmsg (MSG_WAITFORONE) until 3 datagrams came,
+ *                                    once readable, FIONREAD must be the first
+ *                                    datagram's size (3); recvmmsg
+ *                                    (MSG_WAITFORONE) until 3 datagrams came,
  *                                    send them back to their senders with one
  *                                    sendmmsg; print "ok 3"
  */
@@ -20,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -99,6 +103,14 @@ static int dgram(struct sockaddr_in *addr)
         iov[i] = (struct iovec){bufs[i], sizeof bufs[i]};
         msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i],
                                           .msg_iov = &iov[i], .msg_iovlen = 1};
+    }
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int first = -1;
+    if (poll(&p, 1, 30000) != 1 || ioctl(fd, FIONREAD, &first) != 0)
+        fail("poll or FIONREAD");
+    if (first != 3) {
+        fprintf(stderr, "copy_probe: FIONREAD %d, not the first datagram's 3\n", first);
+        exit(1);
     }
     for (int got = 0; got < 3;) {
         int n = recvmmsg(fd, msgs + got, 3 - got, MSG_WAITFORONE, NULL);
