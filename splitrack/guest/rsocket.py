@@ -8,7 +8,9 @@ kernel sockets for anything that is not TCP or UDP over IPv4 (AF_UNIX,
 socketpair, fromfd of a kernel socket, raw and netlink sockets). Everything else -- DNS,
 constants, create_connection, create_server -- is the stdlib's and reaches the
 stub through `socket.socket`, as do socketserver, http.server, http.client,
-urllib, selectors and asyncio. ssl is not supported on rack sockets.
+urllib, selectors and asyncio. ssl is not supported on rack sockets. One os
+call is replaced too: os.sendfile, which on a rack socket's descriptor would
+put the bytes into its bell (os_calls.py).
 
     from splitrack.guest import rsocket
     rsocket.install()      # idempotent; rsocket.uninstall() restores the stdlib class
@@ -16,15 +18,18 @@ urllib, selectors and asyncio. ssl is not supported on rack sockets.
 
 import socket
 
+from splitrack.guest import os_calls
 from splitrack.guest.stub import BsdSocketStub, _std
 
 
 def install() -> None:
     socket.socket = BsdSocketStub  # type: ignore[misc]
+    os_calls.install()
 
 
 def uninstall() -> None:
     socket.socket = _std  # type: ignore[misc]
+    os_calls.uninstall()
 
 
 def installed() -> bool:
