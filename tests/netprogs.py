@@ -255,3 +255,19 @@ def echo_server() -> Iterator[socket.socket]:
     finally:
         listener.shutdown(socket.SHUT_RDWR)   # wakes the serving thread's accept()
         listener.close()
+
+
+def connect(port: int, ip: str = "127.0.0.11") -> socket.socket:
+    """A plain client of a rack server (TCP_NODELAY), from outside the rack."""
+    sock = socket.create_connection((ip, port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(1 << 20, n - len(out)))
+        assert chunk, f"EOF after {len(out)} of {n} bytes"
+        out += chunk
+    return bytes(out)
