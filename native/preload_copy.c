@@ -11,9 +11,10 @@
  *                         broken connection, unless ignored); a short send ends
  *                         the call, and the file's offset (or, with none given,
  *                         its position) moves only as far as the socket took. A
- *                         rack socket as the source, or a source that cannot
- *                         seek (a pipe, a socket), is EINVAL, as a kernel that
- *                         cannot splice from it says.
+ *                         rack socket as the source, a negative offset, or no
+ *                         offset and a source that cannot seek (a pipe, a
+ *                         socket) is EINVAL; an offset on such a source is
+ *                         pread's ESPIPE.
  *   splice                with a rack socket at either end: EINVAL, said once
  *                         (what a pipe gave up could not go back into it if the
  *                         socket took less: refused, never lost).
@@ -50,6 +51,10 @@ REAL(int, recvmmsg, int, struct mmsghdr *, unsigned int, int, struct timespec *)
 static ssize_t rack_sendfile(int out, int in, off64_t *offset, size_t count)
 {
     if (is_rack(in)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (offset && *offset < 0) {
         errno = EINVAL;
         return -1;
     }

@@ -24,6 +24,7 @@ import struct
 import pytest
 
 from fit_rpc import Op
+from fit_rpc.header import HEADER_SIZE
 from fit_rpc.pages import FETCH, FETCH_MAX_LINES, MISS, VPAGE, WRITEBACK
 from helpers import attached_vm, running_rack, small_spec
 from monitors.address_space import AddressSpace, PageTable
@@ -130,8 +131,10 @@ def test_echo_is_the_planes_once_the_link_is_vouched_for(rack):
                 assert answered == 0
             was = before["links"].get(ep.id, {}).get("ECHO", {})
             now = after["links"][ep.id]["ECHO"]   # counted as if Python had answered
-            assert now["rx_msgs"] - was.get("rx_msgs", 0) == len(payloads)
-            assert now["tx_msgs"] - was.get("tx_msgs", 0) == len(payloads)
+            carried = sum(len(p) for p in payloads) + len(payloads) * HEADER_SIZE
+            for way in ("rx", "tx"):
+                assert now[f"{way}_msgs"] - was.get(f"{way}_msgs", 0) == len(payloads)
+                assert now[f"{way}_bytes"] - was.get(f"{way}_bytes", 0) == carried
 
 
 def test_a_first_touch_is_zeros_from_python(rack):

@@ -194,13 +194,14 @@ class DatagramStub(BsdSocketStub):
         data, size, address = self._recv_datagram(want, flags)
         return scatter(data, buffers), [], _TRUNC if size > len(data) else 0, address
 
-    def pending(self) -> int:
-        """ioctl FIONREAD of a datagram socket: the next datagram's size, 0 if none
-        waits (as Linux's UDP)."""
+    def _buffered(self) -> int:
+        """(fionread: receiving.py) A datagram socket's: the next datagram's size, 0 if
+        none waits (as Linux's UDP), or its skeleton is gone."""
         self._alive()
         with self._lock:
             path = self._path
-            head = None if path is None else path.take(DGRAM.size, None, True)
+            head = None if path is None or self._broken else \
+                path.take(DGRAM.size, None, True)
             return 0 if head is None else DGRAM.unpack(head)[0]
 
     def _recv_datagram(self, want: int, flags: int) -> tuple[bytes, int, Any]:

@@ -37,7 +37,7 @@ _CALLS = frozenset((            # what a child may ask its parent to make on its
     "connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt", "getsockopt",
     "getsockname", "getpeername", "settimeout", "gettimeout", "setblocking", "getblocking",
     "recv", "recvfrom", "set_rack_mode", "send", "sendall", "sendto", "close", "accept",
-    "dup"))
+    "dup", "fionread"))
 
 
 def twin_of(stub: Any, fd: int) -> Any:

@@ -255,7 +255,7 @@ class Forked:
 
 for _name in ("connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt",
               "getsockopt", "getsockname", "getpeername", "settimeout", "gettimeout",
-              "setblocking", "getblocking", "recv", "recvfrom", "set_rack_mode", "pending"):
+              "setblocking", "getblocking", "recv", "recvfrom", "set_rack_mode", "fionread"):
     setattr(Forked, _name, _forward(_name))   # made at the parent as they are
 
 

@@ -150,7 +150,7 @@ def bind(ffi: Any) -> None:
         return 0
 
     def _pending(fd: int) -> int:
-        return min(_handle(fd).pending(), 0x7FFFFFFF)
+        return min(_handle(fd).fionread(), 0x7FFFFFFF)
 
     def _dup(fd: int, newfd: int) -> int:
         onto = getattr(_handle(fd), "dup_onto", None)   # a fork()ed child's (forked.py)

@@ -42,7 +42,12 @@ def sendfile(out_fd: int, in_fd: int, offset: int | None, count: int, *args: Any
     data = os.pread(in_fd, min(count, SLICE), at)
     if not data:
         return 0
-    handle = BsdSocketStub(fileno=os.dup(out_fd))
+    fd = os.dup(out_fd)
+    try:
+        handle = BsdSocketStub(fileno=fd)
+    except BaseException:
+        os.close(fd)
+        raise
     try:
         sent = handle.send(data, socket.MSG_DONTWAIT)
     finally:

@@ -11,7 +11,7 @@ blocking socket only: with a timeout CPython's socket is non-blocking, where the
 kernel ignores both); MSG_PEEK leaves them; MSG_DONTWAIT does not wait (with a
 timeout, CPython waits first: so does the stub); MSG_NOSIGNAL, MSG_MORE and
 the like change nothing, as in Linux's TCP. An error after some bytes were
-read returns them, and the next call reports it, as Linux does. pending() is
+read returns them, and the next call reports it, as Linux does. fionread() is
 ioctl FIONREAD's answer: what a recv would get now.
 """
 
@@ -60,13 +60,22 @@ class Receiving:
         data = self.recv(sum(memoryview(b).nbytes for b in buffers), flags)
         return scatter(data, buffers), [], 0, None
 
-    def pending(self) -> int:
-        """ioctl FIONREAD (SIOCINQ): the bytes a recv would get now without waiting; a
-        listening socket has none to say (EINVAL, as Linux's TCP)."""
+    def fionread(self) -> int:
+        """ioctl FIONREAD (SIOCINQ): the bytes a recv would get now without waiting,
+        what the skeleton pushed meanwhile read first if none are known (a program
+        that only asks, never waits, still sees them come); a listening socket has
+        none to say (EINVAL, as Linux's TCP). (Not `pending`: ssl's name.)"""
         if self._dead or self._gone:
             raise err(errno.EBADF)
         if self._listening:
             raise err(errno.EINVAL)
+        count = self._buffered()
+        if not count:
+            self._rt.pump()
+            count = self._buffered()
+        return count
+
+    def _buffered(self) -> int:
         with self._lock:
             path = self._path
             return 0 if path is None or self._broken else path.pending()

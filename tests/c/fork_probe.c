@@ -1,7 +1,9 @@
 /* What a fork()ed child of a rack program may do with rack sockets (native programs).
  *
  *   fork_probe IP PORT    connect to an echo server, fork; the child sends "x" on
- *                         its copy of the connection, then echoes "new" through a
+ *                         its copy of the connection, polls it until the echo is
+ *                         there and asks ioctl FIONREAD (through its parent, as
+ *                         every call on it: 1), then echoes "new" through a
  *                         connection of its own to the same server (poll()ing it, as
  *                         its parent did before the fork), and prints what each
  *                         gave (errno names); the parent, after the child
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +50,12 @@ int main(int argc, char **argv)
         char c = 'x';
         ssize_t n = send(fd, &c, 1, MSG_NOSIGNAL);
         printf("child send %s\n", n < 0 ? name(errno) : "sent");
+        struct pollfd echoed = {.fd = fd, .events = POLLIN};
+        int waiting = -1;
+        if (poll(&echoed, 1, 5000) != 1 || ioctl(fd, FIONREAD, &waiting) != 0)
+            printf("child fionread %s\n", name(errno));
+        else
+            printf("child fionread %d\n", waiting);
         char back[4] = {0};
         int s = socket(AF_INET, SOCK_STREAM, 0);
         struct pollfd echo = {.fd = s, .events = POLLIN};
