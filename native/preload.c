@@ -150,7 +150,14 @@ static void *start_python(void *unused)
 static void before_fork(void) { in_guest++; fork_gil = py_ensure(); py_before_fork(); }
 static void after_fork_parent(void) { py_after_parent(); py_release(fork_gil); in_guest--; }
 static void after_fork_child(void) { py_after_child(); py_release(fork_gil); in_guest--; }
-static void at_exit(void) { GUEST(sr.exit); }
+/* exit(): the program's stdio first (glibc flushes it only after the atexit handlers,
+ * when a stream on a rack socket, preload_stdio.c, would find its stub closed), then
+ * every stub's bytes out and its socket closed */
+static void at_exit(void)
+{
+    fflush(NULL);
+    GUEST(sr.exit);
+}
 
 void start_guest(void)
 {
@@ -286,6 +293,15 @@ __attribute__((constructor)) static void notice_python(void)
     py_is_up = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     python_host = py_is_up != NULL;
     note_inherited();
+    if (!python_host && (atomic_load(&rack[0]) == MAYBE || atomic_load(&rack[1]) == MAYBE ||
+                         atomic_load(&rack[2]) == MAYBE)) {
+        /* an inetd-style program's stdin or stdout: asked about now, before main(), as
+         * its stdio would write them without a call through here */
+        pthread_once(&inherit_once, adopt_inherited);
+        for (int fd = 0; fd <= 2; fd++)
+            if (atomic_load(&rack[fd]) == 1)
+                std_rebind(fd);
+    }
     const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
     fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */
     const char *memory = getenv("SPLITRACK_MEMORY");   /* (a Python's: rackmem.py) */

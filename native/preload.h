@@ -93,6 +93,9 @@ void adopt_inherited(void);
 int forked_child(void);   /* a fork()ed child of a rack program: its channel's fd, else -1 */
 int mark(int fd);
 void watch_now(void);
+void std_flush(int fd);    /* stdout's or stderr's buffer out, for fd 1 or 2 (preload_stdio.c) */
+void std_rebind(int fd);   /* stdin, stdout or stderr (fd 0-2) over a rack socket: a stream of
+                              the interposer's reads and writes (preload_stdio.c) */
 
 #pragma GCC visibility pop
 

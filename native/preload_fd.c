@@ -7,7 +7,8 @@
  *     count of the bell's bytes; any other request is the kernel's;
  *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
- *     takes the descriptors back from its parent (preload.c);
+ *     takes the descriptors back from its parent (preload.c); onto 0, 1 or 2, the
+ *     standard stream of that descriptor becomes the interposer's (std_rebind);
  * (The waits, poll, select and epoll's, are preload_wait.c's.)
  */
 #define _GNU_SOURCE
@@ -120,8 +121,12 @@ int dup3(int fd, int newfd, int flags)
         close(newfd);   /* as dup3's own closing of newfd, but the stub's */
     if (!is_rack(fd))
         return libc_dup3()(fd, newfd, flags);
+    std_flush(newfd);   /* (what stdout held was the old descriptor's) */
     /* close-on-exec, unless an image exec()ed here can take it back (a fork()ed child's) */
-    return one_more(fd, libc_dup3()(fd, newfd, forked_child() >= 0 ? flags : O_CLOEXEC));
+    int r = one_more(fd, libc_dup3()(fd, newfd, forked_child() >= 0 ? flags : O_CLOEXEC));
+    if (r >= 0)
+        std_rebind(r);   /* printf onto a rack socket: glibc's own writes would miss it */
+    return r;
 }
 
 int dup2(int fd, int newfd)

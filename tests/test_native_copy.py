@@ -12,7 +12,11 @@ tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_probe.c):
   back whole, to its sender;
 - an fdopen()ed stream of a rack socket (fprintf, fgets, fileno, fclose) and dprintf:
   their bytes cross the rack in order, the answer is read back, fclose closes the
-  socket (before, glibc's stdio wrote into the rack descriptor's bell: lost);
+  stream's descriptor, and what the stream still buffers at exit() is sent (before,
+  glibc's stdio wrote into the rack descriptor's bell: lost);
+- a program's stdin and stdout on a rack socket (an inetd-style server dup2()s the
+  connection onto them and exec()s it) are streams of the interposer's: fgets and
+  printf cross the rack (before, printf's bytes went into the bell: lost);
 - ioctl FIONREAD is the stub's count of what a recv would get (a datagram socket:
   the next datagram's size), not the kernel's count of the bell's bytes.
 """
@@ -90,11 +94,26 @@ def test_stdio_on_a_rack_socket_crosses_the_rack(net, built):
             with conn, conn.makefile("rb") as lines:
                 heard.extend([lines.readline(), lines.readline()])
                 conn.sendall(b"a" * 999 + b"\n")
-                heard.append(conn.recv(1))   # b"": the program's fclose closed it
+                heard.extend([lines.readline(), lines.read()])   # then EOF: its exit
         peer = threading.Thread(target=answer, daemon=True)
         peer.start()
         done = run_on_rack(env, [built["stdio_probe"], OUTSIDE, str(server.getsockname()[1])],
                            name="copy")
         peer.join(timeout=30)
     assert (done.returncode, done.stdout) == (0, "ok 1000\n"), done.stderr
-    assert heard == [b"fprintf 42\n", b"dprintf too\n", b""]
+    assert heard == [b"fprintf 42\n", b"dprintf too\n", b"bye\n", b""]
+
+
+@pytest.mark.parametrize("mode", ["ddio", "dma"])
+def test_an_inetd_style_programs_stdio_crosses_the_rack(net, built, mode):
+    """fork_server.c exec()s stdio_probe's line filter with the connection on its stdin
+    and stdout: 100 lines, each written and read back in capitals."""
+    rack, env = net
+    argv = [built["fork_server"], NIC, "0", "1", built["stdio_probe"], "filter"]
+    with on_rack(env, argv, name="copy", mode=mode) as (server, (port,)):
+        with socket.create_connection((NIC, port), timeout=30) as sock, \
+                sock.makefile("rb") as lines:
+            for i in range(100):
+                sock.sendall(b"line %d of the rack\n" % i)
+                assert lines.readline() == b"LINE %d OF THE RACK\n" % i
+        assert server.wait(timeout=30) == 0, server.stderr.read()
