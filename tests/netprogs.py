@@ -271,3 +271,22 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
         assert chunk, f"EOF after {len(out)} of {n} bytes"
         out += chunk
     return bytes(out)
+
+
+@contextlib.contextmanager
+def collecting_server(ip: str, timeout: float = 60) -> Iterator[tuple[int, bytearray]]:
+    """A plain server on (ip, a free port) that takes one connection and collects
+    every byte until EOF: yields (its port, the bytes so far); at the end of the
+    block, waits up to `timeout` for that EOF."""
+    got = bytearray()
+    with socket.create_server((ip, 0)) as server:
+        def receive() -> None:
+            conn, _ = server.accept()
+            with conn:
+                while chunk := conn.recv(1 << 16):
+                    got.extend(chunk)
+        reader = threading.Thread(target=receive, daemon=True)
+        reader.start()
+        yield server.getsockname()[1], got
+        reader.join(timeout=timeout)
+        assert not reader.is_alive(), f"no EOF after {len(got)} bytes"

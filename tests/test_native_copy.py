@@ -27,7 +27,7 @@ import threading
 
 import pytest
 
-from netprogs import n0_network, network_rack, on_rack, run_on_rack
+from netprogs import collecting_server, n0_network, network_rack, on_rack, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: reached through n0's NIC
@@ -45,23 +45,12 @@ def test_sendfile_and_sendmmsg_send_every_byte_through_the_rack(net, built, tmp_
     data = os.urandom(3_000_001)   # (not a multiple of a line, nor of the slices)
     path = tmp_path / "payload"
     path.write_bytes(data)
-    got = bytearray()
-    with socket.create_server((OUTSIDE, 0)) as server:
-        def receive() -> None:
-            conn, _ = server.accept()
-            with conn:
-                while chunk := conn.recv(1 << 16):
-                    got.extend(chunk)
-        reader = threading.Thread(target=receive, daemon=True)
-        reader.start()
+    with collecting_server(OUTSIDE) as (port, got):
         before = n0_network(rack)
-        done = run_on_rack(env, [built["copy_probe"], "stream", OUTSIDE,
-                                 str(server.getsockname()[1]), str(path)],
-                           mode=mode, name="copy")
-        reader.join(timeout=60)
+        done = run_on_rack(env, [built["copy_probe"], "stream", OUTSIDE, str(port),
+                                 str(path)], mode=mode, name="copy")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", str(len(data) + 6)]
-    assert not reader.is_alive()
     assert bytes(got) == data + b"abcdef"
     assert n0_network(rack)["connected"] - before["connected"] >= 1   # through n0
     said = [line for line in done.stderr.splitlines() if "splice()" in line]

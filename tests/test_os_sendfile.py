@@ -6,13 +6,11 @@ a kernel socket it is still the kernel's. (Before,
 the bytes went into the rack socket's bell: the program hung, none arrived.)"""
 
 import os
-import socket
 import textwrap
-import threading
 
 import pytest
 
-from netprogs import n0_network, network_rack, run_on_rack
+from netprogs import collecting_server, n0_network, network_rack, run_on_rack
 
 OUTSIDE = "127.0.0.2"   # a host of the outside world: reached through n0's NIC
 
@@ -55,19 +53,9 @@ def test_sendfile_of_a_python_program_crosses_the_rack(net, tmp_path):
     data = os.urandom(3_000_001)
     path = tmp_path / "payload"
     path.write_bytes(data)
-    got = bytearray()
-    with socket.create_server((OUTSIDE, 0)) as server:
-        def receive() -> None:
-            conn, _ = server.accept()
-            with conn:
-                while chunk := conn.recv(1 << 16):
-                    got.extend(chunk)
-        reader = threading.Thread(target=receive, daemon=True)
-        reader.start()
+    with collecting_server(OUTSIDE) as (port, got):
         before = n0_network(rack)
-        done = run_on_rack(env, PROGRAM, str(server.getsockname()[1]), str(path),
-                           name="ossf")
-        reader.join(timeout=60)
+        done = run_on_rack(env, PROGRAM, str(port), str(path), name="ossf")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", str(len(data))]
     assert bytes(got) == data
