@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/sendfile.h>
@@ -173,8 +174,10 @@ int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags, struct timesp
         errno = EINVAL;
         return -1;
     }
-    long long deadline = timeout ? now_ns() + timeout->tv_sec * 1000000000LL +
-                                   timeout->tv_nsec : 0;
+    long long deadline = 0;
+    if (timeout)   /* (past a century: none, rather than an overflow) */
+        deadline = timeout->tv_sec > 3000000000LL ? LLONG_MAX
+                   : now_ns() + timeout->tv_sec * 1000000000LL + timeout->tv_nsec;
     if (n > MAX_MESSAGES)
         n = MAX_MESSAGES;
     int each = flags & ~MSG_WAITFORONE;

@@ -95,6 +95,10 @@ int ioctl(int fd, unsigned long request, ...)
     if (is_rack(fd) && request == FIONBIO)
         return ret(GUEST(sr.blocking, fd, !*(int *)arg));
     if (is_rack(fd) && request == FIONREAD) {   /* (SIOCINQ) the stub's, not the bell's */
+        if (!arg) {
+            errno = EFAULT;
+            return -1;
+        }
         int r = GUEST(sr.pending, fd);
         if (r < 0)
             return ret(r);
