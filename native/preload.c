@@ -293,6 +293,14 @@ __attribute__((constructor)) static void notice_python(void)
     py_is_up = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
     python_host = py_is_up != NULL;
     note_inherited();
+    const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
+    fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */
+    const char *memory = getenv("SPLITRACK_MEMORY");   /* (a Python's: rackmem.py) */
+    if (!python_host && memory && strcmp(memory, "rack") == 0) {
+        pthread_once(&guest_once, start_guest);   /* its heap in rack pages before main() */
+        if (GUEST(sr.memory) < 0)                 /* (native/preload_memory.c) */
+            _exit(EXIT_CANNOT_RUN);               /* (it said why) */
+    }
     if (!python_host && (atomic_load(&rack[0]) == MAYBE || atomic_load(&rack[1]) == MAYBE ||
                          atomic_load(&rack[2]) == MAYBE)) {
         /* an inetd-style program's stdin or stdout: asked about now, before main(), as
@@ -301,13 +309,5 @@ __attribute__((constructor)) static void notice_python(void)
         for (int fd = 0; fd <= 2; fd++)
             if (atomic_load(&rack[fd]) == 1)
                 std_rebind(fd);
-    }
-    const char *global = getenv("SPLITRACK_GLOBAL");   /* FIT over ZeroMQ's TCP: its */
-    fit_over_tcp = global && strncmp(global, "tcp://", 6) == 0;   /* sockets are the rack's */
-    const char *memory = getenv("SPLITRACK_MEMORY");   /* (a Python's: rackmem.py) */
-    if (!python_host && memory && strcmp(memory, "rack") == 0) {
-        pthread_once(&guest_once, start_guest);   /* its heap in rack pages before main() */
-        if (GUEST(sr.memory) < 0)                 /* (native/preload_memory.c) */
-            _exit(EXIT_CANNOT_RUN);               /* (it said why) */
     }
 }
