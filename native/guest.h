@@ -36,7 +36,7 @@ int sr_name(int fd, int peer, uint32_t *ip, int *port);      /* getsockname / ge
 int sr_setsockopt(int fd, int level, int name, const void *value, int len);
 int sr_getsockopt(int fd, int level, int name, void *value, int *len);
 int sr_blocking(int fd, int blocking);                        /* -1: ask (1 blocking, 0 not) */
-int sr_pending(int fd);   /* FIONREAD: the bytes a recv would get now (a datagram: the next's) */
+int sr_fionread(int fd);  /* FIONREAD: the bytes a recv would get now (a datagram: the next's) */
 int sr_dup(int fd, int newfd);   /* newfd, the kernel's dup of fd, is one more handle of it */
 int sr_exit(void);                                            /* exit(): every stub closes */
 /* From now on, exact readiness (the program waits on a rack socket); polled: 1 if its waits

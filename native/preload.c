@@ -183,7 +183,7 @@ void start_guest(void)
     sr.setsockopt = need(lib, "sr_setsockopt");
     sr.getsockopt = need(lib, "sr_getsockopt");
     sr.blocking = need(lib, "sr_blocking");
-    sr.pending = need(lib, "sr_pending");
+    sr.fionread = need(lib, "sr_fionread");
     sr.dup = need(lib, "sr_dup");
     sr.exit = need(lib, "sr_exit");
     sr.watch = need(lib, "sr_watch");

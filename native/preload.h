@@ -76,7 +76,7 @@ extern struct guest_calls {
     int (*setsockopt)(int, int, int, const void *, int);
     int (*getsockopt)(int, int, int, void *, int *);
     int (*blocking)(int, int);
-    int (*pending)(int);
+    int (*fionread)(int);
     int (*dup)(int, int);
     int (*exit)(void);
     int (*watch)(int);

@@ -3,7 +3,7 @@
  *   - fcntl and ioctl(FIONBIO) on a rack descriptor: O_NONBLOCK is the stub's (its
  *     descriptor stays non-blocking underneath, for the runtime); F_DUPFD is a dup;
  *   - ioctl(FIONREAD), or SIOCINQ: the stub's count of what a recv would get now
- *     (sr_pending; a datagram socket: the next datagram's size), not the kernel's
+ *     (sr_fionread; a datagram socket: the next datagram's size), not the kernel's
  *     count of the bell's bytes; any other request is the kernel's;
  *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
@@ -99,7 +99,7 @@ int ioctl(int fd, unsigned long request, ...)
             errno = EFAULT;
             return -1;
         }
-        int r = GUEST(sr.pending, fd);
+        int r = GUEST(sr.fionread, fd);
         if (r < 0)
             return ret(r);
         *(int *)arg = r;

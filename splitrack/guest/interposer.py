@@ -149,7 +149,7 @@ def bind(ffi: Any) -> None:
         sock.setblocking(bool(blocking))
         return 0
 
-    def _pending(fd: int) -> int:
+    def _fionread(fd: int) -> int:
         return min(_handle(fd).fionread(), 0x7FFFFFFF)
 
     def _dup(fd: int, newfd: int) -> int:
@@ -225,7 +225,7 @@ def bind(ffi: Any) -> None:
 
     for fn in (_ready, _memory, _watch, _wait_begin, _wait_end, _socket, _bind, _connect,
                _listen, _accept, _send, _recv, _shutdown, _close, _name, _setsockopt,
-               _getsockopt, _blocking, _pending, _dup, _exit, _inherit):
+               _getsockopt, _blocking, _fionread, _dup, _exit, _inherit):
         extern(fn)
 
 
