@@ -41,7 +41,13 @@
  * libuv; or Python's own with the drop-in off, python -I) is a stub too, served by
  * that interpreter (no second one is started), and so is a stub's descriptor that
  * detach() hands out (uvloop's create_server gives its listener's to libuv that
- * way): sr_interpose, which splitrack/guest/interposer.py calls.
+ * way): sr_interpose, which splitrack/guest/interposer.py calls. A stub's own
+ * descriptor is marked OWN (sr_own, from splitrack/guest/own_fds.py): the calls the
+ * program makes on the descriptor itself (os.read, os.write, os.sendfile,
+ * ioctl(FIONREAD), os.dup2...) come here, to that stub, and the stub's own (close,
+ * dup, fcntl) stay libc's. While subprocess's fork_exec runs (sr_spawning, from
+ * splitrack/guest/spawning.py) every call of that thread, and of the child it
+ * vforks, is libc's.
  *
  * The interpreter is the one `splitrack run`'s pMonitor names: SPLITRACK_LIBPYTHON
  * (its shared library), SPLITRACK_PYTHONHOME, SPLITRACK_GUEST_SITE (the
@@ -72,7 +78,7 @@ int (*py_is_up)(void);
 int fit_over_tcp;
 int guest_up;
 pthread_once_t guest_once = PTHREAD_ONCE_INIT;
-__thread int in_guest, program_thread;
+__thread int in_guest, program_thread, spawning;
 struct guest_calls sr;
 long (*fast_recv)(int, void *, size_t);
 
@@ -206,7 +212,9 @@ void start_guest(void)
 /* ---- exec(): the rack sockets an image of a fork()ed child inherited ------------------- */
 /* A fork()ed child of a rack program reaches its parent's rack sockets over a channel
  * it keeps across exec(), named by SPLITRACK_FORK_CHANNEL ("fd:pid", for this pid
- * only: splitrack/guest/forked.py). An image it exec()s marks every socket
+ * only: splitrack/guest/forked.py; or "fd:^spawner", a channel a Python rack program
+ * made for a program it started with subprocess, which the first process to use it
+ * claims: splitrack/guest/spawning.py). An image it exec()s marks every socket
  * descriptor it inherited MAYBE; the first call on one of them starts the guest,
  * which asks the parent which are its (sr_inherit): those are rack sockets from then
  * on, the rest the kernel's. (An inetd-style server: accept, fork, dup2 the
@@ -221,7 +229,23 @@ int forked_child(void)
 {
     const char *env = getenv("SPLITRACK_FORK_CHANNEL");
     const char *colon = env ? strchr(env, ':') : NULL;
-    return colon && atol(colon + 1) == (long)getpid() ? atoi(env) : -1;
+    if (!colon)
+        return -1;
+    if (colon[1] != '^')
+        return atol(colon + 1) == (long)getpid() ? atoi(env) : -1;
+    struct ucred cred;   /* spawned: a channel its spawner made (claimed at first use) */
+    socklen_t len = sizeof cred;
+    return getsockopt(atoi(env), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0
+           && cred.pid == atol(colon + 2) ? atoi(env) : -1;
+}
+
+/* A spawned program's channel, not claimed yet ("fd:^spawner:,dev.ino,...,"): the rack
+ * sockets it was given, by inode (else NULL: a fork()ed child's, any socket may be). */
+static const char *spawned_sockets(void)
+{
+    const char *env = getenv("SPLITRACK_FORK_CHANNEL");
+    const char *spawner = env ? strstr(env, ":^") : NULL;
+    return spawner ? strchr(spawner + 2, ':') : NULL;
 }
 
 static void note_inherited(void)   /* (at load) */
@@ -229,10 +253,16 @@ static void note_inherited(void)   /* (at load) */
     int channel = forked_child();
     if (channel < 0)
         return;
+    const char *only = spawned_sockets();
     struct stat st;
+    char key[48];
     for (int fd = 0; fd < MAYBE_FDS; fd++)
-        if (fd != channel && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
-            atomic_store(&rack[fd], MAYBE);
+        if (fd != channel && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
+            snprintf(key, sizeof key, ",%lu.%lu,", (unsigned long)st.st_dev,
+                     (unsigned long)st.st_ino);
+            if (!only || strstr(only, key))
+                atomic_store(&rack[fd], MAYBE);
+        }
 }
 
 void adopt_inherited(void)
@@ -287,6 +317,21 @@ __attribute__((visibility("default"))) void sr_interpose(int fd)
         atomic_store(&rack[fd], 1);
     watch_now();
 }
+/* A Python program's socket object's descriptor: the calls it makes on the descriptor
+ * itself are the stub's (is_own; splitrack/guest/own_fds.py calls this). */
+__attribute__((visibility("default"))) void sr_own(int fd)
+{
+    unsigned char none = 0;
+    if (fd >= 0 && fd < RACK_FDS)
+        atomic_compare_exchange_strong(&rack[fd], &none, OWN);
+}
+
+/* subprocess starts a program from this thread (spawning.py): on (1) or off (0) */
+__attribute__((visibility("default"))) void sr_spawning(int on)
+{
+    spawning = on;
+}
+
 __attribute__((constructor)) static void notice_python(void)
 {
     /* python itself (or a program that embeds one): its own interpreter runs the drop-in */
@@ -304,10 +349,14 @@ __attribute__((constructor)) static void notice_python(void)
     if (!python_host && (atomic_load(&rack[0]) == MAYBE || atomic_load(&rack[1]) == MAYBE ||
                          atomic_load(&rack[2]) == MAYBE)) {
         /* an inetd-style program's stdin or stdout: asked about now, before main(), as
-         * its stdio would write them without a call through here */
-        pthread_once(&inherit_once, adopt_inherited);
+         * its stdio would write them without a call through here (a spawned program's
+         * are known to be rack sockets already: they are asked about, and the channel
+         * claimed, at their first use, so that a shell does not take what the
+         * program it starts uses) */
+        if (!spawned_sockets())
+            pthread_once(&inherit_once, adopt_inherited);
         for (int fd = 0; fd <= 2; fd++)
-            if (atomic_load(&rack[fd]) == 1)
+            if (atomic_load(&rack[fd]) != 0)
                 std_rebind(fd);
     }
 }

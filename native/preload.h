@@ -11,8 +11,13 @@
  *
  * Interface:
  *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited
- *                   by an exec()ed image, asked about on first use (preload.c)
+ *                   by an exec()ed image, asked about on first use (preload.c); OWN:
+ *                   a Python program's own socket object's (sr_own)
  *   is_rack(fd)     fd is a rack socket's, and the call is the program's
+ *   is_own(fd)      fd is a Python program's socket object's, and the call is the
+ *                   program's: only the calls on the descriptor itself (read, write,
+ *                   readv, writev, FIONREAD, sendfile, dup2 onto another) come here
+ *   rack_send, rack_recv  a send or recv on a rack descriptor (no is_rack asked)
  *   python_thread() the call is the interpreter's own (it goes to libc)
  *   GUEST(sr.fn, ...) a call of native/guest.h, counted as the interpreter's
  *   fast_recv       fr_recv (native/fastrecv.h), asked before sr.recv: a stream's
@@ -38,6 +43,7 @@
 #define RACK_FDS 65536
 #define EXIT_CANNOT_RUN 127
 #define MAYBE 2          /* rack[fd] of an inherited socket not asked about yet */
+#define OWN 3            /* rack[fd] of a Python program's own socket object (sr_own) */
 
 #pragma GCC visibility push(hidden)
 
@@ -58,6 +64,10 @@ extern PyThreadState *(*py_this_thread)(void);   /* PyGILState_GetThisThreadStat
  * program that called it keeps a thread state too (cffi keeps one per thread). In a
  * Python program every thread has one, so there only the first counts. */
 extern __thread int in_guest, program_thread;
+/* A Python program's subprocess starts a program (fork_exec, splitrack/guest/spawning.py):
+ * the child it forks or vforks (which shares this thread's memory) makes only the
+ * kernel's calls, and changes nothing here. */
+extern __thread int spawning;
 #define GUEST(fn, ...) ({ in_guest++; program_thread = 1; \
                           __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
 
@@ -96,6 +106,8 @@ void watch_now(void);
 void std_flush(int fd);    /* stdout's or stderr's buffer out, for fd 1 or 2 (preload_stdio.c) */
 void std_rebind(int fd);   /* stdin, stdout or stderr (fd 0-2) over a rack socket: a stream of
                               the interposer's reads and writes (preload_stdio.c) */
+ssize_t rack_send(int fd, const void *buf, size_t n, int flags);   /* (preload_socket.c) */
+ssize_t rack_recv(int fd, void *buf, size_t n, int flags);
 
 #pragma GCC visibility pop
 
@@ -108,7 +120,8 @@ void std_rebind(int fd);   /* stdin, stdout or stderr (fd 0-2) over a rack socke
 
 static inline int python_thread(void)
 {
-    return guest_up && (in_guest || (!python_host && !program_thread && py_this_thread() != NULL));
+    return spawning
+        || (guest_up && (in_guest || (!python_host && !program_thread && py_this_thread() != NULL)));
 }
 
 static inline int is_rack(int fd)
@@ -117,12 +130,34 @@ static inline int is_rack(int fd)
         return 0;
     int v = atomic_load_explicit(&rack[fd], memory_order_relaxed);
     if (v == MAYBE) {   /* (not while python itself starts: the guest needs it up) */
-        if (atomic_load(&inheriting) || (python_host && !py_is_up()))
+        if (spawning || atomic_load(&inheriting) || (python_host && !py_is_up()))
             return 0;
         pthread_once(&inherit_once, adopt_inherited);
         v = atomic_load(&rack[fd]);
     }
     return v == 1 && !python_thread();
+}
+
+/* A Python program's socket object makes its socket calls in Python (the stub), and
+ * its own syscalls on its descriptor (close, dup, fcntl) are the kernel's; a call
+ * made on the descriptor itself, by the program (os.read, os.write, io.FileIO...),
+ * is the stub's: the guest is started for it (splitrack/guest/own_fds.py). */
+static inline int is_own(int fd)
+{
+    if (fd < 0 || fd >= RACK_FDS
+            || atomic_load_explicit(&rack[fd], memory_order_relaxed) != OWN || python_thread())
+        return 0;
+    pthread_once(&guest_once, start_guest);
+    return 1;
+}
+
+/* fd closes, or another file takes its number: it is no Python socket object's now */
+static inline void not_own(int fd)
+{
+    unsigned char own = OWN;
+    if (fd >= 0 && fd < RACK_FDS && !spawning
+            && atomic_load_explicit(&rack[fd], memory_order_relaxed) == OWN)
+        atomic_compare_exchange_strong(&rack[fd], &own, 0);
 }
 
 static inline long ret(long r)

@@ -79,7 +79,7 @@ static ssize_t rack_sendfile(int out, int in, off64_t *offset, size_t count)
             err = got < 0 ? errno : 0;
             break;
         }
-        ssize_t took = send(out, buf, (size_t)got, 0);
+        ssize_t took = rack_send(out, buf, (size_t)got, 0);
         if (took < 0) {
             err = errno;
             break;
@@ -108,9 +108,10 @@ ssize_t sendfile_64(int out, int in, off64_t *offset, size_t count) __asm__("sen
 static ssize_t any_sendfile(ssize_t (*libc)(int, int, off64_t *, size_t), int out, int in,
                             off64_t *offset, size_t count)
 {
-    if (!is_rack(out) && !is_rack(in))
+    int to_rack = is_rack(out) || is_own(out);   /* (os.sendfile of a Python program's) */
+    if (!to_rack && !is_rack(in))
         return libc(out, in, offset, count);
-    if (!is_rack(out)) {   /* from a rack socket into anything: the kernel cannot */
+    if (!to_rack) {   /* from a rack socket into anything: the kernel cannot */
         errno = EINVAL;
         return -1;
     }

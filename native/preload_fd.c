@@ -9,6 +9,9 @@
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
  *     takes the descriptors back from its parent (preload.c); onto 0, 1 or 2, the
  *     standard stream of that descriptor becomes the interposer's (std_rebind);
+ *   - a Python program's socket object's descriptor (is_own): FIONREAD is the
+ *     stub's, and a dup2 or dup3 of it (os.dup2(conn.fileno(), 1), then print) an
+ *     interposed handle as above; its other calls (the stub's own) are the kernel's;
  * (The waits, poll, select and epoll's, are preload_wait.c's.)
  */
 #define _GNU_SOURCE
@@ -94,7 +97,8 @@ int ioctl(int fd, unsigned long request, ...)
     va_end(ap);
     if (is_rack(fd) && request == FIONBIO)
         return ret(GUEST(sr.blocking, fd, !*(int *)arg));
-    if (is_rack(fd) && request == FIONREAD) {   /* (SIOCINQ) the stub's, not the bell's */
+    if (request == FIONREAD && (is_rack(fd) || is_own(fd))) {   /* (SIOCINQ) the stub's,
+                                                                     not the bell's */
         if (!arg) {
             errno = EFAULT;
             return -1;
@@ -115,7 +119,9 @@ int dup(int fd)
 
 int dup3(int fd, int newfd, int flags)
 {
-    if (python_thread() || (!is_rack(fd) && !is_rack(newfd)))
+    if (fd != newfd)
+        not_own(newfd);   /* (whatever takes its number now) */
+    if (python_thread() || (!is_rack(fd) && !is_own(fd) && !is_rack(newfd)))
         return libc_dup3()(fd, newfd, flags);
     if (fd == newfd) {
         errno = EINVAL;
@@ -123,7 +129,7 @@ int dup3(int fd, int newfd, int flags)
     }
     if (is_rack(newfd))
         close(newfd);   /* as dup3's own closing of newfd, but the stub's */
-    if (!is_rack(fd))
+    if (!is_rack(fd) && !is_own(fd))
         return libc_dup3()(fd, newfd, flags);
     std_flush(newfd);   /* (what stdout held was the old descriptor's) */
     /* close-on-exec, unless an image exec()ed here can take it back (a fork()ed child's) */
@@ -135,7 +141,9 @@ int dup3(int fd, int newfd, int flags)
 
 int dup2(int fd, int newfd)
 {
-    if (python_thread() || (!is_rack(fd) && !is_rack(newfd)))
+    if (fd != newfd)
+        not_own(newfd);
+    if (python_thread() || (!is_rack(fd) && !is_own(fd) && !is_rack(newfd)))
         return libc_dup2()(fd, newfd);
     if (fd == newfd)
         return newfd;

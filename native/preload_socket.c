@@ -24,8 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)   /* (linux/close_range.h) */
+#endif
 
 REAL(int, socket, int, int, int)
 REAL(int, bind, int, const struct sockaddr *, socklen_t)
@@ -44,6 +49,7 @@ REAL(ssize_t, write, int, const void *, size_t)
 REAL(ssize_t, readv, int, const struct iovec *, int)
 REAL(ssize_t, writev, int, const struct iovec *, int)
 REAL(int, close, int)
+REAL(int, close_range, unsigned int, unsigned int, int)
 REAL(int, shutdown, int, int)
 REAL(int, getsockopt, int, int, int, void *, socklen_t *)
 REAL(int, setsockopt, int, int, int, const void *, socklen_t)
@@ -157,25 +163,34 @@ static ssize_t sent(long r, int flags)
     return ret(r);
 }
 
-ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *addr,
-               socklen_t len)
+ssize_t rack_send(int fd, const void *buf, size_t n, int flags)
 {
-    if (!is_rack(fd))
-        return libc_sendto()(fd, buf, n, flags, addr, len);
+    return sent(GUEST(sr.send, fd, buf, n, flags, 0, 0, 0), flags);
+}
+
+static ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags,
+                           const struct sockaddr *addr, socklen_t len)
+{
     uint32_t ip = 0;
     int port = 0, to = addr ? in_address(addr, len, &ip, &port) : 0;   /* -errno if not IPv4 */
     return sent(GUEST(sr.send, fd, buf, n, flags, addr && !to ? 1 : to, ip, port), flags);
 }
 
+ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *addr,
+               socklen_t len)
+{
+    return is_rack(fd) ? rack_sendto(fd, buf, n, flags, addr, len)
+                       : libc_sendto()(fd, buf, n, flags, addr, len);
+}
+
 ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
-    return is_rack(fd) ? sent(GUEST(sr.send, fd, buf, n, flags, 0, 0, 0), flags)
-                       : libc_send()(fd, buf, n, flags);
+    return is_rack(fd) ? rack_send(fd, buf, n, flags) : libc_send()(fd, buf, n, flags);
 }
 
 ssize_t write(int fd, const void *buf, size_t n)
 {
-    return is_rack(fd) ? sent(GUEST(sr.send, fd, buf, n, 0, 0, 0, 0), 0) : libc_write()(fd, buf, n);
+    return is_rack(fd) || is_own(fd) ? rack_send(fd, buf, n, 0) : libc_write()(fd, buf, n);
 }
 
 /* A stream's bytes that are there already, without the interpreter (native/fastrecv.h),
@@ -188,10 +203,9 @@ static long quick(int fd, void *buf, size_t n, int flags)
     return fast_recv(fd, buf, n);
 }
 
-ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, socklen_t *len)
+static ssize_t rack_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
+                             socklen_t *len)
 {
-    if (!is_rack(fd))
-        return libc_recvfrom()(fd, buf, n, flags, addr, len);
     long r = addr ? -1 : quick(fd, buf, n, flags);
     if (r >= 0)
         return r;
@@ -205,17 +219,26 @@ ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, 
     return ret(r);
 }
 
-ssize_t recv(int fd, void *buf, size_t n, int flags)
+ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, socklen_t *len)
 {
-    if (!is_rack(fd))
-        return libc_recv()(fd, buf, n, flags);
+    return is_rack(fd) ? rack_recvfrom(fd, buf, n, flags, addr, len)
+                       : libc_recvfrom()(fd, buf, n, flags, addr, len);
+}
+
+ssize_t rack_recv(int fd, void *buf, size_t n, int flags)
+{
     long r = quick(fd, buf, n, flags);
     return r >= 0 ? r : ret(GUEST(sr.recv, fd, buf, n, flags, NULL, NULL));
 }
 
+ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+    return is_rack(fd) ? rack_recv(fd, buf, n, flags) : libc_recv()(fd, buf, n, flags);
+}
+
 ssize_t read(int fd, void *buf, size_t n)
 {
-    return is_rack(fd) ? recv(fd, buf, n, 0) : libc_read()(fd, buf, n);
+    return is_rack(fd) || is_own(fd) ? rack_recv(fd, buf, n, 0) : libc_read()(fd, buf, n);
 }
 
 /* _FORTIFY_SOURCE's checked reads (Debian builds its programs with them). */
@@ -254,7 +277,7 @@ static ssize_t send_vector(int fd, const struct iovec *iov, int count, int flags
                            const struct sockaddr *addr, socklen_t len)
 {
     if (count == 1)
-        return sendto(fd, iov[0].iov_base, iov[0].iov_len, flags, addr, len);
+        return rack_sendto(fd, iov[0].iov_base, iov[0].iov_len, flags, addr, len);
     size_t total = iov_total(iov, count), at = 0;
     char *flat = malloc(total ? total : 1);
     if (!flat) {
@@ -265,7 +288,7 @@ static ssize_t send_vector(int fd, const struct iovec *iov, int count, int flags
         memcpy(flat + at, iov[i].iov_base, iov[i].iov_len);
         at += iov[i].iov_len;
     }
-    ssize_t r = sendto(fd, flat, total, flags, addr, len);
+    ssize_t r = rack_sendto(fd, flat, total, flags, addr, len);
     free(flat);
     return r;
 }
@@ -274,14 +297,14 @@ static ssize_t recv_vector(int fd, const struct iovec *iov, int count, int flags
                            struct sockaddr *addr, socklen_t *len)
 {
     if (count == 1)
-        return recvfrom(fd, iov[0].iov_base, iov[0].iov_len, flags, addr, len);
+        return rack_recvfrom(fd, iov[0].iov_base, iov[0].iov_len, flags, addr, len);
     size_t total = iov_total(iov, count);
     char *flat = malloc(total ? total : 1);
     if (!flat) {
         errno = ENOMEM;
         return -1;
     }
-    ssize_t r = recvfrom(fd, flat, total, flags, addr, len);
+    ssize_t r = rack_recvfrom(fd, flat, total, flags, addr, len);
     for (size_t at = 0, i = 0; r > 0 && at < (size_t)r; i++) {
         size_t k = iov[i].iov_len < (size_t)r - at ? iov[i].iov_len : (size_t)r - at;
         memcpy(iov[i].iov_base, flat + at, k);
@@ -315,13 +338,14 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 
 ssize_t writev(int fd, const struct iovec *iov, int count)
 {
-    return is_rack(fd) ? send_vector(fd, iov, count, 0, NULL, 0) : libc_writev()(fd, iov, count);
+    return is_rack(fd) || is_own(fd) ? send_vector(fd, iov, count, 0, NULL, 0)
+                                     : libc_writev()(fd, iov, count);
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int count)
 {
-    return is_rack(fd) ? recv_vector(fd, iov, count, 0, NULL, NULL)
-                       : libc_readv()(fd, iov, count);
+    return is_rack(fd) || is_own(fd) ? recv_vector(fd, iov, count, 0, NULL, NULL)
+                                     : libc_readv()(fd, iov, count);
 }
 
 int shutdown(int fd, int how)
@@ -331,10 +355,23 @@ int shutdown(int fd, int how)
 
 int close(int fd)
 {
-    if (!is_rack(fd))
+    if (!is_rack(fd)) {
+        not_own(fd);
         return libc_close()(fd);
+    }
     atomic_store(&rack[fd], 0);   /* first: once closed, the number may be reused */
     return ret(GUEST(sr.close, fd));
+}
+
+/* close_range (CPython's os.closerange, subprocess's child): what it closes is no
+ * Python socket object's any more (its own rack sockets are the stub's to close) */
+int close_range(unsigned int first, unsigned int last, int flags)
+{
+    if (!spawning && !(flags & CLOSE_RANGE_CLOEXEC))
+        for (unsigned int fd = first; fd <= last && fd < RACK_FDS; fd++)
+            not_own((int)fd);
+    return libc_close_range() ? libc_close_range()(first, last, flags)
+                              : (int)syscall(SYS_close_range, first, last, flags);
 }
 
 static int rack_name(int fd, int peer, struct sockaddr *addr, socklen_t *len)

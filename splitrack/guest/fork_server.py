@@ -7,9 +7,11 @@ parent from `after_fork_in_parent` on, takes the child's calls off the channel
 (fork_channel.py) one at a time and makes each on the twin the call names:
 
     twin_of(stub, fd) -> handle        a twin of descriptor fd's connection (no lock taken)
-    serve_child(rt, channel, theirs)   the child's calls on `theirs` ({key: twin}) until
+    serve_child(rt, channel, theirs, pid=None)
+                                       the child's calls on `theirs` ({key: twin}) until
                                        it ends (the channel's EOF, or its pidfd), then
                                        closes the twins it still held
+    close_twin(handle)                 a twin the child holds no more closes
     TWINS                              every child's twins here, by their own fd
 
 Only the calls in `_CALLS` are made (others: EOPNOTSUPP; a key it does not
@@ -52,14 +54,16 @@ def twin_of(stub: Any, fd: int) -> Any:
     return twin
 
 
-def serve_child(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
+def serve_child(rt: Any, channel: Any, theirs: dict[int, Any], pid: int | None = None) -> None:
     """The child's calls, one at a time, until it ends; then what it held closes. (The
     runtime goes threaded here, not in the fork's hook: that takes every stub's lock,
-    and a thread may hold one until the fork has returned.)"""
+    and a thread may hold one until the fork has returned.) A fork()ed child says
+    its pid first; a spawned one's is known (spawning.py)."""
     rt.go_threaded()
     pidfd = -1
     try:
-        (pid, _), _ = receive_message(channel)   # the child says who it is first
+        if pid is None:
+            (pid, _), _ = receive_message(channel)   # the child says who it is first
         pidfd = os.pidfd_open(pid)
         ready = select.poll()   # the channel, and the child's end: a process it started
         ready.register(channel.fileno(), select.POLLIN)   # may hold the channel too (an
@@ -86,13 +90,13 @@ def serve_child(rt: Any, channel: Any, theirs: dict[int, Any]) -> None:
         return   # the child ended before it said who it is
     finally:
         for handle in theirs.values():
-            _close_twin(handle)
+            close_twin(handle)
         channel.close()
         if pidfd >= 0:
             os.close(pidfd)
 
 
-def _close_twin(handle: Any) -> None:
+def close_twin(handle: Any) -> None:
     TWINS.pop(_std.fileno(handle), None)
     try:
         handle.close()
@@ -110,7 +114,7 @@ def _made(theirs: dict[int, Any], token: int, method: str, args: tuple, fds: lis
     if method not in _CALLS:
         raise err(errno.EOPNOTSUPP)
     if method == "close":
-        _close_twin(theirs.pop(token))
+        close_twin(theirs.pop(token))
         return None
     if method in ("accept", "dup"):   # a new handle: its descriptor goes to the child
         new, *rest = handle.accept() if method == "accept" else (handle.dup(),)
@@ -147,5 +151,5 @@ def _twins_of(theirs: dict[int, Any], inodes: list[tuple[int, Any]]
         got[fd] = (key, sample[ino].type == _socket_module.SOCK_DGRAM)
     for held in pool.values():
         for key, _ in held:
-            _close_twin(theirs.pop(key))
+            close_twin(theirs.pop(key))
     return got

@@ -23,7 +23,8 @@ talks on it). A bsdSocketStub's state lives in its process, so here:
   (runtime.py), at full speed, and a grandchild shares them through the child as
   above;
 - exec(): the child's end of the channel outlives it, named by CHANNEL_ENV
-  ("fd:pid": only this process, whatever image it runs, may use it). The
+  ("fd:pid": only this process, whatever image it runs, may use it; a program
+  subprocess started, spawning.py, claims "fd:^spawner" as its own). The
   native interposer of the image the child exec()s (native/preload.c) marks
   the socket descriptors it inherited, and on the first call on one asks its
   parent which are rack sockets (`inherit`: by inode, the twins' own): those
@@ -51,7 +52,7 @@ import socket as _socket_module
 import threading
 from typing import Any
 
-from splitrack.guest import handles
+from splitrack.guest import handles, own_fds
 from splitrack.guest.fork_channel import INHERIT, receive_message, send_message
 from splitrack.guest.fork_server import TWINS, serve_child, twin_of
 from splitrack.guest.sockargs import bytes_view, err, scatter
@@ -65,6 +66,7 @@ _OWNED: dict[int, int] = {}     # a child's Forked descriptor -> the pid whose c
 _INHERITED: dict[int, int] = {}  # the child's: an inherited socket's state (id) -> a token
 _owner = 0                      # the child's pid: a grandchild may not use the channel
 CHANNEL_ENV = "SPLITRACK_FORK_CHANNEL"   # "fd:pid": the channel, for what the child exec()s
+SPAWN_TOKEN = b"T"   # what a spawned program's channel holds until a process claims it
 
 
 # ---- the parent (its thread that serves the child: fork_server.py) -------------------------
@@ -73,13 +75,19 @@ def before_fork(rt: Any) -> None:
     global _pending
     if rt is None or rt.forked or not rt.stubs:
         return
+    _pending = (_socket_module.socketpair(), twins(rt))
+
+
+def twins(rt: Any, only: set[int] | None = None) -> dict[int, Any]:
+    """(the parent's) A twin of each of its handles' descriptors (of those in `only`),
+    by descriptor: what a child that inherits them holds here."""
     theirs = {}
     for stub in list(rt.stubs.values()):
         for fd in handles.live_fds(stub):
-            if fd != stub._fd and fd not in TWINS:   # (not another child's)
-                theirs[fd] = twin = twin_of(stub, fd)
+            if fd != stub._fd and fd not in TWINS and (only is None or fd in only):
+                theirs[fd] = twin = twin_of(stub, fd)   # (not another child's)
                 TWINS[_std.fileno(twin)] = twin
-    _pending = (_socket_module.socketpair(), theirs)
+    return theirs
 
 
 def after_fork_in_parent(rt: Any) -> None:
@@ -89,8 +97,14 @@ def after_fork_in_parent(rt: Any) -> None:
     (mine, child), theirs = _pending
     _pending = None
     child.close()
-    threading.Thread(target=serve_child, args=(rt, mine, theirs), name="splitrack-forked-child",
-                     daemon=True).start()
+    serve(rt, mine, theirs)
+
+
+def serve(rt: Any, channel: Any, theirs: dict[int, Any], pid: int | None = None) -> None:
+    """(the parent's) A thread serves the child's calls on `theirs` from now on (pid:
+    the child's, if known; else it says it first)."""
+    threading.Thread(target=serve_child, args=(rt, channel, theirs, pid),
+                     name="splitrack-forked-child", daemon=True).start()
 
 
 # ---- the child ----------------------------------------------------------------------------
@@ -121,16 +135,61 @@ def after_fork_in_child() -> None:
             _INHERITED[id(obj.__dict__)], _OWNED[fd] = fd, _owner
 
 
+def inherited(fd: int) -> bool:
+    """(the child's) Descriptor fd is a handle of a rack socket its parent serves."""
+    return fd in _OWNED
+
+
+def for_me(env: str) -> int:
+    """CHANNEL_ENV's channel, if it is this process's, else -1: "fd:pid" (a fork()ed
+    child: this pid's), or "fd:^spawner" (a channel spawning.py made, which the first
+    process of the program spawned to ask for it claims: the program itself, or one
+    it started, as a shell does the program of its command line; ":,dev.ino,...,"
+    after it: the inodes of the rack sockets it was given). A claim names this pid
+    in CHANNEL_ENV, for the images it exec()s."""
+    channel, _, pid = env.partition(":")
+    if not channel.isdigit():
+        return -1
+    fd = int(channel)
+    if pid == str(os.getpid()):
+        return fd
+    if not pid.startswith("^") or not _claim(fd, pid[1:].partition(":")[0]):
+        return -1
+    os.environ[CHANNEL_ENV] = f"{fd}:{os.getpid()}"
+    return fd
+
+
+def _claim(fd: int, spawner: str) -> bool:
+    """Channel fd is the spawner's (the kernel says who made the pair), and this process
+    is the first to take the token byte it holds (spawning.py)."""
+    try:
+        channel = _std(fileno=fd)
+    except OSError:
+        return False
+    try:
+        cred = channel.getsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_PEERCRED, 12)
+        return (str(int.from_bytes(cred[:4], "little")) == spawner
+                and channel.recv(1, _socket_module.MSG_DONTWAIT) == SPAWN_TOKEN)
+    except OSError:
+        return False   # (EAGAIN: another process took it)
+    finally:
+        channel.detach()
+
+
 def inherit(fds: list[int]) -> dict[int, Any]:
     """(an image a fork()ed child exec()ed, from the interposer) Which of these socket
     descriptors it inherited are its parent's rack sockets: a Forked handle of each
     ({} if it has no channel: it is no such image)."""
     global _channel, _owner
-    channel, _, pid = os.environ.get(CHANNEL_ENV, "").partition(":")
-    if not channel.isdigit() or pid != str(os.getpid()):
+    env = os.environ.get(CHANNEL_ENV, "")
+    channel = for_me(env)
+    if channel < 0 and ":^" in env:   # (the interposer says so, and leaves them the kernel's)
+        raise OSError(errno.EBUSY, "another process of the program subprocess started has "
+                      "them")
+    if channel < 0:
         return {}
-    _channel, _owner = _std(fileno=int(channel)), os.getpid()
-    inodes = [(fd, handles.inode(fd)) for fd in fds if fd != int(channel)]
+    _channel, _owner = _std(fileno=channel), os.getpid()
+    inodes = [(fd, handles.inode(fd)) for fd in fds if fd != channel]
     (got, _) = _ask(INHERIT, "inherit", ([(fd, ino) for fd, ino in inodes if ino],))
     return {fd: _handle_over(fd, key, dgram) for fd, (key, dgram) in got.items()}
 
@@ -276,6 +335,7 @@ def _handle_over(fd: int, key: int, dgram: bool) -> Any:
     _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
     handle._gone, handle._timeout = False, None
     _TOKENS[fd], _OWNED[fd] = key, os.getpid()
+    own_fds.note(handle, fd)
     return handle
 
 

@@ -38,6 +38,8 @@ import os
 from collections import Counter, deque
 from typing import Any
 
+from splitrack.guest import own_fds
+
 _BY_INODE: dict[tuple[int, int], dict[str, Any]] = {}   # socket inode -> shared state
 
 
@@ -62,6 +64,7 @@ def first(sock: Any, fd: int) -> None:
     sock._dropped = deque()   # descriptors of handles the collector took (stub.__del__)
     sock._forking = deque()   # ... and of handles made at a fork for the child (forked.py)
     rekey(sock)
+    own_fds.note(sock, fd)
 
 
 def adopt(sock: Any, fd: int, state: dict[str, Any]) -> None:
@@ -75,6 +78,7 @@ def adopt(sock: Any, fd: int, state: dict[str, Any]) -> None:
         else:
             sock._handles += 1
             sock._fds[fd] += 1
+    own_fds.note(sock, fd)
 
 
 def release(sock: Any, fd: int) -> bool | None:

@@ -34,9 +34,7 @@ stubs; but in an image a fork()ed child exec()s, the rack sockets it kept open
 """
 
 import _socket
-import ctypes
 import errno
-import functools
 import math
 import os
 import socket
@@ -46,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from native import stubpath
-from splitrack.guest import forked
+from splitrack.guest import forked, own_fds, preloaded
 from splitrack.guest.runtime import current, runtime
 from splitrack.guest.stub import BsdSocketStub
 
@@ -92,6 +90,7 @@ def bind(ffi: Any) -> None:
 
     def _send(fd: int, buf: Any, n: int, flags: int, to: int, ip: int, port: int) -> int:
         sock, data = _handle(fd), ffi.buffer(buf, n)
+        flags = _own_flags(fd, sock, flags)
         if to > 0:
             return sock.sendto(data, flags, (_dotted(ip), port))
         if to < 0 and sock.type == socket.SOCK_DGRAM:
@@ -100,10 +99,11 @@ def bind(ffi: Any) -> None:
 
     def _recv(fd: int, buf: Any, n: int, flags: int, ip: Any, port: Any) -> int:
         sock = _handle(fd)
+        flags = _own_flags(fd, sock, flags)
         if ip == ffi.NULL:
             got = sock.recv_into(ffi.buffer(buf, n), n, flags)
-            if fd not in _QUICK:   # its next recvs of bytes already there: in C
-                _quick(fd, sock)
+            if fd not in _QUICK and fd in _HANDLES:   # its next recvs of bytes already
+                _quick(fd, sock)                       # there: in C
             return got
         got, sender = sock.recvfrom_into(ffi.buffer(buf, n), n, flags)
         _address(sender, ip, port)
@@ -250,25 +250,27 @@ def hand_over(fd: int) -> None:
     (uvloop's create_server gives its listener's to libuv so), so under the native
     interposer it is interposed from now on, over a handle of its own here, as
     socket(fileno=fd) would make. Without the interposer, nothing."""
-    interpose = _interposer()
+    interpose = preloaded.call("sr_interpose")
     if interpose is not None and fd not in _HANDLES:   # (again: uvloop's server.sockets
         _HANDLES[fd] = BsdSocketStub(fileno=fd)        # makes and detaches one more)
         interpose(fd)
 
 
-@functools.cache
-def _interposer() -> Callable[[int], None] | None:
-    try:
-        return ctypes.CDLL(None).sr_interpose   # native/preload.c, if preloaded
-    except AttributeError:
-        return None
-
-
 def _handle(fd: int) -> Any:
     handle = _HANDLES.get(fd)
     if handle is None:
+        handle = own_fds.handle(fd)   # a Python program's socket object's
+    if handle is None:
         raise OSError(errno.EBADF, "not a rack socket's descriptor")   # (closed meanwhile)
     return handle
+
+
+def _own_flags(fd: int, handle: Any, flags: int) -> int:
+    """A call on a Python program's socket object's descriptor (own_fds.py) waits only
+    if the object has no timeout: CPython makes the descriptor non-blocking otherwise."""
+    if fd not in _HANDLES and handle.gettimeout() is not None:
+        return flags | socket.MSG_DONTWAIT
+    return flags
 
 
 def _adopt(handle: Any) -> int:

@@ -39,6 +39,7 @@ from fit_rpc.shm_transport import ShmTransport
 from native import load
 from native.extcache import lib as xc_lib
 from native.fitring import ffi as ring_ffi
+from splitrack.guest import preloaded
 from splitrack.guest import vm as guest_vm
 from splitrack.params import RACK_HEAP_CHUNK_BYTES, RACK_HEAP_RESERVE_BYTES
 
@@ -118,9 +119,8 @@ def _heap_to_preload() -> None:
     """From now on the program's malloc family and anonymous mmap()s are the rack
     heap's too, where the native interposer is preloaded (native/preload_memory.c):
     a native program's whole memory, and in Python what C code mallocs."""
-    try:
-        heap_on = ctypes.CDLL(None).sr_heap_on
-    except AttributeError:   # (python started without splitrack run's preload)
+    heap_on = preloaded.call("sr_heap_on")
+    if heap_on is None:   # (python started without splitrack run's preload)
         return
     table = [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in HEAP_TABLE]
     table += [lib.rm_base(), lib.rm_reserve()]

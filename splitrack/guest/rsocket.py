@@ -8,9 +8,12 @@ kernel sockets for anything that is not TCP or UDP over IPv4 (AF_UNIX,
 socketpair, fromfd of a kernel socket, raw and netlink sockets). Everything else -- DNS,
 constants, create_connection, create_server -- is the stdlib's and reaches the
 stub through `socket.socket`, as do socketserver, http.server, http.client,
-urllib, selectors and asyncio. ssl is not supported on rack sockets. One os
-call is replaced too: os.sendfile, which on a rack socket's descriptor would
-put the bytes into its bell (os_calls.py).
+urllib, selectors and asyncio. ssl is not supported on rack sockets. One more
+call is replaced: subprocess's fork_exec, so that a program it starts with a
+rack socket as its stdin, stdout or stderr (or in pass_fds) reaches the
+socket (spawning.py). Calls on a socket's descriptor itself (os.read,
+os.write, os.sendfile, io.FileIO over it...) reach its stub through the
+native interposer (own_fds.py).
 
     from splitrack.guest import rsocket
     rsocket.install()      # idempotent; rsocket.uninstall() restores the stdlib class
@@ -18,18 +21,18 @@ put the bytes into its bell (os_calls.py).
 
 import socket
 
-from splitrack.guest import os_calls
+from splitrack.guest import spawning
 from splitrack.guest.stub import BsdSocketStub, _std
 
 
 def install() -> None:
     socket.socket = BsdSocketStub  # type: ignore[misc]
-    os_calls.install()
+    spawning.install()
 
 
 def uninstall() -> None:
     socket.socket = _std  # type: ignore[misc]
-    os_calls.uninstall()
+    spawning.uninstall()
 
 
 def installed() -> bool:
