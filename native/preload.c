@@ -74,11 +74,13 @@
 
 _Atomic unsigned char rack[RACK_FDS];
 int python_host;
+int (*py_interrupt)(int);
 int (*py_is_up)(void);
 int fit_over_tcp;
 int guest_up;
 pthread_once_t guest_once = PTHREAD_ONCE_INIT;
-__thread int in_guest, program_thread, spawning;
+__thread int in_guest, program_thread;
+__thread pid_t spawning;
 struct guest_calls sr;
 long (*fast_recv)(int, void *, size_t);
 
@@ -168,9 +170,10 @@ static void at_exit(void)
 void start_guest(void)
 {
     pthread_t t;
-    if (python_host)   /* its own interpreter runs native._guest */
+    if (python_host) {   /* its own interpreter runs native._guest */
         py_this_thread = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
-    else if (pthread_create(&t, NULL, start_python, NULL) != 0 || pthread_join(t, NULL) != 0)
+        py_interrupt = dlsym(RTLD_DEFAULT, "PyErr_SetInterruptEx");
+    } else if (pthread_create(&t, NULL, start_python, NULL) != 0 || pthread_join(t, NULL) != 0)
         cannot_run("a thread to start the interpreter in", strerror(errno));
     const char *path = getenv("SPLITRACK_GUEST_LIB");
     void *lib = path ? dlopen(path, RTLD_NOW) : NULL;
@@ -329,7 +332,11 @@ __attribute__((visibility("default"))) void sr_own(int fd)
 /* subprocess starts a program from this thread (spawning.py): on (1) or off (0) */
 __attribute__((visibility("default"))) void sr_spawning(int on)
 {
-    spawning = on;
+    if (on) {   /* (dlsym, in the vfork()ed child, could wait for a lock another held) */
+        resolve_socket_calls();
+        resolve_fd_calls();
+    }
+    spawning = on ? getpid() : 0;
 }
 
 __attribute__((constructor)) static void notice_python(void)

@@ -36,9 +36,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #define RACK_FDS 65536
 #define EXIT_CANNOT_RUN 127
@@ -65,9 +67,16 @@ extern PyThreadState *(*py_this_thread)(void);   /* PyGILState_GetThisThreadStat
  * Python program every thread has one, so there only the first counts. */
 extern __thread int in_guest, program_thread;
 /* A Python program's subprocess starts a program (fork_exec, splitrack/guest/spawning.py):
- * the child it forks or vforks (which shares this thread's memory) makes only the
- * kernel's calls, and changes nothing here. */
-extern __thread int spawning;
+ * `spawning` is the pid of the process that does (this thread's, 0: none), and the
+ * child it forks or vforks (which shares this thread's memory) makes only the
+ * kernel's calls, and changes nothing here (spawned_child). */
+extern __thread pid_t spawning;
+static inline int spawned_child(void)
+{
+    return spawning && spawning != getpid();
+}
+void resolve_socket_calls(void);   /* libc's definitions found now, not in that child */
+void resolve_fd_calls(void);
 #define GUEST(fn, ...) ({ in_guest++; program_thread = 1; \
                           __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
 
@@ -120,7 +129,7 @@ ssize_t rack_recv(int fd, void *buf, size_t n, int flags);
 
 static inline int python_thread(void)
 {
-    return spawning
+    return spawned_child()
         || (guest_up && (in_guest || (!python_host && !program_thread && py_this_thread() != NULL)));
 }
 
@@ -130,7 +139,7 @@ static inline int is_rack(int fd)
         return 0;
     int v = atomic_load_explicit(&rack[fd], memory_order_relaxed);
     if (v == MAYBE) {   /* (not while python itself starts: the guest needs it up) */
-        if (spawning || atomic_load(&inheriting) || (python_host && !py_is_up()))
+        if (spawned_child() || atomic_load(&inheriting) || (python_host && !py_is_up()))
             return 0;
         pthread_once(&inherit_once, adopt_inherited);
         v = atomic_load(&rack[fd]);
@@ -155,13 +164,20 @@ static inline int is_own(int fd)
 static inline void not_own(int fd)
 {
     unsigned char own = OWN;
-    if (fd >= 0 && fd < RACK_FDS && !spawning
-            && atomic_load_explicit(&rack[fd], memory_order_relaxed) == OWN)
+    if (fd >= 0 && fd < RACK_FDS && atomic_load_explicit(&rack[fd], memory_order_relaxed) == OWN
+            && !spawned_child())
         atomic_compare_exchange_strong(&rack[fd], &own, 0);
 }
 
+/* A Python program's Ctrl-C in a wait of the stub: the call says EINTR, and the
+ * interrupt is tripped again for Python, which raises it once the call returns
+ * (splitrack/guest/interposer.py). */
+extern int (*py_interrupt)(int);   /* PyErr_SetInterruptEx, in a Python program */
+
 static inline long ret(long r)
 {
+    if (r == -EINTR && py_interrupt)
+        py_interrupt(SIGINT);
     if (r < 0) {
         errno = (int)-r;
         return -1;

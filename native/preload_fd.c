@@ -7,7 +7,8 @@
  *     count of the bell's bytes; any other request is the kernel's;
  *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
- *     takes the descriptors back from its parent (preload.c); onto 0, 1 or 2, the
+ *     takes the descriptors back from its parent (preload.c), and in a Python
+ *     program, whose subprocess hands them on (spawning.py); onto 0, 1 or 2, the
  *     standard stream of that descriptor becomes the interposer's (std_rebind);
  *   - a Python program's socket object's descriptor (is_own): FIONREAD is the
  *     stub's, and a dup2 or dup3 of it (os.dup2(conn.fileno(), 1), then print) an
@@ -30,6 +31,17 @@ REAL(int, ioctl, int, unsigned long, ...)
 REAL(int, dup, int)
 REAL(int, dup2, int, int)
 REAL(int, dup3, int, int, int)
+
+void resolve_fd_calls(void)
+{
+    libc_close();
+    libc_fcntl();
+    libc_fcntl64();
+    libc_ioctl();
+    libc_dup();
+    libc_dup2();
+    libc_dup3();
+}
 
 /* A new descriptor of a rack socket (the kernel's dup of `fd`) is one more handle of it. */
 static int one_more(int fd, int newfd)
@@ -132,8 +144,10 @@ int dup3(int fd, int newfd, int flags)
     if (!is_rack(fd) && !is_own(fd))
         return libc_dup3()(fd, newfd, flags);
     std_flush(newfd);   /* (what stdout held was the old descriptor's) */
-    /* close-on-exec, unless an image exec()ed here can take it back (a fork()ed child's) */
-    int r = one_more(fd, libc_dup3()(fd, newfd, forked_child() >= 0 ? flags : O_CLOEXEC));
+    /* close-on-exec, unless an image exec()ed here can take it back: a fork()ed child's,
+     * or one a Python program's subprocess starts (splitrack/guest/spawning.py) */
+    int keep = forked_child() >= 0 || python_host;
+    int r = one_more(fd, libc_dup3()(fd, newfd, keep ? flags : O_CLOEXEC));
     if (r >= 0)
         std_rebind(r);   /* printf onto a rack socket: glibc's own writes would miss it */
     return r;

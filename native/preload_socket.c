@@ -365,9 +365,17 @@ int close(int fd)
 
 /* close_range (CPython's os.closerange, subprocess's child): what it closes is no
  * Python socket object's any more (its own rack sockets are the stub's to close) */
+void resolve_socket_calls(void)
+{
+    libc_close();
+    libc_close_range();
+    libc_read();
+    libc_write();
+}
+
 int close_range(unsigned int first, unsigned int last, int flags)
 {
-    if (!spawning && !(flags & CLOSE_RANGE_CLOEXEC))
+    if (!spawned_child() && !(flags & CLOSE_RANGE_CLOEXEC))
         for (unsigned int fd = first; fd <= last && fd < RACK_FDS; fd++)
             not_own((int)fd);
     return libc_close_range() ? libc_close_range()(first, last, flags)

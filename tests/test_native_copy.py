@@ -1,6 +1,7 @@
-"""A native program's calls that move a socket's bytes other than send and recv:
-sendfile, splice, sendmmsg and recvmmsg (native/preload_copy.c, probe
-tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_probe.c):
+"""A native program's less common socket calls: those that move a socket's bytes other
+than send and recv -- sendfile, splice, sendmmsg and recvmmsg (native/preload_copy.c,
+probe tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_probe.c)
+-- FIONREAD, and the receive and send timeouts:
 
 - sendfile, with an offset and without one, sends every byte of a file through n0,
   in DDIO and in DMA, and leaves the offsets as Linux's does; a sendmmsg of three
@@ -18,7 +19,8 @@ tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_probe.c):
   connection onto them and exec()s it) are streams of the interposer's: fgets and
   printf cross the rack (before, printf's bytes went into the bell: lost);
 - ioctl FIONREAD is the stub's count of what a recv would get (a datagram socket:
-  the next datagram's size), not the kernel's count of the bell's bytes.
+  the next datagram's size), not the kernel's count of the bell's bytes;
+- SO_RCVTIMEO and SO_SNDTIMEO (tests/c/timeo_probe.c) bound a blocking recv and send.
 """
 
 import os
@@ -106,3 +108,21 @@ def test_an_inetd_style_programs_stdio_crosses_the_rack(net, built, mode):
                 sock.sendall(b"line %d of the rack\n" % i)
                 assert lines.readline() == b"LINE %d OF THE RACK\n" % i
         assert server.wait(timeout=30) == 0, server.stderr.read()
+
+
+def test_a_native_programs_receive_and_send_timeouts(net, built):
+    """SO_RCVTIMEO and SO_SNDTIMEO set by a C program (tests/c/timeo_probe.c): the
+    option reads back as set, a recv past it fails with EAGAIN, and a send past it
+    returns what the window took (before, both were ENOPROTOOPT, and the recv waited
+    for ever)."""
+    rack, env = net
+    with socket.create_server((OUTSIDE, 0)) as server:
+        held = []
+        peer = threading.Thread(target=lambda: held.append(server.accept()), daemon=True)
+        peer.start()   # it takes the connection, then neither reads nor sends
+        done = run_on_rack(env, [built["timeo_probe"], OUTSIDE,
+                                 str(server.getsockname()[1])], name="copy")
+        peer.join(timeout=30)
+        for conn, _ in held:
+            conn.close()
+    assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr

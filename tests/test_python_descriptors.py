@@ -81,7 +81,7 @@ def test_sendfile_of_a_python_program_crosses_the_rack(net, tmp_path):
 
 
 CALLS = textwrap.dedent("""
-    import errno, fcntl, os, select, socket, struct, subprocess, sys, termios
+    import errno, fcntl, os, select, signal, socket, struct, subprocess, sys, termios
     s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
     fd = s.fileno()
 
@@ -121,6 +121,20 @@ CALLS = textwrap.dedent("""
     assert os.write(copy, b"dup2") == 4
     assert os.read(copy, 4) == b"dup2"
     os.close(copy)
+    srv = socket.create_server(("127.0.0.11", 0))   # both ends here: a pipe shortcut
+    a = socket.create_connection(srv.getsockname())
+    b, _ = srv.accept()
+    assert os.write(a.fileno(), b"shortcut") == 8
+    assert os.read(b.fileno(), 8) == b"shortcut"   # (blocking, as b has no timeout)
+    def interrupt(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:   # an interrupt in a blocking os.read is the program's, not an error
+        os.read(b.fileno(), 8)
+        raise AssertionError("os.read returned")
+    except KeyboardInterrupt:
+        pass
     print("ok", flush=True)
 """)
 
@@ -128,8 +142,10 @@ CALLS = textwrap.dedent("""
 def test_calls_on_the_descriptor_reach_the_socket(net):
     """os.write, os.read, os.writev, os.readv, io.FileIO over the descriptor and
     ioctl(FIONREAD) are the socket's; a handle with a timeout has a non-blocking
-    descriptor, as CPython's; an os.dup2 copy is a reference of its own. A fork()ed
-    child's Popen of an inherited socket is EOPNOTSUPP (it passes one fork only)."""
+    descriptor, as CPython's; an os.dup2 copy is a reference of its own; a pipe
+    shortcut's descriptor too; a KeyboardInterrupt in a blocking os.read is raised
+    there. A fork()ed child's Popen of an inherited socket is EOPNOTSUPP (it passes
+    one fork only)."""
     rack, env = net
     with echo_server() as listener:
         ip, port = listener.getsockname()
@@ -139,7 +155,7 @@ def test_calls_on_the_descriptor_reach_the_socket(net):
 
 
 SPAWNER = textwrap.dedent("""
-    import socket, subprocess, sys
+    import os, socket, subprocess, sys
     children = {
         "native": (["tr", "a-z", "A-Z"], {}),
         "python": ([sys.executable, "-c",
@@ -153,6 +169,12 @@ SPAWNER = textwrap.dedent("""
         child = subprocess.Popen(argv, stdin=conn, stdout=conn, **kw)
         conn.close()   # the child's descriptors keep the connection
         assert child.wait(timeout=60) == 0
+    conn, _ = srv.accept()
+    os.dup2(conn.fileno(), 0)   # its stdin, left to the child as it is
+    child = subprocess.Popen(["tr", "a-z", "A-Z"], stdout=conn)
+    conn.close()
+    os.close(0)
+    assert child.wait(timeout=60) == 0
     print("done", flush=True)
 """)
 
@@ -161,10 +183,11 @@ def test_a_program_subprocess_starts_has_the_socket(net):
     """Popen(stdin=conn, stdout=conn): an inetd-style server in Python. The program it
     starts (native, Python, or a shell's child) reads and writes the connection,
     which stays open after the server closes its own socket, and ends at the
-    program's exit (EOF for the client)."""
+    program's exit (EOF for the client). Also a stdin that os.dup2() put there and
+    Popen leaves as it is."""
     rack, env = net
     with on_rack(env, SPAWNER, name="pyfd") as (proc, (port,)):
-        for name in ("native", "python", "shell"):
+        for name in ("native", "python", "shell", "inherited stdin"):
             with connect(port) as client:
                 text = f"hello from the {name} client\n".encode()
                 client.sendall(text)

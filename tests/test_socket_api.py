@@ -122,6 +122,18 @@ PROBE = textwrap.dedent("""
                                  g.getsockopt(socket.SOL_SOCKET, socket.SO_LINGER, 8),
                                  g.getsockopt(socket.SOL_SOCKET, socket.SO_LINGER))[1:])
     g.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
+    RCVTIMEO, tv = socket.SO_RCVTIMEO, lambda sec, usec: struct.pack("qq", sec, usec)
+    t("SO_RCVTIMEO, unset", lambda: g.getsockopt(socket.SOL_SOCKET, RCVTIMEO, 16))
+    t("SO_RCVTIMEO, an int", lambda: g.setsockopt(socket.SOL_SOCKET, RCVTIMEO, 1))
+    t("SO_RCVTIMEO, tv_usec 10**6", lambda: g.setsockopt(socket.SOL_SOCKET, RCVTIMEO,
+                                                         tv(0, 10 ** 6)))
+    t("SO_RCVTIMEO, set", lambda: (g.setsockopt(socket.SOL_SOCKET, RCVTIMEO, tv(0, 500000)),
+                                   g.getsockopt(socket.SOL_SOCKET, RCVTIMEO, 16))[1])
+    t("SO_RCVTIMEO: recv gives up", lambda: g.recv(1))
+    t("SO_RCVTIMEO, negative: no wait", lambda: (
+        g.setsockopt(socket.SOL_SOCKET, RCVTIMEO, tv(-1, 0)),
+        g.getsockopt(socket.SOL_SOCKET, RCVTIMEO, 16), g.recv(1))[1:])
+    g.setsockopt(socket.SOL_SOCKET, RCVTIMEO, tv(0, 0))
     g.close()
     t("the last closed: EOF", lambda: c.recv(1))
     s = socket.create_connection((host, port), timeout=10)
@@ -153,6 +165,15 @@ PROBE = textwrap.dedent("""
                                             c.send(b"W"), v.recv(1))[1:5:3])
     v.close()
     t("and its EOF", lambda: c.recv(1))
+    lone = fresh()
+    lone.bind((host, 0))
+    lone.listen()
+    lone.setsockopt(socket.SOL_SOCKET, RCVTIMEO, tv(0, 500000))
+    t("SO_RCVTIMEO: accept gives up", lambda: lone.accept())
+    s = socket.create_connection((host, port))
+    c, _ = srv.accept()   # (it never reads)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv(0, 500000))
+    t("SO_SNDTIMEO: a send gives up, with its count", lambda: s.send(b"x" * (64 << 20)) > 0)
     print("done", flush=True)
 """)
 

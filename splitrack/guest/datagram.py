@@ -39,6 +39,7 @@ from splitrack.guest.listening import Listening
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.receiving import _IGNORED
 from splitrack.guest.sockargs import bytes_view, err, scatter
+from splitrack.guest.sockopts import SNDTIMEO
 from splitrack.guest.stub import BsdSocketStub
 
 _PEEK, _DONTWAIT, _TRUNC, _NOSIGNAL, _CONFIRM, _WAITALL = (int(f) for f in (
@@ -123,7 +124,7 @@ class DatagramStub(BsdSocketStub):
             raise err(errno.EPIPE)
         record = DGRAM.pack(len(view), _socket_module.inet_aton(dst[0]), dst[1]) + bytes(view)
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
-        deadline, pumped = self._deadline(), False
+        deadline, pumped = self._deadline(SNDTIMEO), False
         path = self._path
         while True:
             with self._lock:
@@ -140,7 +141,7 @@ class DatagramStub(BsdSocketStub):
                 pumped = True
                 continue
             if not path.wait_writable(deadline):
-                raise TimeoutError("timed out")
+                raise self._gave_up()
         if path.pump_due:   # a program that only sends still hears its skeleton
             path.pump()
         return len(view)

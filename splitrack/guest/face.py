@@ -29,7 +29,7 @@ import os
 import threading
 from typing import Any
 
-from splitrack.guest import handles
+from splitrack.guest import handles, own_fds
 
 
 class StubFace:
@@ -103,6 +103,7 @@ class StubFace:
         s = self._s
         for own in handles.live_fds(s):
             os.dup2(fd, own, inheritable=False)
+            own_fds.again(own)   # (the dup2 took the interposer's mark: own_fds.py)
         os.close(fd)
         handles.rekey(s)
         os.set_blocking(s._fd, False)

@@ -7,7 +7,7 @@ parent from `after_fork_in_parent` on, takes the child's calls off the channel
 (fork_channel.py) one at a time and makes each on the twin the call names:
 
     twin_of(stub, fd) -> handle        a twin of descriptor fd's connection (no lock taken)
-    serve_child(rt, channel, theirs, pid=None)
+    serve_child(rt, channel, theirs, pidfd=-1)
                                        the child's calls on `theirs` ({key: twin}) until
                                        it ends (the channel's EOF, or its pidfd), then
                                        closes the twins it still held
@@ -54,17 +54,16 @@ def twin_of(stub: Any, fd: int) -> Any:
     return twin
 
 
-def serve_child(rt: Any, channel: Any, theirs: dict[int, Any], pid: int | None = None) -> None:
+def serve_child(rt: Any, channel: Any, theirs: dict[int, Any], pidfd: int = -1) -> None:
     """The child's calls, one at a time, until it ends; then what it held closes. (The
     runtime goes threaded here, not in the fork's hook: that takes every stub's lock,
     and a thread may hold one until the fork has returned.) A fork()ed child says
-    its pid first; a spawned one's is known (spawning.py)."""
+    its pid first; a spawned one's pidfd is given (spawning.py), and closed here."""
     rt.go_threaded()
-    pidfd = -1
     try:
-        if pid is None:
+        if pidfd < 0:
             (pid, _), _ = receive_message(channel)   # the child says who it is first
-        pidfd = os.pidfd_open(pid)
+            pidfd = os.pidfd_open(pid)
         ready = select.poll()   # the channel, and the child's end: a process it started
         ready.register(channel.fileno(), select.POLLIN)   # may hold the channel too (an
         ready.register(pidfd, select.POLLIN)              # exec()ed image's inherits it)

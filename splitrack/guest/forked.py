@@ -49,6 +49,7 @@ import errno
 import gc
 import os
 import socket as _socket_module
+import sys
 import threading
 from typing import Any
 
@@ -66,7 +67,7 @@ _OWNED: dict[int, int] = {}     # a child's Forked descriptor -> the pid whose c
 _INHERITED: dict[int, int] = {}  # the child's: an inherited socket's state (id) -> a token
 _owner = 0                      # the child's pid: a grandchild may not use the channel
 CHANNEL_ENV = "SPLITRACK_FORK_CHANNEL"   # "fd:pid": the channel, for what the child exec()s
-SPAWN_TOKEN = b"T"   # what a spawned program's channel holds until a process claims it
+SPAWN_TOKEN = b"T"   # a spawned program's token pipe holds it until a process claims it
 
 
 # ---- the parent (its thread that serves the child: fork_server.py) -------------------------
@@ -100,10 +101,10 @@ def after_fork_in_parent(rt: Any) -> None:
     serve(rt, mine, theirs)
 
 
-def serve(rt: Any, channel: Any, theirs: dict[int, Any], pid: int | None = None) -> None:
-    """(the parent's) A thread serves the child's calls on `theirs` from now on (pid:
-    the child's, if known; else it says it first)."""
-    threading.Thread(target=serve_child, args=(rt, channel, theirs, pid),
+def serve(rt: Any, channel: Any, theirs: dict[int, Any], pidfd: int = -1) -> None:
+    """(the parent's) A thread serves the child's calls on `theirs` from now on (pidfd:
+    the child's, if known; else it says its pid first)."""
+    threading.Thread(target=serve_child, args=(rt, channel, theirs, pidfd),
                      name="splitrack-forked-child", daemon=True).start()
 
 
@@ -144,34 +145,38 @@ def for_me(env: str) -> int:
     """CHANNEL_ENV's channel, if it is this process's, else -1: "fd:pid" (a fork()ed
     child: this pid's), or "fd:^spawner" (a channel spawning.py made, which the first
     process of the program spawned to ask for it claims: the program itself, or one
-    it started, as a shell does the program of its command line; ":,dev.ino,...,"
-    after it: the inodes of the rack sockets it was given). A claim names this pid
-    in CHANNEL_ENV, for the images it exec()s."""
+    it started, as a shell does the program of its command line; then ":token:",
+    the pipe whose one byte the claim takes, and ",dev.ino,...,", the inodes of the
+    rack sockets it was given). A claim names this pid in CHANNEL_ENV, for the
+    images it exec()s."""
     channel, _, pid = env.partition(":")
     if not channel.isdigit():
         return -1
     fd = int(channel)
     if pid == str(os.getpid()):
         return fd
-    if not pid.startswith("^") or not _claim(fd, pid[1:].partition(":")[0]):
+    spawner, _, token = pid[1:].partition(":")
+    if not pid.startswith("^") or not _claim(fd, spawner, token.partition(":")[0]):
         return -1
     os.environ[CHANNEL_ENV] = f"{fd}:{os.getpid()}"
     return fd
 
 
-def _claim(fd: int, spawner: str) -> bool:
+def _claim(fd: int, spawner: str, token: str) -> bool:
     """Channel fd is the spawner's (the kernel says who made the pair), and this process
-    is the first to take the token byte it holds (spawning.py)."""
+    is the first to take the one byte of the token pipe (spawning.py), which is not
+    the channel: a process that comes second takes nothing of the channel's."""
     try:
         channel = _std(fileno=fd)
     except OSError:
         return False
     try:
         cred = channel.getsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_PEERCRED, 12)
-        return (str(int.from_bytes(cred[:4], "little")) == spawner
-                and channel.recv(1, _socket_module.MSG_DONTWAIT) == SPAWN_TOKEN)
+        if str(int.from_bytes(cred[:4], sys.byteorder)) != spawner or not token.isdigit():
+            return False
+        return os.read(int(token), 1) == SPAWN_TOKEN   # (its other end closed: b"" after)
     except OSError:
-        return False   # (EAGAIN: another process took it)
+        return False
     finally:
         channel.detach()
 
@@ -296,7 +301,7 @@ class Forked:
         if fd < 0 or self._gone:
             return
         copy = _untracked_copy(fd)
-        if copy is not None:   # os.dup2()ed (Python's is not interposed): the copy keeps
+        if copy is not None:   # an os.dup2() copy no handle holds: the copy keeps
             _TOKENS[copy], _OWNED[copy] = _TOKENS.get(fd, fd), _OWNED.get(fd, 0)   # it open
         else:
             try:
@@ -352,6 +357,7 @@ def handle_over(handle: Any, fd: int, state: dict[str, Any], dgram: bool) -> Non
     _std.__init__(handle, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, fd)
     handle._gone, handle._timeout = False, None
     _TOKENS[fd], _OWNED[fd] = key, os.getpid()
+    own_fds.note(handle, fd)
 
 
 _CLASSES: dict[bool, type] = {}

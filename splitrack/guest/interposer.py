@@ -56,7 +56,8 @@ _fr_taken = stubpath.lib.fr_taken
 os.register_at_fork(after_in_child=_QUICK.clear)   # (a child's sockets are its parent's)
 _FR_RECV = int(stubpath.ffi.cast("uintptr_t", stubpath.ffi.addressof(stubpath.lib, "fr_recv")))
 _SOCK_NONBLOCK = int(socket.SOCK_NONBLOCK)
-_STRUCTS = {(socket.SOL_SOCKET, socket.SO_LINGER), (socket.IPPROTO_TCP, socket.TCP_INFO),
+_STRUCTS = {(socket.SOL_SOCKET, socket.SO_LINGER), (socket.SOL_SOCKET, socket.SO_RCVTIMEO),
+            (socket.SOL_SOCKET, socket.SO_SNDTIMEO), (socket.IPPROTO_TCP, socket.TCP_INFO),
             (socket.IPPROTO_TCP, socket.TCP_CONGESTION)}   # options that are not an int
 
 
@@ -114,9 +115,11 @@ def bind(ffi: Any) -> None:
         return 0
 
     def _close(fd: int) -> int:
-        _handle(fd)
+        handle = _HANDLES.pop(fd, None)   # (an interposed descriptor's: a Python program's
+        if handle is None:                # own handles close themselves)
+            raise OSError(errno.EBADF, "not a rack socket's descriptor")
         _unquick(fd)
-        _HANDLES.pop(fd).close()
+        handle.close()
         return 0
 
     def _name(fd: int, peer: int, ip: Any, port: Any) -> int:
@@ -298,6 +301,8 @@ def _errno(fn: Callable[..., int]) -> Callable[..., int]:
     def call(*args: Any) -> int:
         try:
             return fn(*args)
+        except KeyboardInterrupt:   # a Python program's Ctrl-C in a wait: EINTR, and the
+            return -errno.EINTR     # interposer trips SIGINT again (native/preload.h: ret)
         except BlockingIOError:
             return -errno.EAGAIN
         except TimeoutError as exc:   # the rack's (FitTimeout), or a wait's that timed out

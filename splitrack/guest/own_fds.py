@@ -24,6 +24,7 @@ fcntl), stay the kernel's:
 Without the interposer (none is preloaded), nothing is marked.
 
     note(handle, fd)   handle, a socket object of the program, is over descriptor fd
+    again(fd)          a handle's descriptor, whose mark a dup2 onto it took, is marked again
     handle(fd)         the live handle over fd, or None
 """
 
@@ -40,6 +41,14 @@ def note(handle: Any, fd: int) -> None:
     mark = preloaded.call("sr_own")
     if mark is not None:
         _OWN[fd] = weakref.ref(handle)
+        mark(fd)
+
+
+def again(fd: int) -> None:
+    """fd, a handle's, is marked again (a dup2 onto it took the mark: a pipe shortcut's
+    end replaced the bell, face.py)."""
+    mark = preloaded.call("sr_own")
+    if mark is not None and fd in _OWN:
         mark(fd)
 
 

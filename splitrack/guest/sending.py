@@ -12,10 +12,10 @@ closed (a FIT shortcut), or before a connection, EPIPE, as Linux's TCP says.
 
 import errno
 import socket
-import time
 from typing import Any
 
 from splitrack.guest.sockargs import bytes_view, err
+from splitrack.guest.sockopts import SNDTIMEO
 
 _DONTWAIT, _NOSIGNAL = int(socket.MSG_DONTWAIT), int(socket.MSG_NOSIGNAL)   # plain ints
 
@@ -53,9 +53,9 @@ class Sending:
             return self._send(view, flags)
         try:   # the window took part of it: a blocking send waits for room for the rest
             return sent + self._send(memoryview(view)[sent:], flags)
-        except TimeoutError as exc:
-            if type(exc) is not TimeoutError:   # FitTimeout: the rack failed, not the wait
-                raise
+        except (TimeoutError, BlockingIOError) as exc:   # (BlockingIOError: SO_SNDTIMEO)
+            if type(exc) not in (TimeoutError, BlockingIOError):   # FitTimeout: the rack
+                raise                                               # failed, not the wait
             return sent
 
     def _send(self, view: bytes | memoryview, flags: int) -> int:
@@ -82,12 +82,12 @@ class Sending:
                 return sent
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            if deadline is None and self._timeout is not None:
-                deadline = time.monotonic() + self._timeout
+            if deadline is None:
+                deadline = self._deadline(SNDTIMEO)
             if not self._path.wait_writable(deadline):
                 if sent:
                     return sent
-                raise TimeoutError("timed out")
+                raise self._gave_up()
 
     def _check_sendable(self) -> None:
         if self._dead or self._gone:

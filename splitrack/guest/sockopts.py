@@ -9,7 +9,13 @@ the stub's `_opts`, {(level, option): value}. Three kinds:
   there. An accepted socket inherits its listener's, as on Linux.
 - the stub's own: SO_RCVLOWAT (a blocking recv waits for that many bytes, or
   what it asked for if less; 0 is 1 and a negative value INT_MAX, as Linux
-  takes them) and SO_LINGER (a struct linger: l_onoff, l_linger). Linger on
+  takes them), SO_RCVTIMEO and SO_SNDTIMEO (a struct timeval: how long a
+  blocking socket's recv or accept, or its send, waits before EAGAIN, or a
+  send its count so far; {0, 0} is forever, a negative time no wait, a
+  tv_usec out of 0..999999 EDOM, as Linux takes them; a socket with a
+  Python timeout is non-blocking underneath, as CPython's, and has its
+  timeout instead; connect() does not heed SO_SNDTIMEO), and SO_LINGER
+  (a struct linger: l_onoff, l_linger). Linger on
   with 0 s is an abortive close: the skeleton's kernel socket gets it (N_SOCKOPT
   `linger`), so its close drops what is not sent and resets the connection, as
   Linux's does. On with a time, it is kept and reported, but close() does not
@@ -40,10 +46,13 @@ FORWARDED = {(SOL_SOCKET, o) for o in (
     (_socket_module.IPPROTO_TCP, _socket_module.TCP_NODELAY)}
 RCVLOWAT = (SOL_SOCKET, _socket_module.SO_RCVLOWAT)
 LINGER = (SOL_SOCKET, _socket_module.SO_LINGER)
+RCVTIMEO = (SOL_SOCKET, _socket_module.SO_RCVTIMEO)
+SNDTIMEO = (SOL_SOCKET, _socket_module.SO_SNDTIMEO)
 TCP = _socket_module.IPPROTO_TCP
 READ_ONLY = {(TCP, _socket_module.TCP_INFO), (TCP, _socket_module.TCP_CONGESTION),
              (TCP, _socket_module.TCP_MAXSEG)}   # the skeleton's kernel TCP's (monitors/proxy.py)
 _LINGER = struct.Struct("ii")   # struct linger
+_TIMEVAL = struct.Struct("qq")  # struct timeval (tv_sec, tv_usec)
 _INT_MAX = 2 ** 31 - 1
 
 
@@ -58,6 +67,8 @@ class Options:
         key = (level, optname)
         if key == LINGER:
             return self._set_linger(value)
+        if key in (RCVTIMEO, SNDTIMEO):
+            return self._set_wait(key, value)
         if key not in FORWARDED and key != RCVLOWAT:
             raise err(errno.ENOPROTOOPT)
         if not isinstance(value, int):
@@ -86,6 +97,15 @@ class Options:
         self._opts[LINGER] = (onoff, seconds)
         self._send_linger()
 
+    def _set_wait(self, key: tuple[int, int], value: Any) -> None:
+        try:
+            seconds, micros = _TIMEVAL.unpack_from(bytes(memoryview(value)))
+        except (TypeError, struct.error):   # not a struct timeval: too short, an int
+            raise err(errno.EINVAL) from None
+        if not 0 <= micros < 1_000_000:
+            raise err(errno.EDOM)
+        self._opts[key] = 0.0 if seconds < 0 else (seconds + micros / 1e6) or None
+
     def _send_linger(self, quiet: bool = False) -> None:
         """The skeleton's kernel socket resets at close if linger is on with 0 s.
         quiet: best effort (a connect or accept that made it: a socket already
@@ -105,6 +125,10 @@ class Options:
         if key == LINGER:
             packed = _LINGER.pack(*self._opts.get(LINGER, (0, 0)))
             return packed[:buflen] if buflen else _LINGER.unpack(packed)[0]
+        if key in (RCVTIMEO, SNDTIMEO):
+            wait = self._opts.get(key) or 0.0
+            packed = _TIMEVAL.pack(int(wait), round(wait % 1 * 1e6))
+            return packed[:buflen] if buflen else _TIMEVAL.unpack(packed)[0]
         if key in READ_ONLY:
             if not self._sk or self._path is not None and not isinstance(self._path, NicPath):
                 raise err(errno.ENOPROTOOPT)   # no skeleton: no kernel TCP to ask

@@ -15,20 +15,24 @@ _posixsubprocess's and subprocess's place:
 - else, as at a fork: a twin of each of those handles in this process (so a
   connection stays open while the program holds it, even once the caller
   closed its own), and a channel whose end the new program keeps, named in
-  its environment by forked.CHANNEL_ENV as "fd:^PID:,dev.ino,..." (PID: this
-  process, as the new one's pid is not known before fork_exec returns; then
-  the sockets' inodes). The program takes
-  those descriptors back on its first call on one, as an image a fork()ed
-  child exec()s does (native/preload.c, forked.inherit), and a thread of this
-  process serves its calls until it ends (fork_server.serve_child). It
-  claims the channel first, by reading the one byte it holds: so the
-  program a shell runs for `Popen("tr a-z A-Z", shell=True, stdin=conn)`
-  (the shell's child) may be the one, and only one process ever is;
+  its environment by forked.CHANNEL_ENV as "fd:^PID:TOKEN:,dev.ino,...,"
+  (PID: this process, as the new one's pid is not known before fork_exec
+  returns; TOKEN: a pipe that holds one byte; then the sockets' inodes).
+  The program takes those descriptors back on its first call on one, as an
+  image a fork()ed child exec()s does (native/preload.c, forked.inherit),
+  and a thread of this process serves its calls until it ends
+  (fork_server.serve_child). It claims the channel first, by reading the
+  token's byte: so the program a shell runs for `Popen("tr a-z A-Z",
+  shell=True, stdin=conn)` (the shell's child) may be the one, if the shell
+  makes no call on them, and only one process ever is. A standard stream
+  left to the new program as it is (None in Popen) counts too:
+  `os.dup2(conn.fileno(), 1)`, then Popen;
 - while fork_exec runs, the calls of the child it forks (or vforks, sharing
   this thread's memory) are the kernel's, unseen by the interposer
   (`sr_spawning`: its dup2s and closes must change nothing here);
-- a fork()ed child cannot pass the rack sockets it inherited on (forked.py):
-  EOPNOTSUPP from Popen, rather than a program whose bytes are lost.
+- a fork()ed child (or an image it exec()ed) cannot pass the rack sockets it
+  inherited on (forked.py): EOPNOTSUPP from Popen, rather than a program
+  whose bytes are lost.
 
 Popen's other way to start a program, os.posix_spawn (`close_fds=False` with
 an absolute path), is turned off (subprocess._USE_POSIX_SPAWN), so every
@@ -37,6 +41,7 @@ Popen comes through here. os.posix_spawn called directly is not covered.
 
 import _posixsubprocess
 import errno
+import fcntl
 import os
 import socket
 import subprocess
@@ -53,30 +58,43 @@ _KEEP, _ENV, _STDIO = 3, 5, (6, 9, 11)   # fork_exec's arguments: pass_fds, env,
 
 
 def fork_exec(*args: Any) -> int:
-    kept = {fd for fd in (*args[_KEEP], *(args[i] for i in _STDIO)) if fd >= 0}
-    rack = {fd for fd in kept if handles.shared_state(fd) is not None}
-    if any(forked.inherited(fd) for fd in rack):
+    stdio = (args[i] if args[i] >= 0 else std for std, i in enumerate(_STDIO))  # (-1: its own)
+    kept = {fd for fd in (*args[_KEEP], *stdio) if fd >= 0}
+    if any(forked.inherited(fd) for fd in kept):
         raise OSError(errno.EOPNOTSUPP, "a rack socket passes one fork() only")
+    rack = {fd for fd in kept if handles.shared_state(fd) is not None}
     rt = current()
     theirs = forked.twins(rt, rack) if rack and rt is not None else {}
     if not theirs:
         return _kernel(*args)
-    mine, child = socket.socketpair()
+    made: list[int] = []   # the channel's ends and the token pipe's, closed here at the end
+    mine = None
     try:
-        mine.send(forked.SPAWN_TOKEN)
+        pair = socket.socketpair()
+        mine = pair[0]
+        made.append(pair[1].detach())
+        token, put = os.pipe()
+        made += [token, put]
+        os.write(put, forked.SPAWN_TOKEN)   # (one byte: the first process to read it claims)
+        os.set_blocking(token, False)
+        child, token = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in (made[0], token))
+        made += [child, token]   # (above stdio's numbers, which the child's dup2s take)
         args = list(args)
-        args[_KEEP] = tuple(sorted({*args[_KEEP], child.fileno()}))
+        args[_KEEP] = tuple(sorted({*args[_KEEP], child, token}))
         given = "".join(f"{dev}.{ino}," for dev, ino in {handles.inode(fd) for fd in theirs})
-        args[_ENV] = _with_channel(args[_ENV], f"{child.fileno()}:^{os.getpid()}:,{given}")
+        args[_ENV] = _with_channel(args[_ENV], f"{child}:^{os.getpid()}:{token}:,{given}")
         pid = _kernel(*args)
+        pidfd = os.pidfd_open(pid)   # (now: Popen may reap a child whose exec failed)
     except BaseException:
-        mine.close()
+        if mine is not None:
+            mine.close()
         for twin in theirs.values():
             close_twin(twin)
         raise
     finally:
-        child.close()
-    forked.serve(rt, mine, theirs, pid)
+        for fd in made:
+            os.close(fd)
+    forked.serve(rt, mine, theirs, pidfd)
     return pid
 
 

@@ -66,7 +66,7 @@ from splitrack.guest.runtime import runtime
 from splitrack.guest.sending import Sending
 from splitrack.guest.shortcuts import Shortcuts
 from splitrack.guest.sockargs import err, ipv4, timeout_value, warn_host_socket
-from splitrack.guest.sockopts import Options
+from splitrack.guest.sockopts import RCVTIMEO, Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
@@ -223,8 +223,22 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
 
     timeout = property(gettimeout)
 
-    def _deadline(self) -> float | None:
-        return None if self._timeout is None else time.monotonic() + self._timeout
+    def _deadline(self, wait: tuple[int, int] = RCVTIMEO) -> float | None:
+        """When a wait gives up: the timeout's, or a blocking socket's SO_RCVTIMEO (or
+        `wait` SO_SNDTIMEO) (sockopts.py); None: never."""
+        timeout = self._timeout
+        if timeout is None:
+            timeout = self._opts.get(wait)
+            if timeout is None:
+                return None
+        return time.monotonic() + timeout
+
+    def _gave_up(self) -> OSError:
+        """What a wait past its deadline raises: TimeoutError for a timeout, EAGAIN for
+        SO_RCVTIMEO or SO_SNDTIMEO (as the kernel's blocking socket)."""
+        if self._timeout is None:
+            return BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return TimeoutError("timed out")
 
     def _wait_readable(self, deadline: float | None) -> None:
         """Until the bell rings; BlockingIOError / TimeoutError as the timeout says."""
@@ -237,7 +251,7 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         else:   # a listener's accept queue, or nothing yet (recv on an unconnected socket)
             ok = self._rt.wait(self._readable, deadline, self._park_readable)
         if not ok:
-            raise TimeoutError("timed out")
+            raise self._gave_up()
 
     def _readable(self) -> bool:
         return self._rung or self._dead
