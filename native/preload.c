@@ -46,8 +46,8 @@
  * program makes on the descriptor itself (os.read, os.write, os.sendfile,
  * ioctl(FIONREAD), os.dup2...) come here, to that stub, and the stub's own (close,
  * dup, fcntl) stay libc's. While subprocess's fork_exec runs (sr_spawning, from
- * splitrack/guest/spawning.py) every call of that thread, and of the child it
- * vforks, is libc's.
+ * splitrack/guest/spawning.py) every call of the child it forks or vforks is
+ * libc's; so are those the stub marks as its own (sr_quiet: the fork channel's).
  *
  * The interpreter is the one `splitrack run`'s pMonitor names: SPLITRACK_LIBPYTHON
  * (its shared library), SPLITRACK_PYTHONHOME, SPLITRACK_GUEST_SITE (the
@@ -327,6 +327,13 @@ __attribute__((visibility("default"))) void sr_own(int fd)
     unsigned char none = 0;
     if (fd >= 0 && fd < RACK_FDS)
         atomic_compare_exchange_strong(&rack[fd], &none, OWN);
+}
+
+/* The calls this thread makes from now on (1) are the stub's own, libc's; until 0
+ * (splitrack/guest/preloaded.py: quiet) */
+__attribute__((visibility("default"))) void sr_quiet(int on)
+{
+    in_guest += on ? 1 : -1;
 }
 
 /* subprocess starts a program from this thread (spawning.py): on (1) or off (0) */

@@ -10,6 +10,8 @@
  *   - a send on a broken connection raises SIGPIPE unless MSG_NOSIGNAL;
  *   - vectors (sendmsg, recvmsg, writev, readv) go through one buffer: a stub's
  *     send and recv take one; no ancillary data (EOPNOTSUPP);
+ *   - a sendmsg on any socket that would pass a rack descriptor to another process
+ *     (SCM_RIGHTS) is EOPNOTSUPP, said once: it would get the bell, not the socket;
  *   - _FORTIFY_SOURCE's checked reads (Debian builds its programs with them);
  *   - a recv that native/fastrecv.h can serve in C is served there (quick()).
  * Returns and errno as libc's (ret()).
@@ -314,8 +316,36 @@ static ssize_t recv_vector(int fd, const struct iovec *iov, int count, int flags
     return r;
 }
 
+/* A message that passes a rack socket's descriptor to another process (SCM_RIGHTS): the
+ * other process would get its bell, not the socket (the stub's state is this process's) */
+static int passes_rack_socket(const struct msghdr *msg)
+{
+    static _Atomic int said;
+    if (!msg->msg_controllen || in_guest || python_thread())   /* (the stub's own:
+                                                                   fork_channel.py) */
+        return 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int *fds = (int *)CMSG_DATA(c), n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < n; i++) {
+            int v = fds[i] >= 0 && fds[i] < RACK_FDS ? atomic_load(&rack[fds[i]]) : 0;
+            if (v == 1 || v == OWN) {
+                say_once(&said, "a rack socket cannot be passed to another process "
+                                "(SCM_RIGHTS): EOPNOTSUPP; fork() shares it");
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+    if (!is_rack(fd) && passes_rack_socket(msg)) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
     if (!is_rack(fd))
         return libc_sendmsg()(fd, msg, flags);
     if (msg->msg_controllen) {

@@ -116,6 +116,13 @@ CALLS = textwrap.dedent("""
         except OSError as exc:
             os._exit(0 if exc.errno == errno.EOPNOTSUPP else 2)
     assert os.waitpid(pid, 0)[1] == 0
+    here, there = socket.socketpair()   # SCM_RIGHTS would hand over the bell: refused
+    try:
+        socket.send_fds(here, [b"x"], [fd])
+        raise AssertionError("a rack socket passed")
+    except OSError as exc:
+        assert exc.errno == errno.EOPNOTSUPP, exc
+    assert socket.send_fds(here, [b"x"], [there.fileno()]) == 1   # a kernel socket: passes
     copy = os.dup2(fd, 50)   # one more reference: the connection outlives s
     s.close()
     assert os.write(copy, b"dup2") == 4
@@ -145,7 +152,7 @@ def test_calls_on_the_descriptor_reach_the_socket(net):
     descriptor, as CPython's; an os.dup2 copy is a reference of its own; a pipe
     shortcut's descriptor too; a KeyboardInterrupt in a blocking os.read is raised
     there. A fork()ed child's Popen of an inherited socket is EOPNOTSUPP (it passes
-    one fork only)."""
+    one fork only), and so is passing it to another process (SCM_RIGHTS)."""
     rack, env = net
     with echo_server() as listener:
         ip, port = listener.getsockname()

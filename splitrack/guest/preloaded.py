@@ -3,14 +3,19 @@
 The interposer exports a few functions for the Python code in a rack program
 to tell it things: sr_interpose (a descriptor C code takes over), sr_own (a
 socket object's descriptor), sr_spawning (subprocess is starting a program),
-sr_heap_on (the rack heap is on). A Python started without the preload
-(outside `splitrack run`) has none of them, and has nothing to tell.
+sr_heap_on (the rack heap is on), sr_quiet (the calls that follow are the
+stub's own). A Python started without the preload (outside `splitrack run`)
+has none of them, and has nothing to tell.
 
     call(name) -> the function (ctypes), or None where the interposer is not loaded
+    with quiet():  the libc calls this thread makes meanwhile are the stub's own, which
+                   the interposer passes to libc as they are (sr_quiet)
 """
 
+import contextlib
 import ctypes
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -20,3 +25,16 @@ def call(name: str) -> Any:
         return getattr(ctypes.CDLL(None), name)
     except AttributeError:
         return None
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    mark = call("sr_quiet")
+    if mark is None:
+        yield
+        return
+    mark(1)
+    try:
+        yield
+    finally:
+        mark(0)
