@@ -242,8 +242,8 @@ int forked_child(void)
            && cred.pid == atol(colon + 2) ? atoi(env) : -1;
 }
 
-/* A spawned program's channel, not claimed yet ("fd:^spawner:,dev.ino,...,"): the rack
- * sockets it was given, by inode (else NULL: a fork()ed child's, any socket may be). */
+/* A spawned program's channel, not claimed yet ("fd:^spawner:token:,dev.ino,...,"): the
+ * rack sockets it was given, by inode (else NULL: a fork()ed child's, any socket may be). */
 static const char *spawned_sockets(void)
 {
     const char *env = getenv("SPLITRACK_FORK_CHANNEL");

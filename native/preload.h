@@ -160,6 +160,18 @@ static inline int is_own(int fd)
     return 1;
 }
 
+extern int (*py_interrupt)(int);   /* PyErr_SetInterruptEx, in a Python program */
+
+/* What a call on a Python program's own descriptor (is_own) returns: a Ctrl-C while the
+ * stub waited said EINTR (splitrack/guest/interposer.py), and SIGINT is tripped again,
+ * for Python to raise once the call returns (os.read checks its signals on EINTR). */
+static inline long own_done(long r)
+{
+    if (r == -1 && errno == EINTR && py_interrupt)
+        py_interrupt(SIGINT);
+    return r;
+}
+
 /* fd closes, or another file takes its number: it is no Python socket object's now */
 static inline void not_own(int fd)
 {
@@ -169,15 +181,8 @@ static inline void not_own(int fd)
         atomic_compare_exchange_strong(&rack[fd], &own, 0);
 }
 
-/* A Python program's Ctrl-C in a wait of the stub: the call says EINTR, and the
- * interrupt is tripped again for Python, which raises it once the call returns
- * (splitrack/guest/interposer.py). */
-extern int (*py_interrupt)(int);   /* PyErr_SetInterruptEx, in a Python program */
-
 static inline long ret(long r)
 {
-    if (r == -EINTR && py_interrupt)
-        py_interrupt(SIGINT);
     if (r < 0) {
         errno = (int)-r;
         return -1;

@@ -115,7 +115,8 @@ static ssize_t any_sendfile(ssize_t (*libc)(int, int, off64_t *, size_t), int ou
         errno = EINVAL;
         return -1;
     }
-    return rack_sendfile(out, in, offset, count);
+    ssize_t r = rack_sendfile(out, in, offset, count);
+    return is_rack(out) ? r : own_done(r);
 }
 
 ssize_t sendfile_any(int out, int in, off64_t *offset, size_t count)

@@ -7,8 +7,8 @@
  *     count of the bell's bytes; any other request is the kernel's;
  *   - dup, dup2, dup3, F_DUPFD: the kernel's dup, made one more handle of the same
  *     stub (sr_dup); close-on-exec, but in a fork()ed child, whose exec()ed image
- *     takes the descriptors back from its parent (preload.c), and in a Python
- *     program, whose subprocess hands them on (spawning.py); onto 0, 1 or 2, the
+ *     takes the descriptors back from its parent (preload.c), and onto 0, 1 or 2 in
+ *     a Python program, whose subprocess hands them on (spawning.py); onto 0-2, the
  *     standard stream of that descriptor becomes the interposer's (std_rebind);
  *   - a Python program's socket object's descriptor (is_own): FIONREAD is the
  *     stub's, and a dup2 or dup3 of it (os.dup2(conn.fileno(), 1), then print) an
@@ -145,8 +145,9 @@ int dup3(int fd, int newfd, int flags)
         return libc_dup3()(fd, newfd, flags);
     std_flush(newfd);   /* (what stdout held was the old descriptor's) */
     /* close-on-exec, unless an image exec()ed here can take it back: a fork()ed child's,
-     * or one a Python program's subprocess starts (splitrack/guest/spawning.py) */
-    int keep = forked_child() >= 0 || python_host;
+     * or, onto a standard stream, one a Python program's subprocess starts
+     * (splitrack/guest/spawning.py) */
+    int keep = forked_child() >= 0 || (python_host && newfd <= 2);   /* (Popen's stdio) */
     int r = one_more(fd, libc_dup3()(fd, newfd, keep ? flags : O_CLOEXEC));
     if (r >= 0)
         std_rebind(r);   /* printf onto a rack socket: glibc's own writes would miss it */

@@ -192,7 +192,8 @@ ssize_t send(int fd, const void *buf, size_t n, int flags)
 
 ssize_t write(int fd, const void *buf, size_t n)
 {
-    return is_rack(fd) || is_own(fd) ? rack_send(fd, buf, n, 0) : libc_write()(fd, buf, n);
+    return is_rack(fd) ? rack_send(fd, buf, n, 0)
+         : is_own(fd) ? own_done(rack_send(fd, buf, n, 0)) : libc_write()(fd, buf, n);
 }
 
 /* A stream's bytes that are there already, without the interpreter (native/fastrecv.h),
@@ -240,7 +241,8 @@ ssize_t recv(int fd, void *buf, size_t n, int flags)
 
 ssize_t read(int fd, void *buf, size_t n)
 {
-    return is_rack(fd) || is_own(fd) ? rack_recv(fd, buf, n, 0) : libc_read()(fd, buf, n);
+    return is_rack(fd) ? rack_recv(fd, buf, n, 0)
+         : is_own(fd) ? own_done(rack_recv(fd, buf, n, 0)) : libc_read()(fd, buf, n);
 }
 
 /* _FORTIFY_SOURCE's checked reads (Debian builds its programs with them). */
@@ -327,6 +329,8 @@ static int passes_rack_socket(const struct msghdr *msg)
     for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
+        if ((char *)c + c->cmsg_len > (char *)msg->msg_control + msg->msg_controllen)
+            break;   /* (a length past the buffer: the kernel's EINVAL, not ours) */
         int *fds = (int *)CMSG_DATA(c), n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         for (int i = 0; i < n; i++) {
             int v = fds[i] >= 0 && fds[i] < RACK_FDS ? atomic_load(&rack[fds[i]]) : 0;
@@ -368,14 +372,16 @@ ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 
 ssize_t writev(int fd, const struct iovec *iov, int count)
 {
-    return is_rack(fd) || is_own(fd) ? send_vector(fd, iov, count, 0, NULL, 0)
-                                     : libc_writev()(fd, iov, count);
+    return is_rack(fd) ? send_vector(fd, iov, count, 0, NULL, 0)
+         : is_own(fd) ? own_done(send_vector(fd, iov, count, 0, NULL, 0))
+         : libc_writev()(fd, iov, count);
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int count)
 {
-    return is_rack(fd) || is_own(fd) ? recv_vector(fd, iov, count, 0, NULL, NULL)
-                                     : libc_readv()(fd, iov, count);
+    return is_rack(fd) ? recv_vector(fd, iov, count, 0, NULL, NULL)
+         : is_own(fd) ? own_done(recv_vector(fd, iov, count, 0, NULL, NULL))
+         : libc_readv()(fd, iov, count);
 }
 
 int shutdown(int fd, int how)
@@ -393,8 +399,6 @@ int close(int fd)
     return ret(GUEST(sr.close, fd));
 }
 
-/* close_range (CPython's os.closerange, subprocess's child): what it closes is no
- * Python socket object's any more (its own rack sockets are the stub's to close) */
 void resolve_socket_calls(void)
 {
     libc_close();
@@ -403,6 +407,8 @@ void resolve_socket_calls(void)
     libc_write();
 }
 
+/* close_range (CPython's os.closerange, subprocess's child): what it closes is no
+ * Python socket object's any more (its own rack sockets are the stub's to close) */
 int close_range(unsigned int first, unsigned int last, int flags)
 {
     if (!spawned_child() && !(flags & CLOSE_RANGE_CLOEXEC))

@@ -130,6 +130,9 @@ PROBE = textwrap.dedent("""
     t("SO_RCVTIMEO, set", lambda: (g.setsockopt(socket.SOL_SOCKET, RCVTIMEO, tv(0, 500000)),
                                    g.getsockopt(socket.SOL_SOCKET, RCVTIMEO, 16))[1])
     t("SO_RCVTIMEO: recv gives up", lambda: g.recv(1))
+    t("SO_RCVTIMEO, MSG_WAITALL: what came", lambda: (c.send(b"ab"),
+                                                      g.recv(10, socket.MSG_WAITALL))[1])
+    t("and the socket goes on", lambda: (c.send(b"K"), g.recv(1), g.send(b"L"), c.recv(1))[1::2])
     t("SO_RCVTIMEO, negative: no wait", lambda: (
         g.setsockopt(socket.SOL_SOCKET, RCVTIMEO, tv(-1, 0)),
         g.getsockopt(socket.SOL_SOCKET, RCVTIMEO, 16), g.recv(1))[1:])

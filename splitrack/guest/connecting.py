@@ -135,7 +135,7 @@ class Connecting:
         if not self._connect_ended():
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            deadline = self._deadline() or time.monotonic() + CONNECT_TIMEOUT_S + 5.0
+            deadline = self._deadline(None) or time.monotonic() + CONNECT_TIMEOUT_S + 5.0
             if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
                 raise TimeoutError("timed out")
         self._settle()

@@ -35,6 +35,7 @@ _std = _socket_module.socket
 _KEYS = itertools.count(1 << 20)   # the parent's keys of handles it makes later (accept, dup):
 #                                    past every descriptor number (the inherited ones' keys)
 TWINS: dict[int, Any] = {}     # the parent's: every child's handles here, by their own fd
+NO_PIDFD = -2                  # serve_child's pidfd when there is none: the channel's end only
 _CALLS = frozenset((            # what a child may ask its parent to make on its handle
     "connect", "connect_ex", "bind", "listen", "shutdown", "setsockopt", "getsockopt",
     "getsockname", "getpeername", "settimeout", "gettimeout", "setblocking", "getblocking",
@@ -61,12 +62,13 @@ def serve_child(rt: Any, channel: Any, theirs: dict[int, Any], pidfd: int = -1) 
     its pid first; a spawned one's pidfd is given (spawning.py), and closed here."""
     rt.go_threaded()
     try:
-        if pidfd < 0:
+        if pidfd == -1:
             (pid, _), _ = receive_message(channel)   # the child says who it is first
             pidfd = os.pidfd_open(pid)
         ready = select.poll()   # the channel, and the child's end: a process it started
         ready.register(channel.fileno(), select.POLLIN)   # may hold the channel too (an
-        ready.register(pidfd, select.POLLIN)              # exec()ed image's inherits it)
+        if pidfd >= 0:                                    # exec()ed image's inherits it)
+            ready.register(pidfd, select.POLLIN)
         while True:
             if any(fd == pidfd for fd, _ in ready.poll()):
                 return

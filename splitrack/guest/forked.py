@@ -49,6 +49,7 @@ import errno
 import gc
 import os
 import socket as _socket_module
+import stat
 import sys
 import threading
 from typing import Any
@@ -172,9 +173,13 @@ def _claim(fd: int, spawner: str, token: str) -> bool:
         return False
     try:
         cred = channel.getsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_PEERCRED, 12)
-        if str(int.from_bytes(cred[:4], sys.byteorder)) != spawner or not token.isdigit():
+        if str(int.from_bytes(cred[:4], sys.byteorder)) != spawner or not token.isdigit() \
+                or not stat.S_ISFIFO(os.fstat(int(token)).st_mode):
             return False
-        return os.read(int(token), 1) == SPAWN_TOKEN   # (its other end closed: b"" after)
+        if os.read(int(token), 1) != SPAWN_TOKEN:   # (its other end closed: b"" after)
+            return False
+        os.close(int(token))
+        return True
     except OSError:
         return False
     finally:
@@ -219,6 +224,9 @@ def _ask(token: int, method: str, args: tuple) -> tuple[Any, list[int]]:
         except (EOFError, OSError):
             raise OSError(errno.ECONNRESET, "the parent that held this socket has ended"
                           ) from None
+        except BaseException:   # (Ctrl-C meanwhile: the reply would come to the next call,
+            _channel.shutdown(_socket_module.SHUT_RDWR)   # so there is none: ECONNRESET)
+            raise
     if not ok:
         raise result
     return result, fds

@@ -28,6 +28,8 @@ _IGNORED = int(socket.MSG_NOSIGNAL | socket.MSG_CMSG_CLOEXEC | socket.MSG_MORE  
                | socket.MSG_EOR | socket.MSG_CONFIRM)                              # TCP does
 
 
+_OWN_DEADLINE = -1.0   # (_recv_some's deadline not given: its own, from its timeout)
+
 class Receiving:
     """BsdSocketStub's recv calls."""
 
@@ -96,11 +98,14 @@ class Receiving:
                 return self._recv_all(want, view, min(lowat, want))
         return self._recv_some(want, flags, view)
 
-    def _recv_some(self, want: int, flags: int, view: memoryview | None) -> Any:
-        """What is there, up to `want` (waiting, as the timeout says, for something)."""
+    def _recv_some(self, want: int, flags: int, view: memoryview | None,
+                   deadline: float | None = _OWN_DEADLINE) -> Any:
+        """What is there, up to `want` (waiting, as the timeout says, for something; or
+        until `deadline`, a caller's)."""
         if self._pending is not None:   # a non-blocking connect not settled yet
             self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
-        deadline = self._deadline()
+        if deadline == _OWN_DEADLINE:
+            deadline = self._deadline()
         lock, pumped = self._lock, False
         while True:
             lock.acquire()   # (not `with`: a hot path, and `with` costs 0.25 us more here)
@@ -127,9 +132,15 @@ class Receiving:
         (With a timeout CPython's socket is non-blocking, where the kernel ignores
         MSG_WAITALL: so does the caller, and SO_RCVLOWAT too.)"""
         out, got = bytearray(), 0
+        deadline = self._deadline()   # (SO_RCVTIMEO bounds the whole call, as Linux's)
         while got < target:
             try:
-                part = self._recv_some(want - got, 0, None if view is None else view[got:])
+                part = self._recv_some(want - got, 0, None if view is None else view[got:],
+                                       deadline)
+            except BlockingIOError:   # SO_RCVTIMEO's end: what came, or EAGAIN
+                if not got:
+                    raise
+                break
             except OSError as exc:
                 if not got or not exc.errno:
                     raise

@@ -12,7 +12,8 @@ the stub's `_opts`, {(level, option): value}. Three kinds:
   takes them), SO_RCVTIMEO and SO_SNDTIMEO (a struct timeval: how long a
   blocking socket's recv or accept, or its send, waits before EAGAIN, or a
   send its count so far; {0, 0} is forever, a negative time no wait, a
-  tv_usec out of 0..999999 EDOM, as Linux takes them; a socket with a
+  tv_usec out of 0..999999 EDOM, as Linux takes them, and 23 days or more
+  forever (read back as {0, 0}); a socket with a
   Python timeout is non-blocking underneath, as CPython's, and has its
   timeout instead; connect() does not heed SO_SNDTIMEO), and SO_LINGER
   (a struct linger: l_onoff, l_linger). Linger on
@@ -54,6 +55,8 @@ READ_ONLY = {(TCP, _socket_module.TCP_INFO), (TCP, _socket_module.TCP_CONGESTION
 _LINGER = struct.Struct("ii")   # struct linger
 _TIMEVAL = struct.Struct("qq")  # struct timeval (tv_sec, tv_usec)
 _INT_MAX = 2 ** 31 - 1
+_FOREVER_S = 2_000_000   # SO_RCVTIMEO or SO_SNDTIMEO from this many seconds on (23 days):
+                         # no limit (a poll() takes at most INT_MAX ms)
 
 
 class Options:
@@ -104,7 +107,12 @@ class Options:
             raise err(errno.EINVAL) from None
         if not 0 <= micros < 1_000_000:
             raise err(errno.EDOM)
-        self._opts[key] = 0.0 if seconds < 0 else (seconds + micros / 1e6) or None
+        if seconds < 0:
+            self._opts[key] = 0.0   # no wait
+        elif seconds >= _FOREVER_S:   # (past what a poll() can wait: for ever)
+            self._opts[key] = None
+        else:
+            self._opts[key] = (seconds + micros / 1e6) or None
 
     def _send_linger(self, quiet: bool = False) -> None:
         """The skeleton's kernel socket resets at close if linger is on with 0 s.
@@ -127,7 +135,9 @@ class Options:
             return packed[:buflen] if buflen else _LINGER.unpack(packed)[0]
         if key in (RCVTIMEO, SNDTIMEO):
             wait = self._opts.get(key) or 0.0
-            packed = _TIMEVAL.pack(int(wait), round(wait % 1 * 1e6))
+            seconds, micros = int(wait), round(wait % 1 * 1e6)
+            packed = _TIMEVAL.pack(*((seconds + 1, 0) if micros == 1_000_000 else
+                                     (seconds, micros)))
             return packed[:buflen] if buflen else _TIMEVAL.unpack(packed)[0]
         if key in READ_ONLY:
             if not self._sk or self._path is not None and not isinstance(self._path, NicPath):

@@ -48,7 +48,7 @@ import subprocess
 from typing import Any
 
 from splitrack.guest import forked, handles, preloaded
-from splitrack.guest.fork_server import close_twin
+from splitrack.guest.fork_server import NO_PIDFD, close_twin
 from splitrack.guest.runtime import current
 
 _kernel_fork_exec = _posixsubprocess.fork_exec
@@ -58,10 +58,10 @@ _KEEP, _ENV, _STDIO = 3, 5, (6, 9, 11)   # fork_exec's arguments: pass_fds, env,
 
 
 def fork_exec(*args: Any) -> int:
-    stdio = (args[i] if args[i] >= 0 else std for std, i in enumerate(_STDIO))  # (-1: its own)
-    kept = {fd for fd in (*args[_KEEP], *stdio) if fd >= 0}
-    if any(forked.inherited(fd) for fd in kept):
+    given = {fd for fd in (*args[_KEEP], *(args[i] for i in _STDIO)) if fd >= 0}
+    if any(forked.inherited(fd) for fd in given):
         raise OSError(errno.EOPNOTSUPP, "a rack socket passes one fork() only")
+    kept = given | {std for std, i in enumerate(_STDIO) if args[i] < 0}   # (-1: its own)
     rack = {fd for fd in kept if handles.shared_state(fd) is not None}
     rt = current()
     theirs = forked.twins(rt, rack) if rack and rt is not None else {}
@@ -77,14 +77,14 @@ def fork_exec(*args: Any) -> int:
         made += [token, put]
         os.write(put, forked.SPAWN_TOKEN)   # (one byte: the first process to read it claims)
         os.set_blocking(token, False)
-        child, token = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) for fd in (made[0], token))
-        made += [child, token]   # (above stdio's numbers, which the child's dup2s take)
+        made.append(fcntl.fcntl(made[0], fcntl.F_DUPFD_CLOEXEC, 3))   # (above stdio's
+        made.append(fcntl.fcntl(token, fcntl.F_DUPFD_CLOEXEC, 3))     # numbers, which the
+        child, token = made[-2:]                                      # child's dup2s take)
         args = list(args)
         args[_KEEP] = tuple(sorted({*args[_KEEP], child, token}))
-        given = "".join(f"{dev}.{ino}," for dev, ino in {handles.inode(fd) for fd in theirs})
-        args[_ENV] = _with_channel(args[_ENV], f"{child}:^{os.getpid()}:{token}:,{given}")
+        inodes = "".join(f"{dev}.{ino}," for dev, ino in {handles.inode(fd) for fd in theirs})
+        args[_ENV] = _with_channel(args[_ENV], f"{child}:^{os.getpid()}:{token}:,{inodes}")
         pid = _kernel(*args)
-        pidfd = os.pidfd_open(pid)   # (now: Popen may reap a child whose exec failed)
     except BaseException:
         if mine is not None:
             mine.close()
@@ -94,6 +94,10 @@ def fork_exec(*args: Any) -> int:
     finally:
         for fd in made:
             os.close(fd)
+    try:   # (now: Popen may reap a child whose exec failed)
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        pidfd = NO_PIDFD   # served until the channel's end
     forked.serve(rt, mine, theirs, pidfd)
     return pid
 

@@ -223,9 +223,9 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
 
     timeout = property(gettimeout)
 
-    def _deadline(self, wait: tuple[int, int] = RCVTIMEO) -> float | None:
+    def _deadline(self, wait: tuple[int, int] | None = RCVTIMEO) -> float | None:
         """When a wait gives up: the timeout's, or a blocking socket's SO_RCVTIMEO (or
-        `wait` SO_SNDTIMEO) (sockopts.py); None: never."""
+        `wait` SO_SNDTIMEO; None: neither) (sockopts.py); None: never."""
         timeout = self._timeout
         if timeout is None:
             timeout = self._opts.get(wait)
