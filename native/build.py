@@ -42,6 +42,7 @@ and one plain C library, no module (setup.py's ext_modules: `preload`):
 
     native/preload.c                     -> native._preload   (the interposer `splitrack run`
     native/preload_socket.c                                    preloads into native programs:
+    native/preload_vector.c
     native/preload_fd.c                                        it starts an interpreter there
     native/preload_wait.c                                      and loads native._guest;
     native/preload_copy.c                                      malloc and mmap for --memory

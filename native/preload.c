@@ -56,10 +56,11 @@
  * host's network.
  *
  * The library's files: this one (which descriptors are the rack's, the interpreter,
- * fork() and exec()), preload_socket.c (the socket calls), preload_fd.c (fcntl,
- * ioctl, dup), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
+ * fork() and exec()), preload_socket.c (the socket calls), preload_vector.c
+ * (sendmsg, recvmsg, writev, readv), preload_fd.c (fcntl, ioctl, dup,
+ * close_range), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
  * splice, sendmmsg, recvmmsg), preload_stdio.c (fdopen, dprintf),
- * preload_memory.c (--memory rack); preload.h is what the first six share.
+ * preload_memory.c (--memory rack); preload.h is what the first seven share.
  */
 #define _GNU_SOURCE
 #include "preload.h"
@@ -283,6 +284,12 @@ void adopt_inherited(void)
     for (int i = 0; i < n; i++)
         atomic_store(&rack[fds[i]], r == 0 && is[i] ? 1 : 0);
     atomic_store(&inheriting, 0);
+}
+
+void say_once(_Atomic int *said, const char *line)
+{
+    if (!atomic_exchange(said, 1))
+        fprintf(stderr, "splitrack: %s\n", line);
 }
 
 /* A new descriptor of a rack socket, made by the stub: the program's from now on. */

@@ -1,10 +1,11 @@
-/* The native interposer's own parts, shared by its six files (none of it is
+/* The native interposer's own parts, shared by its files (none of it is
  * exported from the library: hidden visibility).
  *
  *   preload.c         which descriptors are the rack's, the interpreter it starts,
  *                     fork() and exec(); the contract of the whole interposer
  *   preload_socket.c  the socket calls on rack descriptors (socket ... getsockopt)
- *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup
+ *   preload_vector.c  sendmsg, recvmsg, writev, readv; SCM_RIGHTS of rack descriptors
+ *   preload_fd.c      the descriptor calls: fcntl, ioctl, dup, close_range
  *   preload_wait.c    the waits: poll, select, epoll's (read the runtime's inbox)
  *   preload_copy.c    sendfile, splice, sendmmsg, recvmmsg on rack descriptors
  *   preload_stdio.c   fdopen and dprintf on rack descriptors (glibc's stdio skips write)
@@ -17,7 +18,9 @@
  *   is_own(fd)      fd is a Python program's socket object's, and the call is the
  *                   program's: only the calls on the descriptor itself (read, write,
  *                   readv, writev, FIONREAD, sendfile, dup2 onto another) come here
- *   rack_send, rack_recv  a send or recv on a rack descriptor (no is_rack asked)
+ *   rack_send, rack_recv, rack_sendto, rack_recvfrom
+ *                   a send or recv on a rack descriptor (no is_rack asked)
+ *   say_once        a line on stderr, the first time
  *   python_thread() the call is the interpreter's own (it goes to libc)
  *   GUEST(sr.fn, ...) a call of native/guest.h, counted as the interpreter's
  *   fast_recv       fr_recv (native/fastrecv.h), asked before sr.recv: a stream's
@@ -117,6 +120,11 @@ void std_rebind(int fd);   /* stdin, stdout or stderr (fd 0-2) over a rack socke
                               the interposer's reads and writes (preload_stdio.c) */
 ssize_t rack_send(int fd, const void *buf, size_t n, int flags);   /* (preload_socket.c) */
 ssize_t rack_recv(int fd, void *buf, size_t n, int flags);
+ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *addr,
+                    socklen_t len);
+ssize_t rack_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
+                      socklen_t *len);
+void say_once(_Atomic int *said, const char *line);   /* a line on stderr, the first time */
 
 #pragma GCC visibility pop
 

@@ -135,10 +135,8 @@ ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len, uns
     static _Atomic int said;
     if (!is_rack(in) && !is_rack(out))
         return libc_splice()(in, off_in, out, off_out, len, flags);
-    if (!atomic_exchange(&said, 1))
-        fprintf(stderr, "splitrack: splice() with a rack socket is refused (EINVAL): a "
-                        "pipe's bytes could not go back if the socket took fewer; "
-                        "read() and write() them\n");
+    say_once(&said, "splice() with a rack socket is refused (EINVAL): a pipe's bytes "
+                    "could not go back if the socket took fewer; read() and write() them");
     errno = EINVAL;
     return -1;
 }

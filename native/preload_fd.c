@@ -10,6 +10,7 @@
  *     takes the descriptors back from its parent (preload.c), and onto 0, 1 or 2 in
  *     a Python program, whose subprocess hands them on (spawning.py); onto 0-2, the
  *     standard stream of that descriptor becomes the interposer's (std_rebind);
+ *   - close_range: what it closes is no Python socket object's any more;
  *   - a Python program's socket object's descriptor (is_own): FIONREAD is the
  *     stub's, and a dup2 or dup3 of it (os.dup2(conn.fileno(), 1), then print) an
  *     interposed handle as above; its other calls (the stub's own) are the kernel's;
@@ -22,6 +23,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 REAL(int, close, int)
@@ -31,6 +33,11 @@ REAL(int, ioctl, int, unsigned long, ...)
 REAL(int, dup, int)
 REAL(int, dup2, int, int)
 REAL(int, dup3, int, int, int)
+REAL(int, close_range, unsigned int, unsigned int, int)
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)   /* (linux/close_range.h) */
+#endif
 
 void resolve_fd_calls(void)
 {
@@ -41,6 +48,7 @@ void resolve_fd_calls(void)
     libc_dup();
     libc_dup2();
     libc_dup3();
+    libc_close_range();
 }
 
 /* A new descriptor of a rack socket (the kernel's dup of `fd`) is one more handle of it. */
@@ -163,4 +171,15 @@ int dup2(int fd, int newfd)
     if (fd == newfd)
         return newfd;
     return dup3(fd, newfd, 0);
+}
+
+/* close_range (CPython's os.closerange, subprocess's child): what it closes is no
+ * Python socket object's any more (its own rack sockets are the stub's to close) */
+int close_range(unsigned int first, unsigned int last, int flags)
+{
+    if (!spawned_child() && !(flags & CLOSE_RANGE_CLOEXEC))
+        for (unsigned int fd = first; fd <= last && fd < RACK_FDS; fd++)
+            not_own((int)fd);
+    return libc_close_range() ? libc_close_range()(first, last, flags)
+                              : (int)syscall(SYS_close_range, first, last, flags);
 }

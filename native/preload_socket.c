@@ -8,10 +8,7 @@
  *   - socket(): TCP and UDP over IPv4 are the rack's, AF_INET6 is refused, any
  *     other network socket (raw, packet, netlink) stays the host's, said once;
  *   - a send on a broken connection raises SIGPIPE unless MSG_NOSIGNAL;
- *   - vectors (sendmsg, recvmsg, writev, readv) go through one buffer: a stub's
- *     send and recv take one; no ancillary data (EOPNOTSUPP);
- *   - a sendmsg on any socket that would pass a rack descriptor to another process
- *     (SCM_RIGHTS) is EOPNOTSUPP, said once: it would get the bell, not the socket;
+ *   - vectors (sendmsg, recvmsg, writev, readv): preload_vector.c;
  *   - _FORTIFY_SOURCE's checked reads (Debian builds its programs with them);
  *   - a recv that native/fastrecv.h can serve in C is served there (quick()).
  * Returns and errno as libc's (ret()).
@@ -26,13 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)   /* (linux/close_range.h) */
-#endif
 
 REAL(int, socket, int, int, int)
 REAL(int, bind, int, const struct sockaddr *, socklen_t)
@@ -42,16 +34,11 @@ REAL(int, accept, int, struct sockaddr *, socklen_t *)
 REAL(int, accept4, int, struct sockaddr *, socklen_t *, int)
 REAL(ssize_t, send, int, const void *, size_t, int)
 REAL(ssize_t, sendto, int, const void *, size_t, int, const struct sockaddr *, socklen_t)
-REAL(ssize_t, sendmsg, int, const struct msghdr *, int)
 REAL(ssize_t, recv, int, void *, size_t, int)
 REAL(ssize_t, recvfrom, int, void *, size_t, int, struct sockaddr *, socklen_t *)
-REAL(ssize_t, recvmsg, int, struct msghdr *, int)
 REAL(ssize_t, read, int, void *, size_t)
 REAL(ssize_t, write, int, const void *, size_t)
-REAL(ssize_t, readv, int, const struct iovec *, int)
-REAL(ssize_t, writev, int, const struct iovec *, int)
 REAL(int, close, int)
-REAL(int, close_range, unsigned int, unsigned int, int)
 REAL(int, shutdown, int, int)
 REAL(int, getsockopt, int, int, int, void *, socklen_t *)
 REAL(int, setsockopt, int, int, int, const void *, socklen_t)
@@ -82,12 +69,6 @@ static void out_address(uint32_t ip, int port, struct sockaddr *addr, socklen_t 
 }
 
 /* ---- the calls -------------------------------------------------------------------------- */
-static void say_once(_Atomic int *said, const char *line)
-{
-    if (!atomic_exchange(said, 1))
-        fprintf(stderr, "splitrack: %s\n", line);
-}
-
 int socket(int domain, int type, int protocol)
 {
     static _Atomic int said_host;
@@ -170,8 +151,8 @@ ssize_t rack_send(int fd, const void *buf, size_t n, int flags)
     return sent(GUEST(sr.send, fd, buf, n, flags, 0, 0, 0), flags);
 }
 
-static ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags,
-                           const struct sockaddr *addr, socklen_t len)
+ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags,
+                    const struct sockaddr *addr, socklen_t len)
 {
     uint32_t ip = 0;
     int port = 0, to = addr ? in_address(addr, len, &ip, &port) : 0;   /* -errno if not IPv4 */
@@ -206,8 +187,8 @@ static long quick(int fd, void *buf, size_t n, int flags)
     return fast_recv(fd, buf, n);
 }
 
-static ssize_t rack_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
-                             socklen_t *len)
+ssize_t rack_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
+                      socklen_t *len)
 {
     long r = addr ? -1 : quick(fd, buf, n, flags);
     if (r >= 0)
@@ -268,122 +249,6 @@ ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t room, int flags,
     return recvfrom(fd, buf, n, flags, addr, len);
 }
 
-/* Vectors go through one buffer: a stub's send and recv take one. */
-static size_t iov_total(const struct iovec *iov, int count)
-{
-    size_t total = 0;
-    for (int i = 0; i < count; i++)
-        total += iov[i].iov_len;
-    return total;
-}
-
-static ssize_t send_vector(int fd, const struct iovec *iov, int count, int flags,
-                           const struct sockaddr *addr, socklen_t len)
-{
-    if (count == 1)
-        return rack_sendto(fd, iov[0].iov_base, iov[0].iov_len, flags, addr, len);
-    size_t total = iov_total(iov, count), at = 0;
-    char *flat = malloc(total ? total : 1);
-    if (!flat) {
-        errno = ENOMEM;
-        return -1;
-    }
-    for (int i = 0; i < count; i++) {
-        memcpy(flat + at, iov[i].iov_base, iov[i].iov_len);
-        at += iov[i].iov_len;
-    }
-    ssize_t r = rack_sendto(fd, flat, total, flags, addr, len);
-    free(flat);
-    return r;
-}
-
-static ssize_t recv_vector(int fd, const struct iovec *iov, int count, int flags,
-                           struct sockaddr *addr, socklen_t *len)
-{
-    if (count == 1)
-        return rack_recvfrom(fd, iov[0].iov_base, iov[0].iov_len, flags, addr, len);
-    size_t total = iov_total(iov, count);
-    char *flat = malloc(total ? total : 1);
-    if (!flat) {
-        errno = ENOMEM;
-        return -1;
-    }
-    ssize_t r = rack_recvfrom(fd, flat, total, flags, addr, len);
-    for (size_t at = 0, i = 0; r > 0 && at < (size_t)r; i++) {
-        size_t k = iov[i].iov_len < (size_t)r - at ? iov[i].iov_len : (size_t)r - at;
-        memcpy(iov[i].iov_base, flat + at, k);
-        at += k;
-    }
-    free(flat);
-    return r;
-}
-
-/* A message that passes a rack socket's descriptor to another process (SCM_RIGHTS): the
- * other process would get its bell, not the socket (the stub's state is this process's) */
-static int passes_rack_socket(const struct msghdr *msg)
-{
-    static _Atomic int said;
-    if (!msg->msg_controllen || in_guest || python_thread())   /* (the stub's own:
-                                                                   fork_channel.py) */
-        return 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        if ((char *)c + c->cmsg_len > (char *)msg->msg_control + msg->msg_controllen)
-            break;   /* (a length past the buffer: the kernel's EINVAL, not ours) */
-        int *fds = (int *)CMSG_DATA(c), n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        for (int i = 0; i < n; i++) {
-            int v = fds[i] >= 0 && fds[i] < RACK_FDS ? atomic_load(&rack[fds[i]]) : 0;
-            if (v == 1 || v == OWN) {
-                say_once(&said, "a rack socket cannot be passed to another process "
-                                "(SCM_RIGHTS): EOPNOTSUPP; fork() shares it");
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
-ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
-{
-    if (!is_rack(fd) && passes_rack_socket(msg)) {
-        errno = EOPNOTSUPP;
-        return -1;
-    }
-    if (!is_rack(fd))
-        return libc_sendmsg()(fd, msg, flags);
-    if (msg->msg_controllen) {
-        errno = EOPNOTSUPP;   /* no ancillary data on rack sockets */
-        return -1;
-    }
-    return send_vector(fd, msg->msg_iov, (int)msg->msg_iovlen, flags, msg->msg_name,
-                       msg->msg_namelen);
-}
-
-ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
-{
-    if (!is_rack(fd))
-        return libc_recvmsg()(fd, msg, flags);
-    msg->msg_controllen = 0;
-    msg->msg_flags = 0;
-    return recv_vector(fd, msg->msg_iov, (int)msg->msg_iovlen, flags, msg->msg_name,
-                       msg->msg_name ? &msg->msg_namelen : NULL);
-}
-
-ssize_t writev(int fd, const struct iovec *iov, int count)
-{
-    return is_rack(fd) ? send_vector(fd, iov, count, 0, NULL, 0)
-         : is_own(fd) ? own_done(send_vector(fd, iov, count, 0, NULL, 0))
-         : libc_writev()(fd, iov, count);
-}
-
-ssize_t readv(int fd, const struct iovec *iov, int count)
-{
-    return is_rack(fd) ? recv_vector(fd, iov, count, 0, NULL, NULL)
-         : is_own(fd) ? own_done(recv_vector(fd, iov, count, 0, NULL, NULL))
-         : libc_readv()(fd, iov, count);
-}
-
 int shutdown(int fd, int how)
 {
     return is_rack(fd) ? ret(GUEST(sr.shutdown, fd, how)) : libc_shutdown()(fd, how);
@@ -402,20 +267,8 @@ int close(int fd)
 void resolve_socket_calls(void)
 {
     libc_close();
-    libc_close_range();
     libc_read();
     libc_write();
-}
-
-/* close_range (CPython's os.closerange, subprocess's child): what it closes is no
- * Python socket object's any more (its own rack sockets are the stub's to close) */
-int close_range(unsigned int first, unsigned int last, int flags)
-{
-    if (!spawned_child() && !(flags & CLOSE_RANGE_CLOEXEC))
-        for (unsigned int fd = first; fd <= last && fd < RACK_FDS; fd++)
-            not_own((int)fd);
-    return libc_close_range() ? libc_close_range()(first, last, flags)
-                              : (int)syscall(SYS_close_range, first, last, flags);
 }
 
 static int rack_name(int fd, int peer, struct sockaddr *addr, socklen_t *len)
