@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 
+from fit_rpc import Op
 from splitrack import Rack
 
 SPLITRACK = os.path.join(os.path.dirname(sys.executable), "splitrack")
@@ -126,3 +127,19 @@ def fit_link(cap: int = 64 * 1024) -> SimpleNamespace:
         rx=other.ring(0, None, caller.efd),
         reply=other.ring(1, caller_word.ptr, caller.efd, caller_word),
         caller=caller, callee=callee)
+
+
+def tiny_spec(storage, name="vm", **rack):
+    """A rack whose extCaches hold 8 lines in 4 sets (of 4 KiB lines): evictions all
+    the time; two mComponents of 8 MiB."""
+    spec = small_spec(storage, name=name, **rack)
+    for p in spec["pcomponent"]:
+        p.update(extcache=8 * 4096, ways=2)
+    spec["mcomponent"] = [{"id": "m0", "memory": "8MiB"}, {"id": "m1", "memory": "8MiB"}]
+    return spec
+
+
+def mstats(rack, m="m0"):
+    """An mComponent's STATS."""
+    with rack.endpoint() as ep:
+        return ep.call_args(m, Op.STATS)[0]
