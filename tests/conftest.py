@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from helpers import running_rack, small_spec
+from helpers import attached_vm, running_rack, small_spec, tiny_spec
 
 
 @pytest.fixture
@@ -37,6 +37,20 @@ def client(rack):
     ep = rack.endpoint()
     yield ep
     ep.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_rack():
+    """A rack whose extCaches evict all the time (helpers.tiny_spec), a module's."""
+    with running_rack(tiny_spec) as r:
+        yield r
+
+
+@pytest.fixture
+def vm(tiny_rack):
+    """This test process, attached as a process of tiny_rack's p0."""
+    with attached_vm(tiny_rack) as memory:
+        yield memory
 
 
 @pytest.fixture(scope="session")

@@ -25,18 +25,6 @@ from splitrack.params import GMM_RECHOOSE
 LINE = 4096
 
 
-@pytest.fixture(scope="module")
-def tiny_rack():
-    with running_rack(tiny_spec) as rack:
-        yield rack
-
-
-@pytest.fixture
-def vm(tiny_rack):
-    with attached_vm(tiny_rack) as memory:
-        yield memory
-
-
 def delta(vm, before):
     return {k: v - before[k] for k, v in vm.counters().items()}
 

@@ -15,21 +15,9 @@ import threading
 import pytest
 
 from fit_rpc import FitTimeout, Op
-from helpers import attached_vm, mstats, running_rack, tiny_spec
+from helpers import mstats
 
 LINE = 4096
-
-
-@pytest.fixture(scope="module")
-def tiny_rack():
-    with running_rack(tiny_spec) as rack:
-        yield rack
-
-
-@pytest.fixture
-def vm(tiny_rack):
-    with attached_vm(tiny_rack) as memory:
-        yield memory
 
 
 def _set_is_free(vm, addr):

@@ -8,7 +8,6 @@ The test process attaches itself as an emulated process of p0
 
 import random
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -19,17 +18,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from helpers import running_rack, tiny_spec
 from splitrack import Rack
 from splitrack.guest.vm import VirtualMemory
 
 LINE = 4096
-
-
-@pytest.fixture(scope="module")
-def tiny_rack():
-    with running_rack(tiny_spec) as rack:
-        yield rack
 
 
 def _has_regions(machine):
