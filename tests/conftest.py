@@ -14,6 +14,7 @@ import tempfile
 import pytest
 
 from helpers import attached_vm, running_rack, small_spec, tiny_spec
+from xcsegments import maker
 
 
 @pytest.fixture
@@ -51,6 +52,14 @@ def vm(tiny_rack):
     """This test process, attached as a process of tiny_rack's p0."""
     with attached_vm(tiny_rack) as memory:
         yield memory
+
+
+@pytest.fixture
+def new_xc():
+    """new_xc(lines=8, ways=2, policy="lru", victims=0) -> an ExtCache on a segment of its
+    own in this process (tests/xcsegments.py), closed after the test."""
+    with maker() as new:
+        yield new
 
 
 @pytest.fixture(scope="session")

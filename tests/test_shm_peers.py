@@ -24,13 +24,13 @@ import threading
 import time
 
 import pytest
-from rings import bad_mark, hung_up
 
 from fit_rpc import Endpoint, Op, PeerUnreachable, header, rendezvous
 from fit_rpc.params import FIT_RING_BYTES
 from fit_rpc.shm_transport import ShmTransport
 from helpers import wait_until
 from native.fitring import Bell, Segment
+from rings import bad_mark, hung_up
 
 # ---- a peer that dies while its caller waits ----------------------------------------------
 

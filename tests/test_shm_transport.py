@@ -31,13 +31,13 @@ import time
 
 import psutil
 import pytest
-from rings import HEAD0, SPOILERS, TAIL1, hung_up
 
 from fit_rpc import Endpoint, Op, PeerUnreachable, header
 from fit_rpc.rendezvous import HELLO_TIMEOUT_S
 from fit_rpc.shm_transport import ShmTransport
 from helpers import wait_until
 from native.fitring import sealed_memfd
+from rings import HEAD0, SPOILERS, TAIL1, hung_up
 
 
 def count(client, cid: str, name: str) -> int:
