@@ -14,6 +14,7 @@ import tempfile
 import pytest
 
 from helpers import attached_vm, running_rack, small_spec, tiny_spec
+from netprogs import network_rack
 from xcsegments import maker
 
 
@@ -31,6 +32,14 @@ def rack():
     """One running rack shared by a test module (its run root is private)."""
     with running_rack(small_spec) as r:
         yield r
+
+
+@pytest.fixture(scope="module")
+def net(request):
+    """(rack, env): a small rack for a network test module, named by its RACK, and the
+    environment that reaches it (netprogs.network_rack)."""
+    with network_rack(request.module.RACK) as rack_env:
+        yield rack_env
 
 
 @pytest.fixture

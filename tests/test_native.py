@@ -19,17 +19,14 @@ import time
 
 import pytest
 
-from netprogs import n0_network, network_rack, on_rack, run, run_on_rack
+from netprogs import n0_network, on_rack, run, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("native") as rack_env:
-        yield rack_env
+RACK = "native"   # the name of this module's rack (conftest.py: net)
 
 
 def linux_checksum(built, nbytes: int) -> str:
@@ -51,12 +48,12 @@ def test_a_c_echo_server_on_the_rack_echoes_every_byte(net, built, mode, loop):
     expected = linux_checksum(built, 1_000_000)
     assert expected.startswith("ok 1000000 ")
     before = n0_network(rack)
-    with on_rack(env, [built["echo_server"], NIC, "0", loop, "2"], name="native",
+    with on_rack(env, [built["echo_server"], NIC, "0", loop, "2"], name=RACK,
                  mode=mode) as (server, (port,)):
         outside = run([built["echo_client"], NIC, str(port), "1000000", "4096"])
         assert (outside.returncode, outside.stdout) == (0, expected), outside.stderr
         inside = run_on_rack(env, [built["echo_client"], NIC, str(port), "1000000", "4096"],
-                             on="p1", mode=mode, name="native", flags=("--no-shortcuts",))
+                             on="p1", mode=mode, name=RACK, flags=("--no-shortcuts",))
         assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
         assert server.wait(timeout=30) == 0, server.stderr.read()
     after = n0_network(rack)
@@ -74,7 +71,7 @@ def test_a_c_server_that_reads_less_than_waits_gets_every_byte(net, built, mode,
     recv ("waitall") still gets all 1000 bytes each time."""
     rack, env = net
     expected = linux_checksum(built, 2_000_000)
-    with on_rack(env, [built["echo_server"], NIC, "0", loop, "1", "1000"], name="native",
+    with on_rack(env, [built["echo_server"], NIC, "0", loop, "1", "1000"], name=RACK,
                  mode=mode) as (server, (port,)):
         got = run([built["echo_client"], NIC, str(port), "2000000", "100000"])
         assert (got.returncode, got.stdout) == (0, expected), got.stderr
@@ -89,10 +86,10 @@ def test_a_c_server_polls_a_fit_shortcut_beside_its_inbox(net, built, loop):
     rack, env = net
     expected = linux_checksum(built, 1_000_000)
     before = n0_network(rack)
-    with on_rack(env, [built["echo_server"], NIC, "0", loop, "1"], name="native") as (
+    with on_rack(env, [built["echo_server"], NIC, "0", loop, "1"], name=RACK) as (
             server, (port,)):
         inside = run_on_rack(env, [built["echo_client"], NIC, str(port), "1000000", "4096"],
-                             on="p1", name="native")
+                             on="p1", name=RACK)
         assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
         assert server.wait(timeout=30) == 0, server.stderr.read()
     assert n0_network(rack)["accepted"] == before["accepted"]   # a shortcut: n0 not asked
@@ -107,7 +104,7 @@ def test_a_c_programs_own_waits_read_its_inbox(net, built, mode):
     blocked in read() and another in epoll_wait() each get their bytes; a closed
     descriptor is EBADF; a wait left by siglongjmp leaves the next wait working."""
     rack, env = net
-    with on_rack(env, [built["wait_probe"], NIC, "0"], name="native", mode=mode) as (
+    with on_rack(env, [built["wait_probe"], NIC, "0"], name=RACK, mode=mode) as (
             probe, (port,)):
         said: queue.Queue = queue.Queue()   # its lines, read aside: a step that never
         threading.Thread(target=lambda: [said.put(x) for x in probe.stdout], daemon=True
@@ -161,10 +158,10 @@ def test_a_c_udp_echo_keeps_every_datagram_whole(net, built, mode):
     rack, env = net
     before = n0_network(rack)
     for client_on in ("p1", None):
-        with on_rack(env, [built["udp_echo"], "server", NIC, "0"], name="native",
+        with on_rack(env, [built["udp_echo"], "server", NIC, "0"], name=RACK,
                      mode=mode) as (server, (port,)):
             argv = [built["udp_echo"], "client", NIC, str(port), "200"]
-            got = run_on_rack(env, argv, on=client_on, mode=mode, name="native",
+            got = run_on_rack(env, argv, on=client_on, mode=mode, name=RACK,
                               flags=("--no-shortcuts",)) if client_on else \
                 run([*argv, OUTSIDE])
             assert got.returncode == 0 and got.stdout.startswith("ok 200 "), got.stderr
@@ -179,8 +176,8 @@ def test_a_forked_child_of_a_c_program_shares_its_parents_socket(net, built):
     goes on after it."""
     _, env = net
     with on_rack(env, [built["echo_server"], NIC, "0", "poll", "2"],
-                 name="native") as (server, (port,)):
-        got = run_on_rack(env, [built["fork_probe"], NIC, str(port)], on="p1", name="native")
+                 name=RACK) as (server, (port,)):
+        got = run_on_rack(env, [built["fork_probe"], NIC, str(port)], on="p1", name=RACK)
     assert got.returncode == 0, got.stderr
     assert got.stdout.splitlines() == ["child send sent", "child fionread 1",
                                        "child socket echoed new", "parent ok"]
@@ -192,12 +189,12 @@ def test_a_forking_c_server_serves_each_connection_in_a_child(net, built, mode):
     three clients at once (two outside the rack, one on p1), every byte checked."""
     rack, env = net
     expected = linux_checksum(built, 300_000)
-    with on_rack(env, [built["fork_server"], NIC, "0", "3"], name="native",
+    with on_rack(env, [built["fork_server"], NIC, "0", "3"], name=RACK,
                  mode=mode) as (server, (port,)):
         argv = [built["echo_client"], NIC, str(port), "300000", "3000"]
         outside = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True) for _ in range(2)]
-        inside = run_on_rack(env, argv, on="p1", mode=mode, name="native",
+        inside = run_on_rack(env, argv, on="p1", mode=mode, name=RACK,
                              flags=("--no-shortcuts",))
         assert (inside.returncode, inside.stdout) == (0, expected), inside.stderr
         for proc in outside:
@@ -222,7 +219,7 @@ def test_an_inetd_style_server_hands_each_connection_to_an_exec_ed_program(net, 
     expected = linux_checksum(built, 200_000)
     before = n0_network(rack)
     argv = ["cat"] if program == "cat" else [sys.executable, "-c", STDIN_TO_STDOUT]
-    with on_rack(env, [built["fork_server"], NIC, "0", "2", *argv], name="native",
+    with on_rack(env, [built["fork_server"], NIC, "0", "2", *argv], name=RACK,
                  mode=mode) as (server, (port,)):
         argv = [built["echo_client"], NIC, str(port), "200000", "3000"]
         clients = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -253,7 +250,7 @@ def test_an_exec_ed_shell_that_closes_its_socket_descriptors_ends_the_connection
     _, env = net
     script = "exec 0<&-; echo still-here; exec 1>&-; sleep 5"
     with on_rack(env, [built["fork_server"], NIC, "0", "1", "sh", "-c", script],
-                 name="native") as (server, (port,)):
+                 name=RACK) as (server, (port,)):
         assert _read_to_eof(port, timeout=4) == b"still-here\n"
         assert server.wait(timeout=30) == 0, server.stderr.read()
 
@@ -276,7 +273,7 @@ INETD_PY = textwrap.dedent("""
 def test_a_python_inetd_that_closes_its_copy_after_dup2_still_hands_over(net, built):
     _, env = net
     data = os.urandom(100_000)
-    with on_rack(env, INETD_PY, NIC, name="native") as (server, (port,)):
+    with on_rack(env, INETD_PY, NIC, name=RACK) as (server, (port,)):
         assert _read_to_eof(port, data) == data
         assert server.wait(timeout=30) == 0, server.stderr.read()
 
@@ -315,7 +312,7 @@ def test_a_static_binary_is_refused_with_the_reason(net, built, tmp_path):
     made = run([cc, "-static", "-o", str(static), os.path.join(HERE, "c", "echo_client.c")])
     if made.returncode != 0:
         pytest.skip(f"no static C library here: {made.stderr.strip()[-200:]}")
-    got = run_on_rack(env, [str(static), NIC, "1", "1", "1"], name="native")
+    got = run_on_rack(env, [str(static), NIC, "1", "1", "1"], name=RACK)
     assert got.returncode == 127
     assert "statically linked" in got.stderr and "host's" in got.stderr
 
@@ -328,18 +325,18 @@ def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
     with socket.create_server(("127.0.0.1", 0)) as host_only:
         port = host_only.getsockname()[1]
         got = run_on_rack(env, [built["echo_client"], "127.0.0.1", str(port), "10", "10"],
-                          name="native")
+                          name=RACK)
     assert got.returncode == 1 and "connect: Connection refused" in got.stderr
     before = n0_network(rack)
     with subprocess.Popen([built["echo_server"], OUTSIDE, "0", "block", "1"],
                           stdout=subprocess.PIPE, text=True) as outside:
         port = outside.stdout.readline().split()[1]
         got = run_on_rack(env, [built["echo_client"], OUTSIDE, port, "100000", "1000"],
-                          name="native")
+                          name=RACK)
         assert got.returncode == 0, got.stderr
         outside.wait(timeout=30)
     assert n0_network(rack)["connected"] - before["connected"] >= 1
-    six = run_on_rack(env, [built["echo_client"], "::1", "9", "1", "1"], name="native")
+    six = run_on_rack(env, [built["echo_client"], "::1", "9", "1", "1"], name=RACK)
     assert six.returncode == 1
     assert "socket: Address family not supported" in six.stderr   # not the host's IPv6
 
@@ -374,11 +371,11 @@ def test_uvloop_programs_sockets_are_the_racks(net):
     -I, with no drop-in, gets a stub too."""
     rack, env = net
     before = n0_network(rack)
-    with on_rack(env, UVLOOP_ECHO, NIC, name="native") as (server, (port,)):
+    with on_rack(env, UVLOOP_ECHO, NIC, name=RACK) as (server, (port,)):
         with socket.create_connection((NIC, port), timeout=10) as outside:
             outside.sendall(b"from outside\n")
             assert outside.recv(100) == b"from outside\n"
-        got = run_on_rack(env, UVLOOP_CLIENT, NIC, str(port), on="p1", name="native",
+        got = run_on_rack(env, UVLOOP_CLIENT, NIC, str(port), on="p1", name=RACK,
                           flags=("--no-shortcuts",))
         assert got.returncode == 0, got.stderr
         line, ip = got.stdout.rsplit(" ", 1)
@@ -389,6 +386,6 @@ def test_uvloop_programs_sockets_are_the_racks(net):
     with socket.create_server((OUTSIDE, 0)) as host:
         isolated = run_on_rack(env, ["python3", "-I", "-c", (
             "import socket, sys; c = socket.create_connection(('127.0.0.2', int(sys.argv[1])));"
-            "print(c.getsockname()[0])"), str(host.getsockname()[1])], name="native")
+            "print(c.getsockname()[0])"), str(host.getsockname()[1])], name=RACK)
     assert isolated.returncode == 0, isolated.stderr
     assert isolated.stdout.strip() in ("127.0.0.11", "127.0.0.12")

@@ -29,16 +29,13 @@ import threading
 
 import pytest
 
-from netprogs import collecting_server, n0_network, network_rack, on_rack, run_on_rack
+from netprogs import collecting_server, n0_network, on_rack, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: reached through n0's NIC
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("copy") as rack_env:
-        yield rack_env
+RACK = "copy"   # the name of this module's rack (conftest.py: net)
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
@@ -50,7 +47,7 @@ def test_sendfile_and_sendmmsg_send_every_byte_through_the_rack(net, built, tmp_
     with collecting_server(OUTSIDE) as (port, got):
         before = n0_network(rack)
         done = run_on_rack(env, [built["copy_probe"], "stream", OUTSIDE, str(port),
-                                 str(path)], mode=mode, name="copy")
+                                 str(path)], mode=mode, name=RACK)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", str(len(data) + 6)]
     assert bytes(got) == data + b"abcdef"
@@ -62,7 +59,7 @@ def test_sendfile_and_sendmmsg_send_every_byte_through_the_rack(net, built, tmp_
 def test_recvmmsg_and_sendmmsg_keep_each_datagram_whole(net, built):
     rack, env = net
     datagrams = [b"one", b"", os.urandom(1400)]   # (FIONREAD: the first's size, 3)
-    with on_rack(env, [built["copy_probe"], "dgram", NIC], name="copy") as (probe, (port,)):
+    with on_rack(env, [built["copy_probe"], "dgram", NIC], name=RACK) as (probe, (port,)):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
             client.bind((OUTSIDE, 0))
             client.settimeout(30)
@@ -89,7 +86,7 @@ def test_stdio_on_a_rack_socket_crosses_the_rack(net, built):
         peer = threading.Thread(target=answer, daemon=True)
         peer.start()
         done = run_on_rack(env, [built["stdio_probe"], OUTSIDE, str(server.getsockname()[1])],
-                           name="copy")
+                           name=RACK)
         peer.join(timeout=30)
     assert (done.returncode, done.stdout) == (0, "ok 1000\n"), done.stderr
     assert heard == [b"fprintf 42\n", b"dprintf too\n", b"bye\n", b""]
@@ -101,7 +98,7 @@ def test_an_inetd_style_programs_stdio_crosses_the_rack(net, built, mode):
     and stdout: 100 lines, each written and read back in capitals."""
     rack, env = net
     argv = [built["fork_server"], NIC, "0", "1", built["stdio_probe"], "filter"]
-    with on_rack(env, argv, name="copy", mode=mode) as (server, (port,)):
+    with on_rack(env, argv, name=RACK, mode=mode) as (server, (port,)):
         with socket.create_connection((NIC, port), timeout=30) as sock, \
                 sock.makefile("rb") as lines:
             for i in range(100):
@@ -121,7 +118,7 @@ def test_a_native_programs_receive_and_send_timeouts(net, built):
         peer = threading.Thread(target=lambda: held.append(server.accept()), daemon=True)
         peer.start()   # it takes the connection, then neither reads nor sends
         done = run_on_rack(env, [built["timeo_probe"], OUTSIDE,
-                                 str(server.getsockname()[1])], name="copy")
+                                 str(server.getsockname()[1])], name=RACK)
         peer.join(timeout=30)
         for conn, _ in held:
             conn.close()

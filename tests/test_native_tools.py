@@ -12,16 +12,13 @@ import time
 
 import pytest
 
-from netprogs import n0_network, network_rack, on_rack, run, run_on_rack
+from netprogs import n0_network, on_rack, run, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("tools") as rack_env:
-        yield rack_env
+RACK = "tools"   # the name of this module's rack (conftest.py: net)
 
 
 def tool(name: str) -> str:
@@ -39,7 +36,7 @@ def test_iperf3_server_on_the_rack(net):
     before = n0_network(rack)["accepted"]
     port = _free_port()
     with on_rack(env, ["sh", "-c", f'echo listening {port}; exec {iperf3} -s -1 -B {NIC} '
-                                   f'-p {port}'], name="tools") as (server, _):
+                                   f'-p {port}'], name=RACK) as (server, _):
         got = _retry(lambda: run([iperf3, "-c", NIC, "-p", str(port), "-t", "1", "-J"]),
                      ok=lambda g: g.returncode == 0 and '"error"' not in g.stdout)   # (-J: 0)
         report = json.loads(got.stdout)
@@ -59,10 +56,10 @@ def test_sockperf_ping_pong_tcp_and_udp_on_the_rack(net):
         port = _free_port()
         server = ["sh", "-c", f"echo listening {port}; exec {sockperf} server -i {NIC} "
                               f"-p {port} {proto or ''}"]
-        with on_rack(env, server, name="tools"):
+        with on_rack(env, server, name=RACK):
             client = [sockperf, "ping-pong", "-i", NIC, "-p", str(port), "-t", "1",
                       "-m", "128", *([proto] if proto else [])]
-            got = _retry(lambda c=client: run_on_rack(env, c, on="p1", name="tools",
+            got = _retry(lambda c=client: run_on_rack(env, c, on="p1", name=RACK,
                                                       flags=("--no-shortcuts",)),
                          ok=lambda g: "percentile 50.000" in g.stdout)   # (refused: exit 0)
             assert got.returncode == 0 and "percentile 50.000" in got.stdout, got.stdout[-500:]
@@ -87,7 +84,7 @@ def test_curl_on_the_rack_fetches_from_outside(net, tmp_path):
     with Server((OUTSIDE, 0), handler) as httpd:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         got = run_on_rack(env, [curl, "-sS", f"http://{OUTSIDE}:{httpd.server_port}/page.txt"],
-                          name="tools")
+                          name=RACK)
         httpd.shutdown()
     assert got.returncode == 0 and got.stdout == "through the rack\n", got.stderr
     assert seen and all(ip in ("127.0.0.11", "127.0.0.12") for ip in seen)   # a NIC of n0
@@ -100,10 +97,10 @@ def test_nc_on_the_rack_serves_and_sends(net):
     before = n0_network(rack)["accepted"]
     port = _free_port()
     listener = ["sh", "-c", f"echo listening {port}; exec {nc} -l {NIC} {port}"]
-    with on_rack(env, listener, name="tools") as (server, _):
+    with on_rack(env, listener, name=RACK) as (server, _):
         got = _retry(lambda: run_on_rack(
             env, ["sh", "-c", f"echo hello rack | {nc} -N {NIC} {port}"], on="p1",
-            name="tools", flags=("--no-shortcuts",)))
+            name=RACK, flags=("--no-shortcuts",)))
         assert got.returncode == 0, got.stderr
         assert server.wait(timeout=30) == 0
         assert server.stdout.read() == "hello rack\n"

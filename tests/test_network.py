@@ -32,7 +32,6 @@ from netprogs import (
     connect,
     environ,
     n0_network,
-    network_rack,
     on_rack,
     recv_exactly,
     run_on_rack,
@@ -41,10 +40,7 @@ from netprogs import (
 NIC = "127.0.0.11"
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("net") as rack_env:
-        yield rack_env
+RACK = "net"   # the name of this module's rack (conftest.py: net)
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])

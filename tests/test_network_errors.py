@@ -21,7 +21,6 @@ from netprogs import (
     SOURCE,
     connect,
     n0_network,
-    network_rack,
     on_rack,
     recv_exactly,
     run_on_rack,
@@ -31,10 +30,7 @@ from splitrack.params import SOCKET_SEND_BUFFER_BYTES
 NIC = "127.0.0.11"
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("net") as rack_env:
-        yield rack_env
+RACK = "net"   # the name of this module's rack (conftest.py: net)
 
 
 def test_socket_errors_carry_linux_errnos(net):

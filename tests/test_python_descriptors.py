@@ -13,14 +13,11 @@ import os
 import socket
 import textwrap
 
-import pytest
-
 from netprogs import (
     collecting_server,
     connect,
     echo_server,
     n0_network,
-    network_rack,
     on_rack,
     recv_exactly,
     run_on_rack,
@@ -56,10 +53,7 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("pyfd") as rack_env:
-        yield rack_env
+RACK = "pyfd"   # the name of this module's rack (conftest.py: net)
 
 
 def test_sendfile_of_a_python_program_crosses_the_rack(net, tmp_path):
@@ -73,7 +67,7 @@ def test_sendfile_of_a_python_program_crosses_the_rack(net, tmp_path):
     path.write_bytes(data)
     with collecting_server(OUTSIDE) as (port, got):
         before = n0_network(rack)
-        done = run_on_rack(env, PROGRAM, str(port), str(path), name="pyfd")
+        done = run_on_rack(env, PROGRAM, str(port), str(path), name=RACK)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", str(len(data))]
     assert bytes(got) == data
@@ -156,7 +150,7 @@ def test_calls_on_the_descriptor_reach_the_socket(net):
     rack, env = net
     with echo_server() as listener:
         ip, port = listener.getsockname()
-        done = run_on_rack(env, CALLS, ip, str(port), name="pyfd")
+        done = run_on_rack(env, CALLS, ip, str(port), name=RACK)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok"]
 
@@ -193,7 +187,7 @@ def test_a_program_subprocess_starts_has_the_socket(net):
     program's exit (EOF for the client). Also a stdin that os.dup2() put there and
     Popen leaves as it is."""
     rack, env = net
-    with on_rack(env, SPAWNER, name="pyfd") as (proc, (port,)):
+    with on_rack(env, SPAWNER, name=RACK) as (proc, (port,)):
         for name in ("native", "python", "shell", "inherited stdin"):
             with connect(port) as client:
                 text = f"hello from the {name} client\n".encode()

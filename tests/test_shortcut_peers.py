@@ -16,7 +16,6 @@ from netprogs import (
     SCRATCH,
     SEND_AND_EXIT,
     SOURCE,
-    network_rack,
     on_rack,
     run_on_rack,
 )
@@ -24,10 +23,7 @@ from netprogs import (
 NIC = "127.0.0.11"
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("scp") as rack_env:
-        yield rack_env
+RACK = "scp"   # the name of this module's rack (conftest.py: net)
 
 
 @pytest.mark.parametrize("reader_on", ["p0", "p1"])
@@ -46,8 +42,8 @@ def test_killed_peer_is_eof_or_reset(net, reader_on):
         except ConnectionResetError:
             print("reset", got > 0, flush=True)
     """)
-    with on_rack(env, SOURCE, NIC, "100000", name="scp") as (_, (port, pid)):
-        reader = subprocess.Popen([SPLITRACK, "run", "--name", "scp", "--on", reader_on, "--",
+    with on_rack(env, SOURCE, NIC, "100000", name=RACK) as (_, (port, pid)):
+        reader = subprocess.Popen([SPLITRACK, "run", "--name", RACK, "--on", reader_on, "--",
                                    sys.executable, "-c", code, NIC, str(port)], env=env,
                                   cwd=SCRATCH, stdout=subprocess.PIPE, text=True)
         try:
@@ -99,8 +95,8 @@ def test_first_bytes_closing_peers_and_select_both_ways(net, client_on):
             c.close()
         print("ok", flush=True)
     """)
-    with on_rack(env, GREETER, NIC, name="scp") as (_, (port,)):
-        proc = run_on_rack(env, code, NIC, str(port), on=client_on, name="scp")
+    with on_rack(env, GREETER, NIC, name=RACK) as (_, (port,)):
+        proc = run_on_rack(env, code, NIC, str(port), on=client_on, name=RACK)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stdout + proc.stderr
 
 
@@ -135,8 +131,8 @@ def test_selectors_see_a_dead_shortcut_peer_and_shutdown_is_eof(net, client_on):
         b = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
         os.kill(os.getpid(), 9)
     """)
-    with on_rack(env, server, NIC, name="scp") as (proc, (port,)):
-        done = run_on_rack(env, client, NIC, str(port), on=client_on, name="scp")
+    with on_rack(env, server, NIC, name=RACK) as (proc, (port,)):
+        done = run_on_rack(env, client, NIC, str(port), on=client_on, name=RACK)
         assert done.stdout == "eof\n" and done.returncode == 128 + 9, done.stderr
         assert proc.stdout.readline().strip() in ("eof", "reset")
         assert proc.stdout.readline().strip() == "accept 22"
@@ -153,8 +149,8 @@ def test_a_fit_sender_that_exits_at_once_loses_nothing(net):
         print(bytes(got) == bytes(range(256)) * (int(sys.argv[3]) // 256), flush=True)
     """)
     size = 3 << 20   # more than the window: the sender waits for credit, then exits
-    with on_rack(env, SEND_AND_EXIT, NIC, str(size), name="scp") as (_, (port,)):
-        proc = run_on_rack(env, reader, NIC, str(port), str(size), on="p1", name="scp")
+    with on_rack(env, SEND_AND_EXIT, NIC, str(size), name=RACK) as (_, (port,)):
+        proc = run_on_rack(env, reader, NIC, str(port), str(size), on="p1", name=RACK)
     assert proc.returncode == 0 and proc.stdout == "True\n", proc.stderr
 
 
@@ -178,8 +174,8 @@ def test_a_fit_sender_waiting_for_credit_sees_the_peer_close(net):
         except (BrokenPipeError, ConnectionResetError) as exc:
             print(type(exc).__name__, flush=True)
     """)
-    with on_rack(env, closer, NIC, name="scp") as (_, (port,)):
-        proc = run_on_rack(env, sender, NIC, str(port), on="p1", name="scp")
+    with on_rack(env, closer, NIC, name=RACK) as (_, (port,)):
+        proc = run_on_rack(env, sender, NIC, str(port), on="p1", name=RACK)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() in ("BrokenPipeError", "ConnectionResetError")
 
@@ -225,8 +221,8 @@ def test_closed_fit_connections_leave_nothing_open(net):
                 c.sendall(b"ping")
                 assert c.recv(10) == b"ping"
     """)
-    with on_rack(env, server, NIC, name="scp") as (proc, (port,)):
-        done = run_on_rack(env, client, NIC, str(port), on="p1", name="scp")
+    with on_rack(env, server, NIC, name=RACK) as (proc, (port,)):
+        done = run_on_rack(env, client, NIC, str(port), on="p1", name=RACK)
         assert done.returncode == 0, done.stderr
         assert [proc.stdout.readline().split() for _ in range(2)] == \
             [["False", "ok"], ["True", "ok"]]

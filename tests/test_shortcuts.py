@@ -21,7 +21,6 @@ from netprogs import (
     SOCKETSERVER_ECHO,
     environ,
     n0_network,
-    network_rack,
     on_rack,
     run_on_rack,
 )
@@ -29,18 +28,15 @@ from netprogs import (
 NIC = "127.0.0.11"
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("sc") as rack_env:
-        yield rack_env
+RACK = "sc"   # the name of this module's rack (conftest.py: net)
 
 
 @pytest.mark.parametrize("client_on, kind", [("p0", "pipe"), ("p1", "fit")])
 def test_echo_through_a_shortcut_every_size(net, client_on, kind):
     rack, env = net
-    with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
+    with on_rack(env, ECHO_SERVER, NIC, name=RACK) as (_, (port,)):
         before = n0_network(rack)
-        proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "7", on=client_on, name="sc")
+        proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "7", on=client_on, name=RACK)
         assert proc.returncode == 0, proc.stderr
         ok, total, local_ip, peer_ip = proc.stdout.split()
         assert ok == "ok" and int(total) > (1 << 20)
@@ -65,17 +61,17 @@ def test_socketserver_serves_pipe_and_fit_clients_at_once(net):
         for t in threads: t.join()
         print("done", flush=True)
     """)
-    with on_rack(env, SOCKETSERVER_ECHO, NIC, name="sc") as (_, (port,)):
-        procs = [run_on_rack(env, code, NIC, str(port), on=p, name="sc") for p in ("p0", "p1")]
+    with on_rack(env, SOCKETSERVER_ECHO, NIC, name=RACK) as (_, (port,)):
+        procs = [run_on_rack(env, code, NIC, str(port), on=p, name=RACK) for p in ("p0", "p1")]
     for proc in procs:
         assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
 
 
 def test_no_shortcuts_takes_the_ordinary_path(net):
     rack, env = net
-    with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
+    with on_rack(env, ECHO_SERVER, NIC, name=RACK) as (_, (port,)):
         before = n0_network(rack)
-        proc = subprocess.run([SPLITRACK, "run", "--name", "sc", "--on", "p0", "--no-shortcuts",
+        proc = subprocess.run([SPLITRACK, "run", "--name", RACK, "--on", "p0", "--no-shortcuts",
                                "--", sys.executable, "-c", ECHO_CLIENT, NIC, str(port), "3"],
                               env=env, cwd=SCRATCH, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -97,7 +93,7 @@ def test_a_destination_outside_the_rack_is_never_shortcut(net):
     threading.Thread(target=echo_once, daemon=True).start()
     before = n0_network(rack)
     proc = run_on_rack(env, ECHO_CLIENT, "127.0.0.5", str(outside.getsockname()[1]), "5",
-                       name="sc")
+                       name=RACK)
     outside.close()
     assert proc.returncode == 0, proc.stderr
     after = n0_network(rack)
@@ -110,8 +106,8 @@ def test_a_destination_outside_the_rack_is_never_shortcut(net):
 def test_selectors_and_asyncio_servers_see_shortcut_connections(net, client_on):
     rack, env = net
     for server in (SELECTORS_ECHO, ASYNCIO_ECHO):
-        with on_rack(env, server, NIC, name="sc") as (_, (port,)):
-            proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "11", on=client_on, name="sc")
+        with on_rack(env, server, NIC, name=RACK) as (_, (port,)):
+            proc = run_on_rack(env, ECHO_CLIENT, NIC, str(port), "11", on=client_on, name=RACK)
         assert proc.returncode == 0 and proc.stdout.startswith("ok "), proc.stderr
 
 
@@ -135,8 +131,8 @@ def test_timeouts_and_nonblocking_on_shortcuts(net, client_on):
         c.sendall(b"abc")
         print(c.recv(3).decode(), flush=True)
     """)
-    with on_rack(env, ECHO_SERVER, NIC, name="sc") as (_, (port,)):
-        proc = run_on_rack(env, code, NIC, str(port), on=client_on, name="sc")
+    with on_rack(env, ECHO_SERVER, NIC, name=RACK) as (_, (port,)):
+        proc = run_on_rack(env, code, NIC, str(port), on=client_on, name=RACK)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["timeout", "wouldblock 11", "abc"]
 
@@ -162,8 +158,8 @@ def test_a_listener_that_does_not_read_its_inbox_costs_no_more_than_the_timeout(
         c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=0.5)
         print(round(time.monotonic() - t0, 1), flush=True)
     """)
-    with on_rack(env, code, NIC, name="sc") as (proc, (port,)):
-        done = run_on_rack(env, client, NIC, str(port), name="sc")
+    with on_rack(env, code, NIC, name=RACK) as (proc, (port,)):
+        done = run_on_rack(env, client, NIC, str(port), name=RACK)
         assert done.returncode == 0, done.stderr
         assert float(done.stdout) < 2.0   # the shortcut gave up; the kernel's backlog took it
         assert proc.stdout.readline().strip() == "accepted 1"   # and no ghost connection
@@ -209,12 +205,12 @@ def test_a_16_mib_stream_both_ways_arrives_whole_on_every_path(net, path):
     mode = path if path in ("ddio", "dma") else None
     counter = "accepted" if mode else f"shortcuts_{path}"   # which path the bytes took
     before = n0_network(rack)[counter]
-    with on_rack(env, ECHO_SERVER, NIC, name="sc", mode=mode) as (_, (port,)):
+    with on_rack(env, ECHO_SERVER, NIC, name=RACK, mode=mode) as (_, (port,)):
         if mode:   # the client outside the rack: the bytes cross n0 both ways
             proc = subprocess.run([sys.executable, "-c", STREAM_CLIENT, NIC, str(port), size],
                                   cwd=SCRATCH, capture_output=True, text=True, timeout=300)
         else:      # a program of the rack: a pipe on p0, FIT from p1
-            proc = run_on_rack(env, STREAM_CLIENT, NIC, str(port), size, name="sc",
+            proc = run_on_rack(env, STREAM_CLIENT, NIC, str(port), size, name=RACK,
                                on="p0" if path == "pipe" else "p1", timeout=300)
     assert proc.stdout == "ok\n", proc.stdout + proc.stderr
     assert n0_network(rack)[counter] == before + 1
@@ -237,6 +233,6 @@ def test_a_late_shortcut_answer_is_not_taken_for_the_next_connects(net):
         s._pushed(Op.STUB_CONNECTED, late)
         print(s._connected["errno"])
     """)
-    done = run_on_rack(env, program, name="sc")
+    done = run_on_rack(env, program, name=RACK)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["None", "111"]

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from netprogs import SCRATCH, network_rack, run_on_rack
+from netprogs import SCRATCH, run_on_rack
 
 # Each line: a call and what came of it (a value, or the exception's class and errno).
 # The listener is the program's own: on the rack a pipe shortcut, or with
@@ -212,10 +212,7 @@ WRITABILITY = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("api") as rack_env:
-        yield rack_env
+RACK = "api"   # the name of this module's rack (conftest.py: net)
 
 
 def _linux() -> list[str]:
@@ -230,7 +227,7 @@ def _linux() -> list[str]:
                          ids=["pipe", "ddio", "dma"])
 def test_the_socket_api_answers_as_linux_does(net, flags):
     _, env = net
-    proc = run_on_rack(env, PROBE, "127.0.0.11", name="api", timeout=120, flags=flags)
+    proc = run_on_rack(env, PROBE, "127.0.0.11", name=RACK, timeout=120, flags=flags)
     assert proc.returncode == 0, proc.stderr
     rack = proc.stdout.splitlines()
     linux = _linux()
@@ -259,7 +256,7 @@ def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
         socket.socketpair()
         print("netlink made")
     """)
-    proc = run_on_rack(env, code, name="api", timeout=60)
+    proc = run_on_rack(env, code, name=RACK, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["ipv6 OSError 97", "udp DatagramStub True",
                                         "netlink made"]
@@ -274,7 +271,7 @@ def test_ipv6_is_refused_and_other_network_sockets_are_named(net):
                          ids=["ddio", "dma", "pipe"])
 def test_a_full_window_is_not_writable(net, flags):
     _, env = net
-    proc = run_on_rack(env, WRITABILITY, "127.0.0.11", name="api", timeout=120, flags=flags)
+    proc = run_on_rack(env, WRITABILITY, "127.0.0.11", name=RACK, timeout=120, flags=flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["writable at first True",
                                         "full, not writable True writable but full 0",
@@ -302,7 +299,7 @@ def test_a_blocking_recv_waits_for_so_rcvlowat_bytes(net, flags):
     """(Not compared with Linux: its own recv hangs here more often than not, two small
     segments below SO_RCVLOWAT never waking it on this kernel.)"""
     _, env = net
-    proc = run_on_rack(env, LOWAT, name="api", timeout=60, flags=flags)
+    proc = run_on_rack(env, LOWAT, name=RACK, timeout=60, flags=flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["b'abcd' True", "b'ef'"]
 
@@ -334,6 +331,6 @@ def test_a_programs_socket_subclass_keeps_its_attributes_and_accepts_as_linux(ne
     _, env = net
     linux = subprocess.run([sys.executable, "-c", SUBCLASS, "127.0.0.1"], cwd=SCRATCH,
                            capture_output=True, text=True, timeout=60)
-    rack = run_on_rack(env, SUBCLASS, "127.0.0.11", name="api", timeout=60, flags=flags)
+    rack = run_on_rack(env, SUBCLASS, "127.0.0.11", name=RACK, timeout=60, flags=flags)
     assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
     assert rack.stdout == linux.stdout == "False b'hi' 1 p r w\n"

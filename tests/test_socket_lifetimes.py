@@ -15,13 +15,9 @@ import time
 import pytest
 
 from helpers import SPLITRACK
-from netprogs import SCRATCH, network_rack, run_on_rack
+from netprogs import SCRATCH, run_on_rack
 
-
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("api") as rack_env:
-        yield rack_env
+RACK = "api"   # the name of this module's rack (conftest.py: net)
 
 
 ABORT = textwrap.dedent("""
@@ -49,7 +45,7 @@ def _with_a_server(env, mode, program, **popen):
         server.settimeout(30)
         cmd = [sys.executable, "-c", program, str(server.getsockname()[1])]
         if mode != "linux":
-            cmd = [SPLITRACK, "run", "--name", "api", "--mode", mode, "--", *cmd]
+            cmd = [SPLITRACK, "run", "--name", RACK, "--mode", mode, "--", *cmd]
         proc = subprocess.Popen(cmd, env=env, cwd=SCRATCH, stderr=subprocess.PIPE, text=True,
                                 **popen)
         try:
@@ -188,7 +184,7 @@ def test_a_non_blocking_connect_whose_handshake_waits(net, threaded):
     more = ["threaded"] if threaded else []
     linux = subprocess.run([sys.executable, "-c", PENDING, "127.0.0.1", *more], cwd=SCRATCH,
                            capture_output=True, text=True, timeout=60)
-    rack = run_on_rack(env, PENDING, "127.0.0.11", *more, name="api",
+    rack = run_on_rack(env, PENDING, "127.0.0.11", *more, name=RACK,
                        flags=("--no-shortcuts",))
     assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
     assert linux.stdout.splitlines() == ["connect 115", "writable False", "SO_ERROR 0",
@@ -242,7 +238,7 @@ def test_a_forked_child_uses_its_inherited_sockets_through_its_parent(net, flags
     without a descriptor left; its close and its exit leave the parent's connection
     whole."""
     _, env = net
-    proc = run_on_rack(env, FORK, name="api", timeout=60, flags=flags)
+    proc = run_on_rack(env, FORK, name=RACK, timeout=60, flags=flags)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["child inherited ok", "child new BsdSocketStub True",
                                         "child descriptors 0", "child closed",
@@ -274,7 +270,7 @@ FORK_OUTLIVED = textwrap.dedent("""
 
 def test_a_connection_a_forked_child_held_last_ends_with_the_child(net):
     _, env = net
-    proc = run_on_rack(env, FORK_OUTLIVED, name="api", timeout=60, flags=("--no-shortcuts",))
+    proc = run_on_rack(env, FORK_OUTLIVED, name=RACK, timeout=60, flags=("--no-shortcuts",))
     assert (proc.returncode, proc.stdout) == (0, "b''\n"), proc.stderr
 
 
@@ -332,6 +328,6 @@ FORK_HANDLES = textwrap.dedent("""
 ], ids=["two-forks", "handles"])
 def test_forked_children_as_linux_has_them(net, script, expected):
     _, env = net
-    proc = run_on_rack(env, script, name="api", timeout=90, flags=("--no-shortcuts",))
+    proc = run_on_rack(env, script, name=RACK, timeout=90, flags=("--no-shortcuts",))
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == sorted(expected)

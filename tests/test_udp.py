@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from helpers import wait_until
-from netprogs import n0_network, network_rack, on_rack, run_on_rack
+from netprogs import n0_network, on_rack, run_on_rack
 
 NIC = "127.0.0.11"
 
@@ -110,10 +110,7 @@ ECHO = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def net():
-    with network_rack("udp") as rack_env:
-        yield rack_env
+RACK = "udp"   # the name of this module's rack (conftest.py: net)
 
 
 def _linux() -> list[str]:
@@ -126,7 +123,7 @@ def _linux() -> list[str]:
 @pytest.mark.parametrize("mode", ["ddio", "dma"])
 def test_a_program_sees_udp_as_on_linux(net, mode):
     _, env = net
-    proc = run_on_rack(env, PROBE, name="udp", mode=mode, timeout=120)
+    proc = run_on_rack(env, PROBE, name=RACK, mode=mode, timeout=120)
     assert proc.returncode == 0, proc.stderr
     linux, rack = _linux(), proc.stdout.splitlines()
     assert linux[-1] == "done"
@@ -144,7 +141,7 @@ def test_datagrams_from_outside_cross_the_nic_whole(net, mode):
     sizes = [0, 1, 2, 127, 128, 1472, 4095, 4096, 4097, 65507]
     sizes += [rng.randrange(1, 65508) for _ in range(40)]
     before = n0_network(rack)
-    with on_rack(env, ECHO, NIC, name="udp", mode=mode) as (_, (port,)), \
+    with on_rack(env, ECHO, NIC, name=RACK, mode=mode) as (_, (port,)), \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
         client.settimeout(10)
         sent, got = hashlib.sha256(), hashlib.sha256()
@@ -179,8 +176,8 @@ def test_a_rack_client_reaches_a_rack_server_across_pcomponents(net):
                 got.update(c.recv(65536))
         print(sent.hexdigest() == got.hexdigest())
     """)
-    with on_rack(env, ECHO, NIC, name="udp", on="p0") as (_, (port,)):
-        proc = run_on_rack(env, client, NIC, str(port), name="udp", on="p1", timeout=120)
+    with on_rack(env, ECHO, NIC, name=RACK, on="p0") as (_, (port,)):
+        proc = run_on_rack(env, client, NIC, str(port), name=RACK, on="p1", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True"]
 
@@ -215,7 +212,7 @@ def test_a_reader_that_does_not_read_loses_what_its_buffers_cannot_hold(net, rcv
     """)
     wait_until(lambda: n0_network(rack)["skeletons"] == 0)   # earlier tests' are gone
     before = n0_network(rack)
-    proc = run_on_rack(env, code, str(rcvbuf), name="udp", timeout=120)
+    proc = run_on_rack(env, code, str(rcvbuf), name=RACK, timeout=120)
     assert proc.returncode == 0, proc.stderr
     kept, ordered = proc.stdout.split()
     assert ordered == "True"
@@ -252,7 +249,7 @@ def test_a_rack_client_leaves_from_its_nic(net):
     thread.start()
     try:
         proc = run_on_rack(env, client, "127.0.0.5", str(server.getsockname()[1]),
-                           name="udp", timeout=60)
+                           name=RACK, timeout=60)
     finally:
         thread.join(30)
         server.close()
@@ -288,6 +285,6 @@ def test_a_program_that_only_sends_hears_its_skeleton(net):
             time.sleep(0.02)
         print(sent, refused > 0)
     """)
-    proc = run_on_rack(env, code, name="udp", timeout=120)
+    proc = run_on_rack(env, code, name=RACK, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["3000", "True"]
