@@ -121,6 +121,25 @@ int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken) {
     return (hold ? (fresh ? SP_HOLDING : SP_HELD) : SP_SENT) | missed;
 }
 
+int sp_hold(sp_path *p, const char *buf, uint64_t n) {
+    if (!n || !p->pack || !p->held || n > p->credit || p->held + n >= p->pack_max
+            || sp_now() - p->held_since >= p->pack_delay)
+        return 0;
+    if (p->staged + n < p->line) {   /* into the stage, which stays short of a line */
+        memcpy(p->stage + p->staged, buf, n);
+        p->staged += (uint32_t)n;
+    } else if (p->staged
+               || ring_copy(p, p->tstart, p->tsize, p->tpos, (char *)buf, n, 1, &p->miss) < n) {
+        return 0;   /* the stage would fill, or a miss (what was copied lies past tpos:
+                       not yet the stream's) */
+    } else {
+        p->tpos += n;
+    }
+    p->credit -= n;
+    __atomic_store_n(&p->held, p->held + n, __ATOMIC_RELAXED);
+    return 1;
+}
+
 void sp_announced(sp_path *p) {
     __atomic_store_n(&p->held, 0, __ATOMIC_RELAXED);
     p->announced = sp_now();

@@ -104,6 +104,12 @@ uint64_t sp_now(void);
  * SP_FULL (the window is full) or SP_MISS, both with nothing taken. */
 int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken);
 
+/* sp_put's hot case, all or nothing, in one call: all n bytes held back, in
+ * the batch already held (SP_HELD), into the stage while it stays short of a
+ * line or else into the ring's cached lines, with the window open for them.
+ * 1 if so; 0 if not, with nothing taken (the caller then calls sp_put). */
+int sp_hold(sp_path *p, const char *buf, uint64_t n);
+
 /* The staged bytes into the ring (before an announcement): 0 when none is left,
  * SP_MISS when a miss stopped it (the rest is still staged). */
 int sp_unstage(sp_path *p);

@@ -7,9 +7,9 @@ Interface:
                             process's extCache xc (ExtCache) and its two rings, each
                             (start, size) of its virtual memory; empty, window open;
                             `stage` must live as long as `path`
-    lib.sp_put / sp_unstage / sp_announced / sp_take / sp_now / sp_watch_*
+    lib.sp_put / sp_hold / sp_unstage / sp_announced / sp_take / sp_now / sp_watch_*
                             the C functions themselves (called straight from
-                            nic_path.py: this is the hot path); their results:
+                            nic_path.py and sending.py: the hot path); their results:
     SENT, HELD, HOLDING, FULL, MISS, MISSED
 The functions return codes, never raise: a miss (MISS, MISSED, a short take)
 is not an error but a line to fault in (vm.fault) before the call is made

@@ -14,6 +14,7 @@ import pytest
 from fit_rpc import Op
 from helpers import SPLITRACK
 from netprogs import network_rack, on_rack, run_on_rack
+from splitrack.params import SOCKET_SEND_BUFFER_BYTES
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
@@ -113,6 +114,58 @@ def test_held_bytes_leave_while_the_program_does_something_else(pack, mode):
                  name="pack") as (proc, (port, _)):
         assert _receive(port, count * size) == _expected(count, size)
         assert proc.poll() is None   # still asleep: the bytes did not wait for the exit
+
+
+# argv: NIC. Prints "port pid"; to the first client, send()s and sendall()s a mix of
+# sizes (a byte to past a batch's worth; stage, line and ring boundaries in between) as
+# every kind of buffer, one straight after another so that packing holds most of them;
+# prints the counts send() returned.
+MIXED = textwrap.dedent("""
+    import array, os, socket, sys
+    s = socket.socket()
+    s.bind((sys.argv[1], 0))
+    s.listen()
+    print(s.getsockname()[1], os.getpid(), flush=True)
+    c, _ = s.accept()
+    bufs, counts = [], []
+    for i, size in enumerate(SIZES * 3):   # (made first: the sends come in a burst)
+        data = bytes((i + k) % 251 for k in range(size))
+        bufs.append((data, bytearray(data), memoryview(data), memoryview(bytearray(data)),
+                     array.array("B", data))[i % 5] if size % 4 else
+                    memoryview(bytearray(data)).cast("i"))   # (len(): size / 4)
+    c.sendall(bytes(WARM))   # the send ring's lines once round: cached (a miss is
+    for i, buf in enumerate(bufs):   # the general way's)
+        if i % 2:
+            c.sendall(buf)
+        else:
+            counts.append(c.send(buf))
+    print(counts, flush=True)
+    try:
+        c.send(memoryview(bytearray(8))[::2])   # not contiguous: what Linux says
+    except BufferError as exc:
+        print("BufferError", exc, flush=True)
+    c.close()
+""")
+MIXED_SIZES = [1, 100, 4000, 95, 4096, 4097, 1, 8191, 9000, 70000, 300000, 12, 4096]
+
+
+def test_held_sends_of_every_size_and_buffer_kind_arrive_in_order(pack):
+    """A send that packing holds is one native call (sp_hold) when it fits: into the
+    stage, or into the ring's lines; the rest go the general way. Mixed, every byte
+    arrives in order, and send() counts bytes, whatever the buffer's item size."""
+    rack, env = pack
+    sizes, warm = MIXED_SIZES * 3, SOCKET_SEND_BUFFER_BYTES + (64 << 10)
+    expected = bytes(warm) + b"".join(bytes((i + k) % 251 for k in range(size))
+                                      for i, size in enumerate(sizes))
+    code = MIXED.replace("SIZES", repr(MIXED_SIZES)).replace("WARM", str(warm))
+    with on_rack(env, code, NIC, name="pack") as (proc, (port, _)):
+        got = _receive(port, len(expected))
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert hashlib.sha256(got).digest() == hashlib.sha256(expected).digest()
+    counts, refused = out.splitlines()
+    assert counts == repr(sizes[::2])
+    assert refused == "BufferError memoryview: underlying buffer is not C-contiguous"
 
 
 def test_run_help_documents_no_packing():
