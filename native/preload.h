@@ -125,6 +125,8 @@ ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags, const struct s
 ssize_t rack_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr,
                       socklen_t *len);
 void say_once(_Atomic int *said, const char *line);   /* a line on stderr, the first time */
+int passes_rack_socket(const struct msghdr *msg);   /* SCM_RIGHTS of a rack descriptor: refused
+                                                       (said once) */
 
 #pragma GCC visibility pop
 

@@ -22,6 +22,9 @@
  *                         after the first message ends the call with the count so
  *                         far; MSG_WAITFORONE: the messages after the first do not
  *                         wait; recvmmsg's timeout is looked at after each message.
+ *                         On any other socket, a message passing a rack descriptor
+ *                         (SCM_RIGHTS) is refused as sendmsg refuses it: the ones
+ *                         before it go, and the call counts them (EOPNOTSUPP if first).
  *
  * tee and vmsplice take only pipes, and copy_file_range only files: on a rack socket
  * the kernel already says EINVAL (or EBADF), and nothing moves.
@@ -144,8 +147,16 @@ ssize_t splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len, uns
 /* ---- several messages in one call ----------------------------------------------------- */
 int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 {
-    if (!is_rack(fd))
-        return libc_sendmmsg()(fd, v, n, flags);
+    if (!is_rack(fd)) {   /* the messages before one passing a rack descriptor, as sendmsg's */
+        unsigned int ok = 0;
+        while (ok < n && !passes_rack_socket(&v[ok].msg_hdr))
+            ok++;
+        if (n && !ok) {
+            errno = EOPNOTSUPP;
+            return -1;
+        }
+        return libc_sendmmsg()(fd, v, ok, flags);   /* (a short count: the next call says why) */
+    }
     if (n > MAX_MESSAGES)
         n = MAX_MESSAGES;
     unsigned int i = 0;

@@ -73,7 +73,7 @@ static ssize_t recv_vector(int fd, const struct iovec *iov, int count, int flags
 
 /* A message that passes a rack socket's descriptor to another process (SCM_RIGHTS): the
  * other process would get its bell, not the socket (the stub's state is this process's) */
-static int passes_rack_socket(const struct msghdr *msg)
+int passes_rack_socket(const struct msghdr *msg)
 {
     static _Atomic int said;
     if (!msg->msg_controllen || in_guest || python_thread())   /* (the stub's own:
