@@ -46,6 +46,38 @@ def test_echo_through_a_shortcut_every_size(net, client_on, kind):
     assert after["accepted"] == before["accepted"]   # the nComponent saw no connection
 
 
+PIECES_SERVER = textwrap.dedent("""
+    import socket, sys, time
+    srv = socket.create_server((sys.argv[1], 0))
+    print(srv.getsockname()[1], flush=True)
+    conn, _ = srv.accept()
+    time.sleep(0.5)   # the client's pieces are all sent by then
+    peeked = conn.recv(1 << 16, socket.MSG_PEEK)
+    got = conn.recv(1 << 16)
+    print(len(peeked), len(got), got == peeked == b"".join(
+        bytes([i]) * 100 for i in range(50)), flush=True)
+    conn.sendall(b"ok")
+""")
+
+
+@pytest.mark.parametrize("client_on", ["p0", "p1"])
+def test_a_recv_takes_all_the_pieces_that_wait(net, client_on):
+    """As from a kernel's stream: the 50 sends that wait come in one recv (and one
+    MSG_PEEK), not one send at a time -- a FIT shortcut's messages too."""
+    rack, env = net
+    client = textwrap.dedent("""
+        import socket, sys
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+        for i in range(50):
+            c.sendall(bytes([i]) * 100)
+        print(c.recv(2).decode(), flush=True)
+    """)
+    with on_rack(env, PIECES_SERVER, NIC, name=RACK) as (server, (port,)):
+        proc = run_on_rack(env, client, NIC, str(port), on=client_on, name=RACK)
+        assert (proc.returncode, proc.stdout) == (0, "ok\n"), proc.stderr
+        assert server.stdout.readline().split() == ["5000", "5000", "True"]
+
+
 def test_socketserver_serves_pipe_and_fit_clients_at_once(net):
     rack, env = net
     code = textwrap.dedent("""

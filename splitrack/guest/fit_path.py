@@ -92,18 +92,26 @@ class FitPath:
         self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
+        """As a stream's recv: all the received chunks hold, up to `want` bytes."""
         rx = self.rx
         if not rx:
             return None
-        data = rx[0]
-        if len(data) > want:
-            data = data[:want]
-            if not peek:
-                rx[0] = rx[0][want:]
-        elif not peek:
-            rx.popleft()
-        k = len(data)
+        parts, k = [], 0
+        for data in rx:
+            if len(data) >= want - k:
+                parts.append(data[:want - k])
+                k = want
+                break
+            parts.append(data)
+            k += len(data)
         if not peek:
+            for _ in range(len(parts) - 1):
+                rx.popleft()
+            rest = rx[0][len(parts[-1]):]
+            if rest:
+                rx[0] = rest
+            else:
+                rx.popleft()
             self.unacked += k
             if self.unacked >= _FIT_CREDIT_BYTES:
                 self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
@@ -111,8 +119,11 @@ class FitPath:
             if not rx:
                 self.stub.drained()
         if view is None:
-            return bytes(data)
-        view[:k] = data
+            return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        at = 0
+        for part in parts:
+            view[at:at + len(part)] = part
+            at += len(part)
         return k
 
     def pushed(self, op: int, payload: memoryview) -> None:
@@ -183,6 +194,8 @@ class FitPath:
         got = self.channel.recv(timeout)
         if got is not None:
             self._deliver(*got)
+            if self.channel.pending():   # more came with it: a recv takes it all at once
+                self.drain()
         else:   # a slice went by: the process's inbox's turn; is the peer alive?
             self.rt.pump()
             self.check_peer()
