@@ -92,15 +92,38 @@ class FitPath:
         self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
-        """As a stream's recv: all the received chunks hold, up to `want` bytes."""
         rx = self.rx
         if not rx:
             return None
-        parts, k = [], 0
+        data = rx[0]
+        if len(data) < want and len(rx) > 1:   # as from a stream: all that waits
+            data = self._gather(want, peek)
+        elif len(data) > want:
+            data = data[:want]
+            if not peek:
+                rx[0] = rx[0][want:]
+        elif not peek:
+            rx.popleft()
+        k = len(data)
+        if not peek:
+            self.unacked += k
+            if self.unacked >= _FIT_CREDIT_BYTES:
+                self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
+                self.unacked = 0
+            if not rx:
+                self.stub.drained()
+        if view is None:
+            return bytes(data)
+        view[:k] = data
+        return k
+
+    def _gather(self, want: int, peek: bool) -> bytes:
+        """The bytes of the chunks that wait, up to `want`, in one piece (taken from rx
+        unless peek). (The common case, one chunk, needs no gathering.)"""
+        rx, parts, k = self.rx, [], 0
         for data in rx:
             if len(data) >= want - k:
                 parts.append(data[:want - k])
-                k = want
                 break
             parts.append(data)
             k += len(data)
@@ -112,19 +135,7 @@ class FitPath:
                 rx[0] = rest
             else:
                 rx.popleft()
-            self.unacked += k
-            if self.unacked >= _FIT_CREDIT_BYTES:
-                self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
-                self.unacked = 0
-            if not rx:
-                self.stub.drained()
-        if view is None:
-            return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
-        at = 0
-        for part in parts:
-            view[at:at + len(part)] = part
-            at += len(part)
-        return k
+        return b"".join(parts)
 
     def pushed(self, op: int, payload: memoryview) -> None:
         if op == _SC_CREDIT:   # (data is delivered by _deliver)
@@ -191,11 +202,11 @@ class FitPath:
         return True
 
     def _read(self, timeout: float) -> None:
+        if self.drain():   # a sender ahead of its reader: all that waits, for one recv
+            return         # (and the reader of an echo looks before its answer comes)
         got = self.channel.recv(timeout)
         if got is not None:
             self._deliver(*got)
-            if self.channel.pending():   # more came with it: a recv takes it all at once
-                self.drain()
         else:   # a slice went by: the process's inbox's turn; is the peer alive?
             self.rt.pump()
             self.check_peer()
@@ -216,8 +227,9 @@ class FitPath:
             lock.release()
 
     def drain(self) -> bool:
-        """The inbox thread's, or a polled wait's (inbox_reader.py), holding `reading`:
-        every message waiting on the channel; whether there was any."""
+        """The inbox thread's, a polled wait's (inbox_reader.py) or a waiting thread's
+        (_read), holding `reading`: every message waiting on the channel; whether
+        there was any."""
         got_any = False
         while (got := self.channel.recv(0)) is not None:
             self._deliver(*got)
