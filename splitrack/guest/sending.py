@@ -39,11 +39,13 @@ class Sending:
         """The hot case in one native call: all of `data` held back for packing
         (sp_hold), on a connection through an nComponent that can send. The count
         sent, or 0: nothing was taken, and the general way decides."""
+        path = self._path
+        if path is None or path.c is None:   # (a shortcut holds nothing back; looked at
+            return 0                         # unlocked, and again under the lock)
         lock = self._lock
         lock.acquire()   # (not `with`: the hot path)
         try:
-            path = self._path
-            if path is None or path.c is None or self._peer is None or (
+            if path is not self._path or self._peer is None or (
                     self._error or self._shut_wr or self._broken or self._dead
                     or self._peer_gone or self._gone):
                 return 0
