@@ -12,6 +12,7 @@ Interface:
     ch.send(op, payload, timeout_s, head=b"") one message, head + payload
     ch.recv(timeout_s) -> (op, payload) | None   the payload is the caller's to keep
     ch.fileno(), ch.arm(), ch.disarm()        readiness, as an endpoint's (transport.py)
+    ch.pending()                              whether a message waits (recv(0) would get it)
     ch.close()
 send() from one thread at a time and recv() from one thread at a time (maybe
 another); close() when neither runs. What was sent before close() still
@@ -40,6 +41,7 @@ class Channel:
         self._rx_counters, self._tx_counters = receiver.counters, sender.counters
         self.address: str = self._link.address
         self.fileno, self.arm, self.disarm = self._link.fileno, self._link.arm, self._link.disarm
+        self.pending = self._link.pending
         self._post = getattr(self._link, "post", None)   # (shm's ends have it: transport.py)
 
     def connect(self, address: str) -> None:

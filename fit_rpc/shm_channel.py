@@ -141,6 +141,9 @@ class ShmChannel:
     def fileno(self) -> int:
         return self.efd if self.waker is None else self.waker.fileno()
 
+    def pending(self) -> bool:
+        return self.rx is not None and self.rx.pending()
+
     def arm(self) -> bool:
         return True if self._ws is None else self._ws.arm_with(self.waker)
 

@@ -102,7 +102,9 @@ A channel end (Endpoint.channel): one-way frames in order between two objects.
     untraced one-way message whose header the transport writes itself;
     recv(timeout_s) -> bytes | (op, memoryview) | None (the latter: the transport
     read the header itself and found a well-formed, untraced one-way message, as
-    shm does: native/fitserve.h); fileno(), arm(), disarm(); close()
+    shm does: native/fitserve.h); fileno(), arm(), disarm(); pending(): whether a
+    frame waits (a recv(0) then takes it, shm unless a fabric model holds it back);
+    close()
 """
 
 from abc import ABC, abstractmethod

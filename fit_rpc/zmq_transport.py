@@ -342,6 +342,9 @@ class ZmqChannel:
     def disarm(self) -> None:
         pass
 
+    def pending(self) -> bool:
+        return bool(self._rx.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
     def send(self, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
         """Queue one frame for the peer; PeerUnreachable if no connection within timeout_s."""
         if head:

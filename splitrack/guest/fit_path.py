@@ -202,8 +202,8 @@ class FitPath:
         return True
 
     def _read(self, timeout: float) -> None:
-        if self.drain():   # a sender ahead of its reader: all that waits, for one recv
-            return         # (and the reader of an echo looks before its answer comes)
+        if self.channel.pending() and self.drain():   # a sender ahead of its reader: all
+            return   # that waits, for one recv (an echo's reader looks before its answer)
         got = self.channel.recv(timeout)
         if got is not None:
             self._deliver(*got)
