@@ -149,6 +149,8 @@ int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 {
     if (!is_rack(fd)) {   /* the messages before one passing a rack descriptor, as sendmsg's */
         unsigned int ok = 0;
+        if (n > MAX_MESSAGES)
+            n = MAX_MESSAGES;   /* (the kernel looks at no more) */
         while (ok < n && !passes_rack_socket(&v[ok].msg_hdr))
             ok++;
         if (n && !ok) {

@@ -149,16 +149,18 @@ MIXED = textwrap.dedent("""
 MIXED_SIZES = [1, 100, 4000, 95, 4096, 4097, 1, 8191, 9000, 70000, 300000, 12, 4096]
 
 
-def test_held_sends_of_every_size_and_buffer_kind_arrive_in_order(pack):
+@pytest.mark.parametrize("mode", ["dma", "ddio"])
+def test_held_sends_of_every_size_and_buffer_kind_arrive_in_order(pack, mode):
     """A send that packing holds is one native call (sp_hold) when it fits: into the
     stage, or into the ring's lines; the rest go the general way. Mixed, every byte
-    arrives in order, and send() counts bytes, whatever the buffer's item size."""
+    arrives in order, and send() counts bytes, whatever the buffer's item size; in
+    DMA too, where the held bytes are what the lines flushed to the mComponent are."""
     rack, env = pack
     sizes, warm = MIXED_SIZES * 3, SOCKET_SEND_BUFFER_BYTES + (64 << 10)
     expected = bytes(warm) + b"".join(bytes((i + k) % 251 for k in range(size))
                                       for i, size in enumerate(sizes))
     code = MIXED.replace("SIZES", repr(MIXED_SIZES)).replace("WARM", str(warm))
-    with on_rack(env, code, NIC, name="pack") as (proc, (port, _)):
+    with on_rack(env, code, NIC, mode=mode, name="pack") as (proc, (port, _)):
         got = _receive(port, len(expected))
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

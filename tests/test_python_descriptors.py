@@ -78,19 +78,21 @@ CALLS = textwrap.dedent("""
     import ctypes, errno, fcntl, os, select, signal, socket, struct, subprocess, sys, termios
     class Iovec(ctypes.Structure):
         _fields_ = [("base", ctypes.c_char_p), ("len", ctypes.c_size_t)]
-    class Mmsghdr(ctypes.Structure):   # struct mmsghdr: a msghdr, and msg_len
+    class Msghdr(ctypes.Structure):
         _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32),
                     ("iov", ctypes.POINTER(Iovec)), ("iovlen", ctypes.c_size_t),
                     ("control", ctypes.c_char_p), ("controllen", ctypes.c_size_t),
-                    ("flags", ctypes.c_int), ("len", ctypes.c_uint)]
+                    ("flags", ctypes.c_int)]
+    class Mmsghdr(ctypes.Structure):   # struct mmsghdr (64 bytes)
+        _fields_ = [("hdr", Msghdr), ("len", ctypes.c_uint)]
     def sendmmsg(sock, fds):   # one byte a message, fds[i]: the descriptors it passes
         v, iov = (Mmsghdr * len(fds))(), Iovec(b"m", 1)
         for m, passed in zip(v, fds):
-            m.iov, m.iovlen = ctypes.pointer(iov), 1
+            m.hdr.iov, m.hdr.iovlen = ctypes.pointer(iov), 1
             if passed:
-                m.control = struct.pack("@Nii", socket.CMSG_LEN(4), socket.SOL_SOCKET,
-                                        socket.SCM_RIGHTS) + struct.pack("@i4x", *passed)
-                m.controllen = socket.CMSG_SPACE(4)
+                m.hdr.control = struct.pack("@Nii", socket.CMSG_LEN(4), socket.SOL_SOCKET,
+                                            socket.SCM_RIGHTS) + struct.pack("@i4x", *passed)
+                m.hdr.controllen = socket.CMSG_SPACE(4)
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.sendmmsg(sock.fileno(), v, len(fds), 0), ctypes.get_errno()
     s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
@@ -137,6 +139,13 @@ CALLS = textwrap.dedent("""
     assert sendmmsg(here, [[fd]]) == (-1, errno.EOPNOTSUPP)   # sendmmsg's messages too
     assert sendmmsg(here, [[], [fd], []])[0] == 1   # those before it go
     assert sendmmsg(here, [[there.fileno()], []])[0] == 2
+    got, passed = b"", []
+    while len(got) < 4 and select.select([there], [], [], 10)[0]:
+        data, fds, _, _ = socket.recv_fds(there, 16, 4)   # what went: b"x" and a
+        got, passed = got + data, passed + fds            # descriptor, b"m", b"mm" and one
+    assert (got, len(passed)) == (b"xmmm", 2), (got, passed)
+    for received in passed:
+        os.close(received)
     copy = os.dup2(fd, 50)   # one more reference: the connection outlives s
     s.close()
     assert os.write(copy, b"dup2") == 4

@@ -51,7 +51,7 @@ PIECES_SERVER = textwrap.dedent("""
     srv = socket.create_server((sys.argv[1], 0))
     print(srv.getsockname()[1], flush=True)
     conn, _ = srv.accept()
-    time.sleep(0.5)   # the client's pieces are all sent by then
+    time.sleep(1.0)   # the client's pieces (50 sends right after its connect) are all sent
     peeked = conn.recv(1 << 16, socket.MSG_PEEK)
     got = conn.recv(1 << 16)
     print(len(peeked), len(got), got == peeked == b"".join(

@@ -22,6 +22,8 @@ from splitrack.guest.sockargs import bytes_view, err
 from splitrack.guest.sockopts import SNDTIMEO
 
 _DONTWAIT, _NOSIGNAL = int(socket.MSG_DONTWAIT), int(socket.MSG_NOSIGNAL)   # plain ints
+_NOT_HELD = ~(_DONTWAIT | _NOSIGNAL)   # flags a held send cannot honour (it neither waits
+#                                        nor fails)
 _hold, _from_buffer = stubpath.lib.sp_hold, stubpath.ffi.from_buffer
 
 
@@ -31,7 +33,7 @@ class Sending:
     __slots__ = ()   # (its state is the stub's)
 
     def send(self, data: Any, flags: int = 0) -> int:
-        if not flags and (n := self._held(data)):
+        if not flags & _NOT_HELD and (n := self._held(data)):
             return n
         return self._send_now(data if type(data) is bytes else bytes_view(data), flags)
 
@@ -134,7 +136,7 @@ class Sending:
             raise err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        if not flags and self._held(data):
+        if not flags & _NOT_HELD and self._held(data):
             return
         view = data if type(data) is bytes else bytes_view(data)
         done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
