@@ -27,8 +27,8 @@ from typing import Any, Protocol
 class DataPath(Protocol):
     name: str          # "ddio" | "dma" | "pipe" | "fit": what the path is (stats, traces)
     pump_due: bool     # the stub should read the process's inbox once it lets go its lock
-    c: Any             # a NicPath's C state (native/stubpath.h), whose held sends the
-                       # stub makes in one call (sending.py); None on a shortcut
+    packs: bool        # sends may be held back (a NicPath, packing on): the stub then
+                       # tries a send as one call on its C state `c` (sending.py)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         """Up to `want` received bytes: bytes, or (view) the count read into view;

@@ -55,7 +55,7 @@ class FitPath:
 
     name = "fit"
     pump_due = False   # (a NicPath's: its sender reads the inbox)
-    c = None           # (a NicPath's C state: no held sends here)
+    packs = False      # (a NicPath's: no sends held back here)
 
     def __init__(self, stub: Any, peer: str, peer_stub: int = 0, channel: str | None = None):
         self.stub = stub._face   # (face.py: all of the stub a path may touch)

@@ -111,8 +111,9 @@ class NicPath:
         """Whether sends may be held (packing): on for this process, no TCP_NODELAY, and
         no inbox thread (threaded: the program's selects are not the rack's). Called
         whenever one of those changes."""
-        self.c.pack = bool(self.packing and self.rt.packing and not self.rt.threaded
-                           and not self.stub.option(*_NODELAY))
+        self.packs = self.c.pack = bool(self.packing and self.rt.packing
+                                        and not self.rt.threaded
+                                        and not self.stub.option(*_NODELAY))
 
     # ---- the flusher reads these without the stub's lock (runtime._flush_held) ----------
     @property

@@ -31,7 +31,7 @@ class PipePath:
 
     name = "pipe"
     pump_due = False   # (a NicPath's: its sender reads the inbox; the kernel tells this one)
-    c = None           # (a NicPath's C state: no held sends here)
+    packs = False      # (a NicPath's: no sends held back here)
 
     def __init__(self, stub: Any, fd: int):
         self.stub = stub._face   # (face.py: all of the stub a path may touch)

@@ -42,8 +42,9 @@ class Sending:
         (sp_hold), on a connection through an nComponent that can send. The count
         sent, or 0: nothing was taken, and the general way decides."""
         path = self._path
-        if path is None or path.c is None:   # (a shortcut holds nothing back; looked at
-            return 0                         # unlocked, and again under the lock)
+        if path is None or not path.packs:   # (nothing held back here: a shortcut, or
+            return 0                         # TCP_NODELAY; looked at unlocked, and the
+        #                                      path again under the lock)
         lock = self._lock
         lock.acquire()   # (not `with`: the hot path)
         try:
