@@ -33,18 +33,18 @@ class Sending:
     __slots__ = ()   # (its state is the stub's)
 
     def send(self, data: Any, flags: int = 0) -> int:
-        if not flags & _NOT_HELD and (n := self._held(data)):
+        path = self._path   # (no call at all where nothing is held back: a shortcut's, or
+        #                     TCP_NODELAY's sends, whose every 0.1 us is a round trip's)
+        if path is not None and path.packs and not flags & _NOT_HELD and (
+                n := self._held(data, path)):
             return n
         return self._send_now(data if type(data) is bytes else bytes_view(data), flags)
 
-    def _held(self, data: Any) -> int:
+    def _held(self, data: Any, path: Any) -> int:
         """The hot case in one native call: all of `data` held back for packing
         (sp_hold), on a connection through an nComponent that can send. The count
-        sent, or 0: nothing was taken, and the general way decides."""
-        path = self._path
-        if path is None or not path.packs:   # (nothing held back here: a shortcut, or
-            return 0                         # TCP_NODELAY; looked at unlocked, and the
-        #                                      path again under the lock)
+        sent, or 0: nothing was taken, and the general way decides. `path`: the
+        stub's, which packs (the caller looked, unlocked; it is checked again here)."""
         lock = self._lock
         lock.acquire()   # (not `with`: the hot path)
         try:
@@ -137,7 +137,8 @@ class Sending:
             raise err(errno.EPIPE)   # (never connected, too: Linux's TCP says EPIPE)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        if not flags & _NOT_HELD and self._held(data):
+        path = self._path   # (as send's)
+        if path is not None and path.packs and not flags & _NOT_HELD and self._held(data, path):
             return
         view = data if type(data) is bytes else bytes_view(data)
         done = self._send_now(view, flags)   # a blocking send sends it all; else the rest
