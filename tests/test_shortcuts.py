@@ -47,11 +47,15 @@ def test_echo_through_a_shortcut_every_size(net, client_on, kind):
 
 
 PIECES_SERVER = textwrap.dedent("""
-    import socket, sys, time
+    import os, socket, sys, time
     srv = socket.create_server((sys.argv[1], 0))
     print(srv.getsockname()[1], flush=True)
     conn, _ = srv.accept()
-    time.sleep(1.0)   # the client's pieces (50 sends right after its connect) are all sent
+    sent = f"pieces-sent-{srv.getsockname()[1]}"   # the client's word that all 50 are out
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sent) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.unlink(sent)
     peeked = conn.recv(1 << 16, socket.MSG_PEEK)
     got = conn.recv(1 << 16)
     print(len(peeked), len(got), got == peeked == b"".join(
@@ -70,6 +74,7 @@ def test_a_recv_takes_all_the_pieces_that_wait(net, client_on):
         c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
         for i in range(50):
             c.sendall(bytes([i]) * 100)
+        open(f"pieces-sent-{sys.argv[2]}", "w").close()   # (cwd: both programs')
         print(c.recv(2).decode(), flush=True)
     """)
     with on_rack(env, PIECES_SERVER, NIC, name=RACK) as (server, (port,)):
