@@ -10,10 +10,16 @@ for the benchmarks' floors: the rack's shared-memory hops with no FIT code.
     roles (the child's loop, each message answered on ring 1):
         echo                    the message itself
         connect NIC             "IP PORT": a kernel socket bound to NIC connects
-                                there (non-blocking, the port chosen at connect,
-                                as an nComponent's Proxy does); the answer is the
-                                errno, as text ("0": connected); the socket is
-                                closed once the answer is out
+                                there; the answer is the errno, as text ("0":
+                                connected). What the nComponent's data plane
+                                does (native/skelconnect.h), no more: the socket
+                                was made before the request (non-blocking, its
+                                port chosen at connect), and the CPU is held
+                                (SCHED_FIFO, where allowed) from the connect
+                                until the answer is out
+        connect NIC, "close"    the socket connected last is closed and the
+                                next one made; the answer is "0" (a program's
+                                close(), a call of its own as on the rack)
         stream                  a message <I> size (1..STREAM_MAX): sends zeros
                                 size bytes at a time, as fast as the ring takes
                                 them, until the next message, which it answers
@@ -211,23 +217,51 @@ class _Echo:
 class _Connector:
     def __init__(self, nic: str):
         self.nic = nic
-        self.sock: socket.socket | None = None
+        self.sock: socket.socket | None = None   # connected, until its answer is out
+        self.ready = self._make()                # the next request's
+        self.request, self.address = b"", ("", 0)
+        self.hold, self.held = True, False       # (hold: off at the first refusal)
 
-    def answer(self, msg: memoryview) -> bytes:
-        ip, port = bytes(msg).split()
-        self.sock = sock = socket.socket()
+    def _make(self) -> socket.socket:
+        sock = socket.socket()
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 1)
         sock.bind((self.nic, 0))
-        err = sock.connect_ex((ip.decode(), int(port)))
-        if err in (errno.EINPROGRESS, errno.EAGAIN):
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        return str(err).encode()
+        return sock
 
-    def after(self) -> None:
-        if self.sock is not None:   # the answer is out: the peer sees EOF now
+    def _close(self) -> None:
+        """The socket connected last closed (its peer sees EOF now), the next one made."""
+        if self.sock is not None:
             self.sock.close()
             self.sock = None
+        if self.ready is None:
+            self.ready = self._make()
+
+    def answer(self, msg: memoryview) -> bytes:
+        if msg == b"close":
+            self._close()
+            return b"0"
+        if self.sock is not None:   # (a connect with no close between)
+            self._close()
+        if msg != self.request:   # (a batch asks for the same address each time)
+            ip, port = bytes(msg).split()
+            self.request, self.address = bytes(msg), (ip.decode(), int(port))
+        self.sock, self.ready = self.ready, None
+        if self.hold:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+                self.held = True
+            except OSError:   # no CAP_SYS_NICE: as the data plane, on without
+                self.hold = False
+        err = self.sock.connect_ex(self.address)
+        if err in (errno.EINPROGRESS, errno.EAGAIN):
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        return str(err).encode()
+
+    def after(self) -> None:   # the answer is out
+        if self.held:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            self.held = False
 
 
 def _main(argv: list[str]) -> None:

@@ -33,7 +33,9 @@ through FIT's rings to a second, waiting as FIT waits -- with no splitrack
 code; its echo RTT, and its send throughput, where a third process streams
 through a ring and the relay copies into its own buffer and to the socket, as
 a DDIO send does), and the connect floor (shm_peer.py's connect role: one such round trip
-to a process that makes the kernel connect from the NIC).
+to a process that connects from the NIC, doing what the nComponent's data plane does:
+its socket made before, its CPU held; each connection closed by a round trip of its
+own, off the clock, as a rack program's close() is).
 The targets (docs/benchmarks.md):
     DDIO RTT p50 <= 3 x Linux at 128 B-2 KiB, Linux < DDIO < DMA
     fit shortcut RTT p50 <= 1.5 x Linux;  pipe shortcut p50 <= 1.5 x raw os.pipe
@@ -177,7 +179,9 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES,
 
 
 def _connect_floor(peer: ShmPeer, addr: tuple[str, int], n: int, spin_s: float) -> list[float]:
-    """n connect-floor round trips (the peer connects from the NIC), in µs."""
+    """n connect-floor round trips (the peer connects from the NIC), in µs; each
+    connection is closed by a round trip of its own, off the clock, as a rack
+    program's close() is."""
     request, clock, out = f"{addr[0]} {addr[1]}".encode(), time.perf_counter_ns, []
     try:
         for _ in range(n):
@@ -186,6 +190,7 @@ def _connect_floor(peer: ShmPeer, addr: tuple[str, int], n: int, spin_s: float) 
             out.append((clock() - t0) / 1000.0)
             if err:
                 raise OSError(err, f"the connect floor's connect: {os.strerror(err)}")
+            peer.call(b"close", spin_s)
     finally:
         peer.rest()
     return out

@@ -258,10 +258,13 @@ def test_the_connect_floor_makes_each_connection_from_the_nic():
     with listener, ShmPeer("connect", 0.0, "127.0.0.11") as peer:
         pid = peer.pid
         assert [peer.call(request, 0.0) for _ in range(3)] == [b"0"] * 3
-        for _ in range(3):
-            conn, peer_address = listener.accept()
-            conn.close()
-            assert peer_address[0] == "127.0.0.11"
+        conns = [listener.accept() for _ in range(3)]
+        assert [address[0] for _, address in conns] == ["127.0.0.11"] * 3
+        assert peer.call(b"close", 0.0) == b"0"   # a program's close(): a call of its own
+        for conn, _ in conns:   # each closed: by the next connect, the last by "close"
+            with conn:
+                conn.settimeout(10)
+                assert conn.recv(1) == b""
         closed = socket.create_server(("127.0.0.5", 0))
         nobody = "{} {}".format(*closed.getsockname()).encode()
         closed.close()
