@@ -21,6 +21,8 @@ A skeleton is named by a u32 id its nComponent chose (unique per nComponent).
                   ninbox; then nopts OPT <iii> (level, opt, value), then the inbox
     CONNECTED <I4sHH> (sk, local ip, local port, flags: CONNECT_PENDING)   its reply
     pack_connect(args) / unpack_connect(payload) -> args    the layout <-> N_CONNECT's
+    connect_request(stub, sk, src, ip, port, buffers, timeout, opts, inbox)
+                                                            pack_connect's, from fields
     pack_connected(sk, local, pending) / unpack_connected(payload) -> {sk, local, pending}
                                                             args (docs/protocol.md)
 The other control ops (N_BIND, N_LISTEN, N_START, N_SOCKOPT, N_RELEASE,
@@ -50,6 +52,7 @@ CONNECTED = struct.Struct("<I4sHH")
 DGRAM = struct.Struct("<I4sH2x")
 MAX_DATAGRAM = 65507   # bytes of a UDP datagram's payload over IPv4, as Linux takes them
 MODES = ("ddio", "dma")   # CONNECT's mode: an index
+_MODE = {name: i for i, name in enumerate(MODES)}
 CONNECT_TIMEOUT = 1       # CONNECT's flags: timeout is set (else: none)
 CONNECT_PENDING = 1       # CONNECTED's flags: the handshake goes on (STUB_CONNECTED ends it)
 HOME_BYTES = 16
@@ -57,20 +60,29 @@ HOME_BYTES = 16
 
 def pack_connect(args: dict[str, Any]) -> bytes:
     """N_CONNECT's payload from its args: {stub, sk?, src?, dst: [ip, port], timeout,
-    buffers: {mode, home, window, rbuf, tbuf}, opts?, inbox}. (On every connect(): the
-    names it packs again and again -- inbox, home, addresses -- are encoded once.)"""
+    buffers: {mode, home, window, rbuf, tbuf}, opts?, inbox} (unpack_connect's)."""
     ip, port = args["dst"]
-    b, opts, timeout = args["buffers"], args.get("opts"), args.get("timeout")
-    inbox, home = _text(args["inbox"]), _home(b["home"])
-    (rbuf, rsize), (tbuf, tsize) = b["rbuf"], b["tbuf"]
+    return connect_request(args["stub"], args.get("sk", 0), args.get("src"), ip, port,
+                           args["buffers"], args.get("timeout"), args.get("opts"),
+                           args["inbox"])
+
+
+def connect_request(stub: int, sk: int, src: str | None, ip: str, port: int,
+                    buffers: dict[str, Any], timeout: float | None,
+                    opts: list[list[int]] | None, inbox: str) -> bytes:
+    """pack_connect's payload from the fields themselves (the stub's, on every
+    connect(): the names it packs again and again -- inbox, home, addresses -- are
+    encoded once)."""
+    inbox_b = _text(inbox)
+    (rbuf, rsize), (tbuf, tsize) = buffers["rbuf"], buffers["tbuf"]
     head = CONNECT.pack(
-        args["stub"], args.get("sk", 0), _ipv4(args.get("src") or "0.0.0.0"), _ipv4(ip),
-        port, MODES.index(b["mode"]), 0 if timeout is None else CONNECT_TIMEOUT,
-        b["window"], rbuf, rsize, tbuf, tsize, 0.0 if timeout is None else timeout, home,
-        len(opts) if opts else 0, len(inbox))
+        stub, sk, _ipv4(src or "0.0.0.0"), _ipv4(ip), port, _MODE[buffers["mode"]],
+        0 if timeout is None else CONNECT_TIMEOUT, buffers["window"], rbuf, rsize, tbuf,
+        tsize, 0.0 if timeout is None else timeout, _home(buffers["home"]),
+        len(opts) if opts else 0, len(inbox_b))
     if opts:
-        return b"".join((head, *(OPT.pack(*o) for o in opts), inbox))
-    return head + inbox
+        return b"".join((head, *(OPT.pack(*o) for o in opts), inbox_b))
+    return head + inbox_b
 
 
 @functools.lru_cache(maxsize=256)

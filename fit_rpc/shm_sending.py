@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fit_rpc.errors import PeerUnreachable
-from fit_rpc.header import HEADER_SIZE, REQUEST, pack
+from fit_rpc.header import HEADER_SIZE
 from fit_rpc.params import FIT_REPLY_WAIT_S
 from fit_rpc.shm_links import Link
 from fit_rpc.transport import STEP_READ, Frame
@@ -61,7 +61,7 @@ class ShmSending:
         try:
             tx = link.tx
             if meanwhile is not None:   # the request out, the caller's work, then the wait
-                if not tx.send(pack(REQUEST, op, seq, len(frame)), frame):
+                if not tx.request(op, seq, frame):
                     return False
                 meanwhile()
                 tx = None

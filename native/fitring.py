@@ -15,6 +15,8 @@ Interface:
     word = Bell.peer_word(page_fd)     a peer's bell word, mapped read only
     ring.send(head, payload)           one message (head + payload); False if no room now
     ring.post(op, head, payload) -> bool  a ONEWAY message, its header written in C
+    ring.request(op, seq, payload) -> bool  a REQUEST the same way (its reply waited
+                                       for apart: WaitSet.call with tx None)
     ring.reserve(n) -> memoryview      room for n bytes in the ring; then ring.commit(n)
     ring.wait_space(n, own_efd, spin_s, timeout_s) -> bool
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after

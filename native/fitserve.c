@@ -104,18 +104,28 @@ int fs_recv(fs_caller *c, int64_t timeout_ns) {
     return rc;
 }
 
-int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
-            uint32_t n) {
+/* One message of `kind` into tx, its header written here, then head and payload. */
+static int put(fr_ring *tx, uint8_t kind, uint16_t op, uint32_t seq, const char *head,
+               uint32_t nhead, const char *payload, uint32_t n) {
     uint64_t total = (uint64_t)HEADER_BYTES + nhead + n;
     if (total > fr_max_payload(tx))
         return -EMSGSIZE;
     int64_t at = fr_reserve(tx, (uint32_t)total);
     if (at < 0)
         return (int)at;
-    fit_header h = {K.magic, K.version, K.oneway, op, 0, 0, nhead + n, 0, 0};
+    fit_header h = {K.magic, K.version, kind, op, 0, seq, nhead + n, 0, 0};
     memcpy(tx->data + at, &h, HEADER_BYTES);
     memcpy(tx->data + at + HEADER_BYTES, head, nhead);
     memcpy(tx->data + at + HEADER_BYTES + nhead, payload, n);
     fr_commit(tx, (uint32_t)total);
     return 0;
+}
+
+int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
+            uint32_t n) {
+    return put(tx, K.oneway, op, 0, head, nhead, payload, n);
+}
+
+int fs_request(fr_ring *tx, uint16_t op, uint32_t seq, const char *payload, uint32_t n) {
+    return put(tx, K.request, op, seq, "", 0, payload, n);
 }

@@ -57,6 +57,10 @@
  * written here, then `head` and `payload` (a channel's message: fit_rpc/channel.py).
  * 0; -EAGAIN: no room now (nothing sent); < 0: tx's -errno.
  *
+ * fs_request: a REQUEST (err 0, untraced) with `op` and `seq` into tx, as fs_post
+ * writes its message, with no wait for the reply (a caller that works meanwhile,
+ * then waits with fs_call's tx NULL). Its results are fs_post's.
+ *
  * fs_init: the header's constants, as fit_rpc/header.py states them (once,
  * before the others; fitheader.h is the layout's copy in C).
  */
@@ -105,5 +109,6 @@ int fs_recv(fs_caller *c, int64_t timeout_ns);
 int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n);
 int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
             uint32_t n);
+int fs_request(fr_ring *tx, uint16_t op, uint32_t seq, const char *payload, uint32_t n);
 
 #endif

@@ -2,7 +2,8 @@
 
 Interface (native/fitring.py's docstring has the whole binding's):
     ring = Ring(seg, which, peer_bell, peer_efd, keep)   (Segment.ring makes it)
-    ring.send(head, payload), ring.post(op, head, payload)   -> bool
+    ring.send(head, payload), ring.post(op, head, payload), ring.request(op, seq, payload)
+                                                             -> bool
     ring.reserve(n) -> memoryview | None; ring.commit(n); ring.wait_space(...)
     ring.peek() -> memoryview | None; ring.consume(); ring.view(at, n)
     ring.answer(rx, op, seq, payload) -> bool; ring.pending(); ring.modeled
@@ -74,6 +75,16 @@ class Ring:
         if rc == -errno.EAGAIN:
             return False
         raise ring_error(rc, "post")
+
+    def request(self, op: int, seq: int, payload: Any) -> bool:
+        """One REQUEST (op, seq; payload), its FIT header written in C (fitserve.h:
+        fs_request), its reply waited for apart; False if the ring has no room now."""
+        rc = lib.fs_request(self.r, op, seq, ptr_of(payload), len(payload))
+        if rc == 0:
+            return True
+        if rc == -errno.EAGAIN:
+            return False
+        raise ring_error(rc, "request")
 
     def reserve(self, n: int) -> memoryview | None:
         """Room for a message of n bytes, in the ring; None if there is none now."""

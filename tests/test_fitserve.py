@@ -44,6 +44,30 @@ def test_a_request_is_taken_with_its_header_read():
     assert inbox.take() == 0 and (inbox.msg.plain, inbox.msg.kind) == (1, ONEWAY)
 
 
+def test_a_request_written_in_c_is_the_request_python_would_write():
+    """Ring.request (fs_request): the header and payload pack() and send() make, for
+    a caller that works before it waits; a full ring takes nothing."""
+    rx, _, out, _, inbox = link()
+    assert out.request(0x0601, 4242, b"payload")
+    assert inbox.take() == 0
+    m = inbox.msg
+    assert bytes(rx.view(m.at, m.len)) == pack(REQUEST, 0x0601, 4242, 7) + b"payload"
+    rx.consume()
+    while out.request(1, 1, b"w" * 1000):
+        pass
+    sent = 0
+    while inbox.take() == 0:   # every request that went in is whole, none torn
+        assert bytes(rx.view(inbox.msg.at, inbox.msg.len)) == pack(REQUEST, 1, 1, 1000) + \
+            b"w" * 1000
+        rx.consume()
+        sent += 1
+    assert sent > 0
+    with pytest.raises(OSError) as caught:   # more than a ring can ever hold: nothing sent
+        out.request(1, 2, b"x" * CAP)
+    assert caught.value.errno == errno.EMSGSIZE
+    assert inbox.take() == -1
+
+
 def test_what_is_not_the_common_case_is_left_for_python():
     rx, _, out, _, inbox = link()
     cases = [pack(REQUEST, 1, 1, 3, trace=5, event=1) + b"abc",   # traced

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from fit_rpc import Op
-from fit_rpc.netpath import pack_connect, unpack_connected
+from fit_rpc.netpath import connect_request, unpack_connected
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.sockargs import err
 from splitrack.guest.sockopts import LINGER
@@ -58,16 +58,16 @@ class Connecting:
         kernel has not finished is left to STUB_CONNECTED (`_pending`, `_settle`)."""
         if self._shortcut_connect(ip, port):   # (shortcuts.py)
             return
-        buffers = self._rt.buffers(self._mode)
-        args: dict[str, Any] = {"dst": [ip, port], "timeout": self._timeout or None,
-                                "buffers": buffers, "inbox": self._rt.inbox.address,
-                                "stub": self._id}
-        if self._n is not None:
-            args["sk"] = self._sk
+        rt = self._rt
+        buffers = rt.buffers(self._mode)
+        if self._n is not None:   # a bound socket's skeleton connects
+            request = connect_request(self._id, self._sk, None, ip, port, buffers,
+                                      self._timeout or None, None, rt.inbox.address)
         else:
-            src, self._n = (self._rt.loopback, self._rt.nic()[1]) if ip == self._rt.loopback \
-                else self._rt.nic()
-            args.update(src=src, opts=self._opt_list())
+            src, self._n = (rt.loopback, rt.nic()[1]) if ip == rt.loopback else rt.nic()
+            request = connect_request(self._id, 0, src, ip, port, buffers,
+                                      self._timeout or None, self._opt_list(),
+                                      rt.inbox.address)
         self._connected = None
 
         def build() -> None:   # the stub's half of the path, made while the nComponent
@@ -75,8 +75,8 @@ class Connecting:
         #                          before any push for it is read (the pushes may come
         #                          before connect() returns)
         try:
-            answer = unpack_connected(self._rt.call_overlapped(self._n, Op.N_CONNECT,
-                                                               pack_connect(args), build))
+            answer = unpack_connected(rt.call_overlapped(self._n, Op.N_CONNECT, request,
+                                                         build))
         except OSError as exc:
             answer = {"errno": exc.errno or errno.EIO}
         path = self._path
