@@ -113,8 +113,10 @@ int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken) {
         }
         p->tpos += n;
     }
-    if (fresh)   /* (the watch reads these two from its thread) */
+    if (fresh) {   /* (the watch reads these two from its thread) */
         __atomic_store_n(&p->held_since, now, __ATOMIC_RELAXED);
+        p->unclocked = 0;
+    }
     p->credit = credit - n;
     __atomic_store_n(&p->held, p->held + n, __ATOMIC_RELAXED);
     *taken = n;
@@ -122,9 +124,13 @@ int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken) {
 }
 
 int sp_hold(sp_path *p, const char *buf, uint64_t n) {
-    if (!n || !p->pack || !p->held || n > p->credit || p->held + n >= p->pack_max
-            || sp_now() - p->held_since >= p->pack_delay)
+    if (!n || !p->pack || !p->held || n > p->credit || p->held + n >= p->pack_max)
         return 0;
+    if (++p->unclocked >= SP_CLOCK_EVERY) {   /* the batch's age, now and then */
+        p->unclocked = 0;
+        if (sp_now() - p->held_since >= p->pack_delay)
+            return 0;
+    }
     if (p->staged + n < p->line) {   /* into the stage, which stays short of a line */
         memcpy(p->stage + p->staged, buf, n);
         p->staged += (uint32_t)n;

@@ -78,6 +78,7 @@ typedef struct {
     uint32_t fast;          /* 1: a native program's recv may take without the interpreter */
     uint32_t faulting;      /* 1: the stub's take stopped at a miss, and faults the line in
                              * before it goes on (sp_take sets it; the stub clears it) */
+    uint32_t unclocked;     /* sp_hold's holds since it last read the clock */
     char *stage;            /* 2 * line bytes */
     /* packing */
     uint64_t pack_max;      /* bytes held at most */
@@ -107,7 +108,11 @@ int sp_put(sp_path *p, const char *buf, uint64_t n, uint64_t *taken);
 /* sp_put's hot case, all or nothing, in one call: all n bytes held back, in
  * the batch already held (SP_HELD), into the stage while it stays short of a
  * line or else into the ring's cached lines, with the window open for them.
- * 1 if so; 0 if not, with nothing taken (the caller then calls sp_put). */
+ * 1 if so; 0 if not, with nothing taken (the caller then calls sp_put). The
+ * batch's age is looked at every SP_CLOCK_EVERY holds, not at each: a clock
+ * read costs as much as a small send's copy, and a batch held a few sends past
+ * pack_delay (1 ms) is still one the flusher would have sent about then. */
+#define SP_CLOCK_EVERY 8
 int sp_hold(sp_path *p, const char *buf, uint64_t n);
 
 /* The staged bytes into the ring (before an announcement): 0 when none is left,

@@ -52,11 +52,14 @@ class Sending:
                     self._error or self._shut_wr or self._broken or self._dead
                     or self._peer_gone or self._gone):
                 return 0
-            try:
-                buf = _from_buffer(data)   # (any flat buffer; its length in bytes)
-            except (TypeError, BufferError):   # not one: the general way says what
-                return 0
-            n = len(buf)
+            if type(data) is bytes:   # (passed as it is: cffi hands C its own bytes)
+                buf, n = data, len(data)
+            else:
+                try:
+                    buf = _from_buffer(data)   # (any flat buffer; its length in bytes)
+                except (TypeError, BufferError):   # not one: the general way says what
+                    return 0
+                n = len(buf)
             if not _hold(path.c, buf, n):
                 return 0
             if self._rt.exact:
