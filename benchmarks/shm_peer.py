@@ -52,6 +52,7 @@ STREAM_PACK_BYTES = 64 * 1024  # the sends one message of the stream role packs
 WAIT_S = 10.0            # a wait longer than this: the other side is stuck
 _PR_SET_PDEATHSIG = 1
 _IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+_SCHED_DEADLINE = 6   # (os has no name for it)
 
 
 class ShmPeer:
@@ -220,7 +221,12 @@ class _Connector:
         self.sock: socket.socket | None = None   # connected, until its answer is out
         self.ready = self._make()                # the next request's
         self.request, self.address = b"", ("", 0)
-        self.hold, self.held = True, False       # (hold: off at the first refusal)
+        # The CPU held as the data plane holds it: not if real-time already, then
+        # given back to the policy it had; off at the first refusal.
+        self.policy = os.sched_getscheduler(0)
+        self.hold = (self.policy & ~os.SCHED_RESET_ON_FORK) not in (
+            os.SCHED_FIFO, os.SCHED_RR, _SCHED_DEADLINE)
+        self.held = False
 
     def _make(self) -> socket.socket:
         sock = socket.socket()
@@ -260,7 +266,7 @@ class _Connector:
 
     def after(self) -> None:   # the answer is out
         if self.held:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+            os.sched_setscheduler(0, self.policy, os.sched_param(0))
             self.held = False
 
 

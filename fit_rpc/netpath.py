@@ -73,13 +73,16 @@ def connect_request(stub: int, sk: int, src: str | None, ip: str, port: int,
     """pack_connect's payload from the fields themselves (the stub's, on every
     connect(): the names it packs again and again -- inbox, home, addresses -- are
     encoded once)."""
-    inbox_b = _text(inbox)
+    inbox_b, home = _text(inbox), _home(buffers["home"])
     (rbuf, rsize), (tbuf, tsize) = buffers["rbuf"], buffers["tbuf"]
+    mode = _MODE.get(buffers["mode"]) if type(buffers["mode"]) is str else None
+    if mode is None:
+        raise ValueError(f"no data path {buffers['mode']!r} (one of {', '.join(MODES)})")
     head = CONNECT.pack(
-        stub, sk, _ipv4(src or "0.0.0.0"), _ipv4(ip), port, _MODE[buffers["mode"]],
+        stub, sk, _ipv4(src or "0.0.0.0"), _ipv4(ip), port, mode,
         0 if timeout is None else CONNECT_TIMEOUT, buffers["window"], rbuf, rsize, tbuf,
-        tsize, 0.0 if timeout is None else timeout, _home(buffers["home"]),
-        len(opts) if opts else 0, len(inbox_b))
+        tsize, 0.0 if timeout is None else timeout, home, len(opts) if opts else 0,
+        len(inbox_b))
     if opts:
         return b"".join((head, *(OPT.pack(*o) for o in opts), inbox_b))
     return head + inbox_b

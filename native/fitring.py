@@ -231,6 +231,6 @@ def landing(n: int) -> tuple[memoryview, Any]:
 
 def header_constants(magic: int, version: int, request: int, reply: int, oneway: int,
                      max_payload: int) -> None:
-    """The FIT header's constants, as its owner states them, for WaitSet.take and
-    Ring.answer (fitserve.h); once, before either."""
+    """The FIT header's constants, as its owner states them, for WaitSet.take,
+    Ring.answer, Ring.post and Ring.request (fitserve.h); once, before any."""
     lib.fs_init(magic, version, request, reply, oneway, max_payload)

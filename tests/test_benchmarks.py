@@ -260,7 +260,11 @@ def test_the_connect_floor_makes_each_connection_from_the_nic():
         assert [peer.call(request, 0.0) for _ in range(3)] == [b"0"] * 3
         conns = [listener.accept() for _ in range(3)]
         assert [address[0] for _, address in conns] == ["127.0.0.11"] * 3
+        conns[2][0].settimeout(0.2)
+        with pytest.raises(TimeoutError):   # the last one stays open until its close
+            conns[2][0].recv(1)
         assert peer.call(b"close", 0.0) == b"0"   # a program's close(): a call of its own
+        assert peer.call(b"close", 0.0) == b"0"   # (again: nothing more to close)
         for conn, _ in conns:   # each closed: by the next connect, the last by "close"
             with conn:
                 conn.settimeout(10)

@@ -64,3 +64,9 @@ def test_a_request_shorter_than_its_fixed_part_is_a_struct_error():
 def test_an_mcomponent_id_longer_than_the_layout_is_refused_before_sending():
     with pytest.raises(ValueError):
         pack_connect({**ARGS, "buffers": {**ARGS["buffers"], "home": "m" * 17}})
+
+
+@pytest.mark.parametrize("mode", ["bogus", 0, ["ddio"]])
+def test_a_data_path_that_is_none_is_refused_before_sending(mode):
+    with pytest.raises(ValueError):
+        pack_connect({**ARGS, "buffers": {**ARGS["buffers"], "mode": mode}})

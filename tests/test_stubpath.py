@@ -51,3 +51,14 @@ def test_a_young_batch_is_held_on_across_its_clock_reads(path):
     path.held_since = lib.sp_now()
     assert holds_in_a_row(path, 4 * lib.SP_CLOCK_EVERY) == 4 * lib.SP_CLOCK_EVERY
     assert (path.held, path.staged) == (1 + 4 * lib.SP_CLOCK_EVERY,) * 2
+
+
+def test_a_fresh_batch_starts_its_count_of_holds_afresh(path):
+    """sp_put starting a batch (bytes in flight, the last announcement just now) holds
+    it, with held_since now and no holds counted against its clock yet."""
+    path.held, path.staged, path.unclocked = 0, 0, 5
+    path.credit = path.tsize - 100          # bytes in flight
+    path.announced = lib.sp_now()           # announced just now
+    taken = ffi.new("uint64_t *")
+    assert lib.sp_put(path, b"x", 1, taken) == stubpath.HOLDING and taken[0] == 1
+    assert path.unclocked == 0 and lib.sp_now() - path.held_since < int(DELAY_S * 1e9)

@@ -32,7 +32,8 @@ ring of SOCKET_BUFFER_BYTES and a send ring of SOCKET_SEND_BUFFER_BYTES
   flight (announced, not yet confirmed) and within PACK_GAP_S of the last
   announcement is *held*; held sends go to the skeleton together, one flush
   and one N_SEND_DMA (or one N_SEND), once PACK_MAX_BYTES are held, the first
-  of them has been held PACK_DELAY_S (the next send sends them), the stub
+  of them has been held PACK_DELAY_S (a send soon after sends them: sp_hold
+  looks at the clock every few holds), the stub
   waits on the socket, a native program waits at all (poll, select, epoll:
   the runtime is polled), STUB_SENT arrives, it shuts down or closes, or the
   runtime's flusher finds them PACK_DELAY_S old (the program stopped
