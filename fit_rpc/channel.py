@@ -17,7 +17,10 @@ Interface:
 send() from one thread at a time and recv() from one thread at a time (maybe
 another); close() when neither runs. What was sent before close() still
 reaches the peer (shm: it is in the ring; zmq: for `linger_s`). A malformed
-frame is counted and skipped. Traced as an endpoint's one-way messages are
+frame is counted and skipped. Messages are counted in the endpoints' counters
+(counters.py), by the shm transport in C (native/fitserve.h: fs_counts, taken
+when the counters are reported: a Python call per message cost a FIT
+shortcut's round trip ~0.6 us). Traced as an endpoint's one-way messages are
 (fit_rpc/tracing.py): sent in a trace context, a message carries it; a traced
 one is recorded when it arrives (its reader goes on in its own context).
 """
@@ -43,6 +46,22 @@ class Channel:
         self.fileno, self.arm, self.disarm = self._link.fileno, self._link.arm, self._link.disarm
         self.pending = self._link.pending
         self._post = getattr(self._link, "post", None)   # (shm's ends have it: transport.py)
+        self._sources: list[list] = []   # a link that posts counts itself (transport.py):
+        if self._post is not None:       # its counts join the rest when they are reported
+            self._sources.append(self._tx_counters.sources)
+            if self._rx_counters is not self._tx_counters:
+                self._sources.append(self._rx_counters.sources)
+        for sources in self._sources:
+            sources.append(self._collect)
+
+    def _collect(self, _counters: Any = None) -> None:
+        """What the link counted itself (its posts, what it read plain) into the
+        endpoints' counters (a Counters source: counters.py)."""
+        tx, rx = self._link.counted()
+        for op, msgs, nbytes in tx:
+            self._tx_counters.add("tx", self.peer, op, msgs, nbytes)
+        for op, msgs, nbytes in rx:
+            self._rx_counters.add("rx", self.peer, op, msgs, nbytes)
 
     def connect(self, address: str) -> None:
         self._link.connect(address)
@@ -54,9 +73,8 @@ class Channel:
         if n > FIT_MAX_PAYLOAD_BYTES:
             raise MessageTooLarge(f"payload of {n} bytes exceeds {FIT_MAX_PAYLOAD_BYTES}")
         ctx = _current.ctx
-        if ctx is None and self._post is not None:   # the header written by the transport
+        if ctx is None and self._post is not None:   # header and count by the transport
             self._post(op, payload, timeout_s, head)
-            self._tx_counters.tx(self.peer, op, n + HEADER_SIZE)
             return
         trace = event = 0
         if ctx is not None:
@@ -72,9 +90,8 @@ class Channel:
         frame = self._link.recv(timeout_s)
         if frame is None:
             return None
-        if type(frame) is tuple:   # (op, payload): the transport read the header
-            self._rx_counters.rx(self.peer, frame[0], len(frame[1]) + HEADER_SIZE)
-            return frame
+        if type(frame) is tuple:   # (op, payload): the transport read the header, and
+            return frame           # counted it
         try:
             _, op, _, _, trace, event, payload = header.parse_traced(frame)
         except FitError:
@@ -87,3 +104,8 @@ class Channel:
 
     def close(self) -> None:
         self._link.close()
+        if self._sources:   # its last counts, then none
+            self._collect()
+            for sources in self._sources:
+                sources.remove(self._collect)
+            self._sources = []

@@ -21,11 +21,11 @@ from typing import Any
 
 from fit_rpc import rendezvous
 from fit_rpc.errors import PeerUnreachable
-from fit_rpc.header import HEADER_SIZE, ONEWAY, pack
+from fit_rpc.header import HEADER_SIZE
 from fit_rpc.identity import address_pid
 from fit_rpc.params import FIT_CALL_COPY_BYTES, FIT_CALL_TIMEOUT_S, FIT_RING_BYTES
 from fit_rpc.transport import Frame
-from native.fitring import NEVER, Segment, WaitSet, Waker, landing
+from native.fitring import NEVER, Counts, Segment, WaitSet, Waker, landing
 
 SCHEME = "shm://"
 
@@ -49,6 +49,7 @@ class ShmChannel:
         self.rx: Any = None
         self._ws: WaitSet | None = None
         self._landing, self._landing_handle = landing(FIT_CALL_COPY_BYTES)   # recv() reads here
+        self._sent, self._received = Counts(), Counts()   # what post() and recv() count, in C
         self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False
@@ -60,7 +61,8 @@ class ShmChannel:
         self.rx = seg.ring(1 - side, None, peer_efd)
         ws = WaitSet(seg.bell_word(side), self.efd)
         ws.rings = [self.rx]
-        ws.calls(self._landing_handle, FIT_CALL_COPY_BYTES, [], self._t.spin_s)
+        ws.calls(self._landing_handle, FIT_CALL_COPY_BYTES, [], self._t.spin_s,
+                 self._received.handle)
         self._ws = ws
         self._attached.set()
         os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
@@ -105,12 +107,23 @@ class ShmChannel:
         raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
 
     def post(self, op: int, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
-        """send() of an untraced ONEWAY message, its header written in C (fitserve.h:
-        fs_post); PeerUnreachable as send() says."""
+        """send() of an untraced ONEWAY message, its header written and the message
+        counted in C (fitserve.h: fs_post); PeerUnreachable as send() says."""
         tx = self.tx
-        if tx is not None and tx.post(op, head, frame):
+        if tx is not None and tx.post(op, head, frame, self._sent.handle):
             return
-        self.send(frame, timeout_s, pack(ONEWAY, op, 0, len(head) + len(frame)) + head)
+        if not self._attached.is_set() and not self._attached.wait(timeout_s):
+            raise PeerUnreachable(f"channel to {self.peer} not connected")
+        tx, counts = self.tx, self._sent.handle   # (as send(): one wait for room)
+        if tx.post(op, head, frame, counts) or (
+                tx.wait_space(HEADER_SIZE + len(head) + len(frame), self.efd, self._t.spin_s,
+                              timeout_s) and tx.post(op, head, frame, counts)):
+            return
+        raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
+
+    def counted(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+        """What post() and recv() counted since the last call (transport.py)."""
+        return self._sent.taken(), self._received.taken()
 
     def recv(self, timeout_s: float) -> tuple[int, memoryview] | bytes | None:
         """The next message, waiting up to timeout_s, read into this end's landing in

@@ -99,11 +99,14 @@ it (identity.py). zmq knows no pids (None): its ids are what senders say.
 A channel end (Endpoint.channel): one-way frames in order between two objects.
     address; connect(peer_end_address); send(frame, timeout_s, head=b"");
     post(op, frame, timeout_s, head=b"") where the transport can (shm): send() of an
-    untraced one-way message whose header the transport writes itself;
+    untraced one-way message whose header the transport writes, and which it
+    counts, itself;
     recv(timeout_s) -> bytes | (op, memoryview) | None (the latter: the transport
     read the header itself and found a well-formed, untraced one-way message, as
-    shm does: native/fitserve.h); fileno(), arm(), disarm(); pending(): whether a
-    frame waits (a recv(0) then takes it, shm unless a fabric model holds it back);
+    shm does: native/fitserve.h, and counted it); counted() -> (tx, rx), each
+    [(op, msgs, nbytes)] since the last counted(), where it has post (what post
+    and recv counted); fileno(), arm(), disarm(); pending(): whether a frame
+    waits (a recv(0) then takes it, shm unless a fabric model holds it back);
     close()
 """
 

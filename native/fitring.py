@@ -14,7 +14,9 @@ Interface:
                                        write (sealed) holding the bell word, and an eventfd
     word = Bell.peer_word(page_fd)     a peer's bell word, mapped read only
     ring.send(head, payload)           one message (head + payload); False if no room now
-    ring.post(op, head, payload) -> bool  a ONEWAY message, its header written in C
+    ring.post(op, head, payload[, counts]) -> bool
+                                       a ONEWAY message, its header written in C
+                                       (counted in `counts`, a Counts' handle)
     ring.request(op, seq, payload) -> bool  a REQUEST the same way (its reply waited
                                        for apart: WaitSet.call with tx None)
     ring.reserve(n) -> memoryview      room for n bytes in the ring; then ring.commit(n)
@@ -22,9 +24,12 @@ Interface:
     ring.peek() -> memoryview | None   the next message, in place; ring.consume() after
     waitset = WaitSet(bell)            the rings one consumer waits on, and its bell
     waitset.rings = [...]; waitset.wait(spin_s, timeout_s, fds) -> index | WOKEN | TIMEOUT
-    waitset.calls(out, cap, fds, spin_s)  what its calls need, set once: the landing
+    waitset.calls(out, cap, fds, spin_s[, counts])
+                                       what its calls need, set once: the landing
                                        for replies (landing(cap)'s handle), the fds
-                                       to watch, the spin
+                                       to watch, the spin (and where recv() counts)
+    counts = Counts(); counts.taken() -> [(op, msgs, nbytes)]
+                                       a channel end's counts, kept in C (fitcounts.py)
     waitset.call(tx, op, seq, payload, timeout_s) -> n | SENT | UNSENT
                                        a REQUEST on tx and what comes back on
                                        rings[0], read into out, in one native call
@@ -63,7 +68,7 @@ change if the peer misbehaves -- copy what must be kept.
 This file is the binding's face (every name above is importable from it) and
 the shared memory: sealed memfds, a connection's Segment, an endpoint's Bell.
 The Ring, with the C module's handle and its return codes, is ring.py's; the
-WaitSet and the Waker are waitset.py's.
+WaitSet and the Waker are waitset.py's; Counts is fitcounts.py's.
 """
 
 import errno
@@ -73,11 +78,12 @@ import os
 import time
 from typing import Any
 
+from native.fitcounts import Counts
 from native.ring import Ring, RingBroken, ffi, lib
 from native.waitset import DUE_SPIN_NS, NEVER, SENT, TIMEOUT, UNSENT, WOKEN, WaitSet, Waker
 
-__all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "RingBroken", "WOKEN", "TIMEOUT",
-           "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns", "landing",
+__all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "Counts", "RingBroken", "WOKEN",
+           "TIMEOUT", "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns", "landing",
            "header_constants"]
 
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034

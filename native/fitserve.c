@@ -97,10 +97,26 @@ int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *pa
     return rc;
 }
 
+/* One message of `op` and `nbytes` into its row of k (fitserve.h: fs_counts). */
+static void count(fs_counts *k, uint16_t op, uint64_t nbytes) {
+    if (!k)
+        return;
+    int i = 0;
+    while (i < FS_COUNTED_OPS - 1 && k->row[i].msgs && k->row[i].op != op)
+        i++;
+    fs_count *row = &k->row[i];
+    if (i < FS_COUNTED_OPS - 1 && !row->msgs)
+        row->op = op;   /* a free row: this op's from now on (seen before its count) */
+    row->bytes += nbytes;
+    __atomic_store_n(&row->msgs, row->msgs + 1, __ATOMIC_RELEASE);
+}
+
 int fs_recv(fs_caller *c, int64_t timeout_ns) {
     int rc = fr_call(NULL, NULL, 0, NULL, 0, c->rings, c->n, c->start, c->bell, c->efd, c->fds,
                      c->nfds, c->spin_ns, timeout_ns, c->out, c->cap, &c->len);
     c->plain = rc == FC_REPLY && plain(c, K.oneway, 0);
+    if (c->plain)
+        count(c->counts, c->op, c->len);
     return rc;
 }
 
@@ -121,9 +137,12 @@ static int put(fr_ring *tx, uint8_t kind, uint16_t op, uint32_t seq, const char 
     return 0;
 }
 
-int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
-            uint32_t n) {
-    return put(tx, K.oneway, op, 0, head, nhead, payload, n);
+int fs_post(fr_ring *tx, fs_counts *counts, uint16_t op, const char *head, uint32_t nhead,
+            const char *payload, uint32_t n) {
+    int rc = put(tx, K.oneway, op, 0, head, nhead, payload, n);
+    if (rc == 0)
+        count(counts, op, (uint64_t)HEADER_BYTES + nhead + n);
+    return rc;
 }
 
 int fs_request(fr_ring *tx, uint16_t op, uint32_t seq, const char *payload, uint32_t n) {

@@ -45,8 +45,9 @@
  * fs_recv: the next message of c->rings[0] (a channel's), waiting for it as
  * fs_call does, read into c->out and consumed: fr_call (fitcall.h) with no
  * request. On FC_REPLY c->len is its bytes and c->plain 1 if it is a well-formed,
- * untraced ONEWAY with err 0 (its op then in c->op); FC_SENT: none came (the
- * wait ended otherwise), or one too large for out (left in its ring).
+ * untraced ONEWAY with err 0 (its op then in c->op; counted in c->counts, unless
+ * NULL); FC_SENT: none came (the wait ended otherwise), or one too large for out
+ * (left in its ring).
  *
  * fs_reply_begin: room in tx for a REPLY (err 0, untraced) with `op`, `seq` and an
  * n-byte payload, its header written: the payload's offset in tx's data, for the
@@ -54,8 +55,17 @@
  * -errno (-EAGAIN: no room now; -EMSGSIZE). A reply gathered from several places.
  *
  * fs_post: a ONEWAY message (err 0, untraced) with `op` into tx, its header
- * written here, then `head` and `payload` (a channel's message: fit_rpc/channel.py).
- * 0; -EAGAIN: no room now (nothing sent); < 0: tx's -errno.
+ * written here, then `head` and `payload` (a channel's message: fit_rpc/channel.py),
+ * counted in `counts` (unless NULL) once it is in the ring. 0; -EAGAIN: no room
+ * now (nothing sent); < 0: tx's -errno.
+ *
+ * fs_counts: a channel end's counts of the messages fs_post wrote or fs_recv read
+ * plain, by op, each message with its header's bytes: a row per op as ops come
+ * (op, msgs, bytes), the first FS_COUNTED_OPS - 1 ops; the last row (op 0) counts
+ * every op after them. A channel carries three, and counting in Python cost a
+ * message pair of a FIT shortcut ~0.6 us (evaluation.md). The writer is the one
+ * thread that posts (or receives); a reader elsewhere sees a row's op before its
+ * msgs count grows from 0, and only ever growing counts.
  *
  * fs_request: a REQUEST (err 0, untraced) with `op` and `seq` into tx, as fs_post
  * writes its message, with no wait for the reply (a caller that works meanwhile,
@@ -80,6 +90,17 @@ typedef struct {
     uint8_t plain;
 } fs_msg;
 
+#define FS_COUNTED_OPS 8
+
+typedef struct {
+    uint32_t op, pad;
+    uint64_t msgs, bytes;
+} fs_count;
+
+typedef struct {
+    fs_count row[8];   /* FS_COUNTED_OPS */
+} fs_counts;
+
 typedef struct {
     fr_ring **rings;   /* fr_wait's set: rings[0] the link's ring back */
     int n, start;
@@ -94,6 +115,7 @@ typedef struct {
     uint8_t plain;     /* out: 1: the reply to seq (fs_recv: a one-way message),
                           well-formed, err 0, untraced */
     uint16_t op;       /* out, fs_recv: the one-way message's op */
+    fs_counts *counts; /* fs_recv: where the plain messages it reads are counted (or NULL) */
 } fs_caller;
 
 void fs_init(uint16_t magic, uint8_t version, uint8_t request, uint8_t reply, uint8_t oneway,
@@ -107,8 +129,8 @@ int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *pa
             uint32_t n, int64_t timeout_ns);
 int fs_recv(fs_caller *c, int64_t timeout_ns);
 int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n);
-int fs_post(fr_ring *tx, uint16_t op, const char *head, uint32_t nhead, const char *payload,
-            uint32_t n);
+int fs_post(fr_ring *tx, fs_counts *counts, uint16_t op, const char *head, uint32_t nhead,
+            const char *payload, uint32_t n);
 int fs_request(fr_ring *tx, uint16_t op, uint32_t seq, const char *payload, uint32_t n);
 
 #endif

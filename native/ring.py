@@ -2,8 +2,8 @@
 
 Interface (native/fitring.py's docstring has the whole binding's):
     ring = Ring(seg, which, peer_bell, peer_efd, keep)   (Segment.ring makes it)
-    ring.send(head, payload), ring.post(op, head, payload), ring.request(op, seq, payload)
-                                                             -> bool
+    ring.send(head, payload), ring.post(op, head, payload[, counts]),
+    ring.request(op, seq, payload) -> bool
     ring.reserve(n) -> memoryview | None; ring.commit(n); ring.wait_space(...)
     ring.peek() -> memoryview | None; ring.consume(); ring.view(at, n)
     ring.answer(rx, op, seq, payload) -> bool; ring.pending(); ring.modeled
@@ -66,10 +66,13 @@ class Ring:
             return False
         raise ring_error(rc, "send")
 
-    def post(self, op: int, head: bytes, payload: Any) -> bool:
+    def post(self, op: int, head: bytes, payload: Any, counts: Any = ffi.NULL) -> bool:
         """One ONEWAY message (op; head, then payload), its FIT header written in C
-        (fitserve.h: fs_post); False if the ring has no room now."""
-        rc = lib.fs_post(self.r, op, head, len(head), ptr_of(payload), len(payload))
+        (fitserve.h: fs_post) and counted in `counts` (a Counts' handle: fitcounts.py);
+        False if the ring has no room now."""
+        rc = lib.fs_post(self.r, counts, op, head, len(head),   # (ptr_of inline: hot)
+                         payload if type(payload) is bytes else ffi.from_buffer(payload),
+                         len(payload))
         if rc == 0:
             return True
         if rc == -errno.EAGAIN:

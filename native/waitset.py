@@ -6,7 +6,7 @@ Interface (native/fitring.py's docstring has the whole binding's):
     waitset.ready() -> index | -1
     waitset.wait(spin_s, timeout_s, fds) -> index | len(rings) + k | WOKEN | TIMEOUT
     waitset.take(spin_s, timeout_s) -> index | -1 | WOKEN | TIMEOUT; waitset.msg
-    waitset.calls(out, cap, fds, spin_s); waitset.call(tx, op, seq, payload, timeout_s)
+    waitset.calls(out, cap, fds, spin_s[, counts]); waitset.call(tx, op, seq, payload, timeout_s)
                                        -> n | SENT | UNSENT; waitset.plain
     waitset.recv(timeout_s) -> n | SENT; waitset.plain, waitset.op
     waitset.arm() -> bool; waitset.due; waitset.arm_with(waker); waitset.next_due()
@@ -52,6 +52,7 @@ class WaitSet:
         self._c.bell, self._c.efd, self._c.rings = word, efd, self._array
         self._out: Any = None             # (the landing and the fds _c points at, kept
         self._watch: Any = None           # alive while it does)
+        self._counts: Any = None
         self.plain = 0                    # call(), recv(): what came is the reply, plain
         self.op = 0                       # recv(): its op, if plain
         self.due = NEVER   # after arm(): when a message published becomes due
@@ -123,10 +124,14 @@ class WaitSet:
         """Bell down, eventfd drained; whether it had been rung."""
         return bool(lib.fr_disarm(self.word, self.efd))
 
-    def calls(self, out: Any, cap: int, fds: list[int], spin_s: float) -> None:
-        """What call() uses, set once: replies land in `out` (landing()'s handle, `cap`
-        bytes), fds (16 at most) are watched for a hang-up, spin_s is the spin."""
+    def calls(self, out: Any, cap: int, fds: list[int], spin_s: float,
+              counts: Any = ffi.NULL) -> None:
+        """What call() and recv() use, set once: replies land in `out` (landing()'s
+        handle, `cap` bytes), fds (16 at most) are watched for a hang-up, spin_s is
+        the spin; recv() counts what it reads plain in `counts` (a Counts' handle:
+        fitcounts.py)."""
         c = self._c
+        self._counts = c.counts = counts
         self._out, c.out, c.cap = out, out, cap
         watch = ffi.new("int[]", max(1, len(fds[:16])))
         for k, fd in enumerate(fds[:16]):
@@ -168,7 +173,7 @@ class WaitSet:
         untraced one-way message with err 0 (self.op its op); SENT: none came, or
         one too large for the landing (left in its ring). RingBroken if it is."""
         c = self._c
-        rc = lib.fs_recv(c, ns_of(timeout_s))
+        rc = lib.fs_recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0)   # (ns_of inline)
         if rc == lib.FC_REPLY:
             self.plain, self.op = c.plain, c.op
             return c.len

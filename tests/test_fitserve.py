@@ -68,6 +68,39 @@ def test_a_request_written_in_c_is_the_request_python_would_write():
     assert inbox.take() == -1
 
 
+def test_a_channels_posts_and_plain_receipts_are_counted_in_c_by_op():
+    """fs_post counts what it wrote, fs_recv what it read plain (fitserve.h: fs_counts):
+    a row per op as ops come, the ops past the first seven in the last row (op 0);
+    Counts.taken() gives each row's growth since it last looked, and nothing twice.
+    What is not plain (here traced) is left to Python's count."""
+    from native.fitring import Counts, landing
+
+    _, _, out, _, _ = link()
+    reader = fit_link(CAP)   # (a second link: its rx is read with fs_recv)
+    ws = WaitSet(reader.callee.word, reader.callee.efd)
+    ws.rings = [reader.rx]
+    _, handle = landing(4096)
+    sent, received = Counts(), Counts()
+    ws.calls(handle, 4096, [], 0.0, received.handle)
+    ops = [0x0700 + k for k in range(9)]
+    for k, op in enumerate(ops):   # nine ops: seven rows, and two in the last
+        for _ in range(k + 1):
+            assert out.post(op, b"hd", b"x" * k, sent.handle)
+            assert reader.out.post(op, b"", b"y" * k)
+            assert ws.recv(1.0) == HEADER_SIZE + k and ws.plain
+    assert reader.out.send(pack(ONEWAY, 0x0700, 0, 1, trace=3, event=1), b"z")
+    assert ws.recv(1.0) == HEADER_SIZE + 1 and not ws.plain
+    rows = sent.taken()
+    assert rows[:7] == [(op, k + 1, (k + 1) * (HEADER_SIZE + 2 + k))
+                        for k, op in enumerate(ops[:7])]
+    assert rows[7] == (0, 8 + 9, 8 * (HEADER_SIZE + 2 + 7) + 9 * (HEADER_SIZE + 2 + 8))
+    assert [(op, msgs) for op, msgs, _ in received.taken()] == \
+        [(op, k + 1) for k, op in enumerate(ops[:7])] + [(0, 17)]
+    assert sent.taken() == [] and received.taken() == []
+    assert out.post(ops[2], b"", b"", sent.handle)
+    assert sent.taken() == [(ops[2], 1, HEADER_SIZE)]
+
+
 def test_what_is_not_the_common_case_is_left_for_python():
     rx, _, out, _, inbox = link()
     cases = [pack(REQUEST, 1, 1, 3, trace=5, event=1) + b"abc",   # traced

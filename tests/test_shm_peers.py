@@ -189,8 +189,14 @@ def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(t
         to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
         assert [(op, bytes(p)) for op, p in (to_a.recv(5.0), to_a.recv(5.0))] == \
             [(0x7001, b"again"), (0x7002, b"odd")]
+        # counted: what the link read plain (in C, even past Channel) and what Channel
+        # parsed; not the frame the test read past Channel. Sent: what Channel posted.
         rx = b.counters.snapshot()["links"][a.id]
-        assert sum(row["rx_msgs"] for row in rx.values()) == 3   # (those Channel read)
+        assert sum(row["rx_msgs"] for row in rx.values()) == 4
+        assert rx["op_0x7001"]["rx_msgs"] == 2 and rx["op_0x7003"]["rx_msgs"] == 1
+        tx = a.counters.snapshot()["links"][b.id]
+        assert {op: row["tx_msgs"] for op, row in tx.items()} == {"op_0x7001": 2, "op_0x7003": 1}
+        assert tx["op_0x7001"]["tx_bytes"] == 2 * header.HEADER_SIZE + len(b"plain") + len(b"again")
     finally:
         a.close()
         b.close()
