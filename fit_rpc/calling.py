@@ -75,10 +75,8 @@ class Calling:
             if not (room or nested) and _current.ctx is None and \
                     len(payload) <= FIT_MAX_PAYLOAD_BYTES:   # the common case, at once
                 got = self.transport.call(peer, op, seq, payload, timeout, serve, meanwhile)
-                if type(got) is memoryview:   # the reply's payload: the transport read its header
-                    self.counters.call(peer, op, len(payload) + HEADER_SIZE,
-                                       len(got) + HEADER_SIZE)
-                    return got
+                if type(got) is memoryview:   # the reply's payload: the transport read its
+                    return got                # header, and counted the call
                 if got is not False:   # sent; True: nothing back yet, else the first frame back
                     self.counters.tx(peer, op, len(payload) + HEADER_SIZE)
                     if got is not True:
@@ -112,7 +110,8 @@ class Calling:
         waited for and its plain reply taken by one native call (`step`, on the link's
         rings: transport.py's call_native; splitrack/guest/line_miss.py's LineMiss is one).
         step(caller, tx, seq, timeout_ns) returns a STEP_ code (transport.py), and
-        step.sizes() the request's and the reply's payload bytes, for the counters.
+        step.sizes() the request's and the reply's payload bytes (the first counted
+        here for a call not done; a done one the step counted).
         Returns True: the step took the reply; False: nothing was sent (no native link,
         a nested or traced call, no room, or the step stopped): the caller goes on its
         own way; else the reply's payload, the call having gone on as call() makes it
@@ -126,11 +125,9 @@ class Calling:
         got = self.transport.call_native(peer, seq, step, timeout, serve)
         if got is None or got == STEP_UNSENT or got == STEP_STOPPED:
             return False
-        out, back = step.sizes()
-        if got == STEP_DONE:
-            self.counters.call(peer, op, out + HEADER_SIZE, back + HEADER_SIZE)
+        if got == STEP_DONE:   # (counted by the step, where the transport finds it)
             return True
-        self.counters.tx(peer, op, out + HEADER_SIZE)
+        self.counters.tx(peer, op, step.sizes()[0] + HEADER_SIZE)
         self._awaiting.add(seq)
         try:
             if got != STEP_SENT:   # STEP_READ: the frame that came back

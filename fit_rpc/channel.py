@@ -57,11 +57,9 @@ class Channel:
     def _collect(self, _counters: Any = None) -> None:
         """What the link counted itself (its posts, what it read plain) into the
         endpoints' counters (a Counters source: counters.py)."""
-        tx, rx = self._link.counted()
-        for op, msgs, nbytes in tx:
-            self._tx_counters.add("tx", self.peer, op, msgs, nbytes)
-        for op, msgs, nbytes in rx:
-            self._rx_counters.add("rx", self.peer, op, msgs, nbytes)
+        for op, tx_msgs, tx_bytes, rx_msgs, rx_bytes in self._link.counted():
+            self._tx_counters.add("tx", self.peer, op, tx_msgs, tx_bytes)
+            self._rx_counters.add("rx", self.peer, op, rx_msgs, rx_bytes)
 
     def connect(self, address: str) -> None:
         self._link.connect(address)

@@ -3,7 +3,6 @@
 Interface:
     c = Counters()
     c.tx(peer, op, nbytes); c.rx(peer, op, nbytes)   # hot path: one dict lookup
-    c.call(peer, op, tx_bytes, rx_bytes)              # a request and its reply, at once
     c.error(name[, n])                                # malformed, unknown_op, ...
     c.fold(peer, into)                                # a peer that is gone: its counts
                                                       # join `into`'s (e.g. "p0.*")
@@ -12,7 +11,9 @@ Interface:
     c.add(direction, peer, op, msgs, nbytes)          # counts kept elsewhere, in bulk
     c.sources.append(fn)                              # fn(c) adds them: run before every
                                                       # snapshot and fold (a native data
-                                                      # plane counts what it reads and writes)
+                                                      # plane counts what it reads and writes;
+                                                      # shm's rings count calls and channel
+                                                      # messages in C: native/fitcounts.py)
 Byte counts include the FIT header. Counters only grow; folding keeps every
 count and bounds the table by live peers (a rack that ran a thousand programs
 keeps one line per pComponent for them, not a thousand).
@@ -42,7 +43,7 @@ class Counters:
         for source in self.sources:
             source(self)
 
-    # (tx, rx and call count in line, not through a helper: they run for every message,
+    # (tx and rx count in line, not through a helper: they run for every message,
     # and a Python call costs as much as the counting)
     def tx(self, peer: str, op: int, nbytes: int) -> None:
         cell = self._tx.get((peer, op))
@@ -59,18 +60,6 @@ class Counters:
         else:
             cell[0] += 1
             cell[1] += nbytes
-
-    def call(self, peer: str, op: int, tx_bytes: int, rx_bytes: int) -> None:
-        key = (peer, op)
-        tx, rx = self._tx.get(key), self._rx.get(key)
-        if tx is None or rx is None:
-            self.tx(peer, op, tx_bytes)
-            self.rx(peer, op, rx_bytes)
-            return
-        tx[0] += 1
-        tx[1] += tx_bytes
-        rx[0] += 1
-        rx[1] += rx_bytes
 
     def error(self, name: str, n: int = 1) -> None:
         self._errors[name] = self._errors.get(name, 0) + n

@@ -90,6 +90,7 @@ class Endpoint(Calling, Serving):
                                                       poll_us, keys)
         self.address = self.transport.address
         self.counters = Counters()
+        self.counters.sources.append(self._transport_counted)
         self.transport.count = self.counters.error
         self.transport.peer_gone = self._peer_gone
         self.vouch: Vouch | None = None
@@ -177,6 +178,13 @@ class Endpoint(Calling, Serving):
         """A new Channel to an object of `peer`. It receives beside this endpoint's
         inbox and sends from `sender`'s transport (default: this one's)."""
         return Channel(self, sender or self, peer, linger_s)
+
+    def _transport_counted(self, counters: Counters) -> None:
+        """What the transport counted itself (its calls made in full: shm, in C), into
+        the counters when they are reported (a Counters source)."""
+        for peer, op, tx_msgs, tx_bytes, rx_msgs, rx_bytes in self.transport.counted():
+            counters.add("tx", peer, op, tx_msgs, tx_bytes)
+            counters.add("rx", peer, op, rx_msgs, rx_bytes)
 
     def _peer_gone(self, peer: str) -> None:
         """A peer's process ended: what we kept about it goes (a process's or client's

@@ -49,7 +49,7 @@ class ShmChannel:
         self.rx: Any = None
         self._ws: WaitSet | None = None
         self._landing, self._landing_handle = landing(FIT_CALL_COPY_BYTES)   # recv() reads here
-        self._sent, self._received = Counts(), Counts()   # what post() and recv() count, in C
+        self._counts = Counts()   # what post() and recv() count, in C
         self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False
@@ -62,7 +62,7 @@ class ShmChannel:
         ws = WaitSet(seg.bell_word(side), self.efd)
         ws.rings = [self.rx]
         ws.calls(self._landing_handle, FIT_CALL_COPY_BYTES, [], self._t.spin_s,
-                 self._received.handle)
+                 self._counts.handle)
         self._ws = ws
         self._attached.set()
         os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
@@ -110,20 +110,20 @@ class ShmChannel:
         """send() of an untraced ONEWAY message, its header written and the message
         counted in C (fitserve.h: fs_post); PeerUnreachable as send() says."""
         tx = self.tx
-        if tx is not None and tx.post(op, head, frame, self._sent.handle):
+        if tx is not None and tx.post(op, head, frame, self._counts.handle):
             return
         if not self._attached.is_set() and not self._attached.wait(timeout_s):
             raise PeerUnreachable(f"channel to {self.peer} not connected")
-        tx, counts = self.tx, self._sent.handle   # (as send(): one wait for room)
+        tx, counts = self.tx, self._counts.handle   # (as send(): one wait for room)
         if tx.post(op, head, frame, counts) or (
                 tx.wait_space(HEADER_SIZE + len(head) + len(frame), self.efd, self._t.spin_s,
                               timeout_s) and tx.post(op, head, frame, counts)):
             return
         raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
 
-    def counted(self) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    def counted(self) -> list[tuple[int, int, int, int, int]]:
         """What post() and recv() counted since the last call (transport.py)."""
-        return self._sent.taken(), self._received.taken()
+        return self._counts.taken()
 
     def recv(self, timeout_s: float) -> tuple[int, memoryview] | bytes | None:
         """The next message, waiting up to timeout_s, read into this end's landing in

@@ -12,6 +12,8 @@ carries what). Interface, within the transport:
                                  link, or a channel's segment), a link's hang-up
     _sync()                      takes in what the rendezvous thread left
     _close(link), _lost(link)    a link's end; forget(peer): ours, by choice
+    counted()                    what the links' calls counted in C (transport.py), a
+                                 closed link's last counts too
 Invariants: the rendezvous thread only adds links and marks hang-ups (the
 deques _new and _hung), and rings the bell; every other change happens in the
 thread that uses the endpoint (_sync() takes those two in). A link is not closed while a
@@ -32,15 +34,15 @@ from fit_rpc.fabric import Fabric, Model
 from fit_rpc.identity import check_claim, expected_pid
 from fit_rpc.params import FIT_RING_BYTES
 from fit_rpc.shm_channel import SCHEME
-from native.fitring import Bell, Segment, WaitSet
+from native.fitring import Bell, Counts, Segment, WaitSet
 
 
 class Link:
     """One connection between two endpoints: its segment, rings and rendezvous socket."""
 
     __slots__ = ("peer", "pid", "sock", "seg", "tx", "rx", "peer_efd", "peer_bell", "outbound",
-                 "hung", "closed", "busy", "verdict", "_serve_set", "_serve_gen", "_alone",
-                 "_held_set", "_held_key")
+                 "hung", "closed", "busy", "verdict", "counts", "_serve_set", "_serve_gen",
+                 "_alone", "_held_set", "_held_key")
 
     def __init__(self, peer: str, pid: int, sock: socket.socket, seg: Segment, peer_efd: int,
                  peer_bell: Any, outbound: bool):
@@ -52,6 +54,7 @@ class Link:
         self.hung = self.closed = False
         self.busy = 0                       # callers waiting for its replies
         self.verdict: bool | None = None    # the endpoint's vouch, made on the first message
+        self.counts = Counts()              # its calls made in full, counted in C
         self._serve_set: WaitSet | None = None
         self._serve_gen = -1
         self._alone: WaitSet | None = None
@@ -203,10 +206,17 @@ class ShmLinks:
             self._gen += 1
         peer = link.peer
         if link.outbound:
+            self._closed_counts.append((peer, link.counts))   # taken by the next counted()
             self.link_closed(peer)
         link.close()
         if gone and peer not in self.out and not any(x.peer == peer for x in self.inbound):
             self.peer_gone(peer)
+
+    def counted(self) -> list[tuple[str, int, int, int, int, int]]:
+        closed, self._closed_counts = self._closed_counts, []
+        return [(peer, *row) for peer, counts in
+                [*((x.peer, x.counts) for x in list(self.out.values())), *closed]
+                for row in counts.taken()]
 
     def _lost(self, link: Link, counter: str | None = None) -> None:
         """A link that cannot go on (its ring is broken, or its peer is gone)."""

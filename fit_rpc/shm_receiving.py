@@ -220,7 +220,8 @@ class ShmReceiving:
         ws = WaitSet(self.bell.word, self.bell.efd)
         ws.rings = rings
         if link is not None:
-            ws.calls(self._back, FIT_CALL_COPY_BYTES, [link.sock.fileno()], self.spin_s)
+            ws.calls(self._back, FIT_CALL_COPY_BYTES, [link.sock.fileno()], self.spin_s,
+                     link.counts.handle)
         return ws
 
 

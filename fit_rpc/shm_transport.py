@@ -79,6 +79,7 @@ from fit_rpc.shm_sending import ShmSending
 from fit_rpc.transport import Transport
 from native.fitring import (
     Bell,
+    Counts,
     WaitSet,
     Waker,
     check_sealed,
@@ -105,6 +106,7 @@ class ShmTransport(ShmLinks, ShmReceiving, ShmSending, Transport):
         self.waker = Waker(self.bell.efd) if self.fabric is not None else None
         self.inbound: list[Link] = []
         self.out: dict[str, Link] = {}
+        self._closed_counts: list[tuple[str, Counts]] = []   # closed links' (shm_links.py)
         self.channels: dict[int, ShmChannel] = {}   # token -> an end waiting for its peer
         self._new: deque[Link] = deque()            # from the rendezvous thread
         self._hung: deque[Link] = deque()           # likewise

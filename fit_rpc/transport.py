@@ -45,7 +45,8 @@ Contract:
                      where the transport can (shm: native/fitserve.h), on a
                      link that is up. A memoryview: the reply's payload (a
                      copy, the caller's), the transport having read the header:
-                     a well-formed reply to seq, err 0, untraced. bytes: the
+                     a well-formed reply to seq, err 0, untraced, and the
+                     call counted by the transport (counted()). bytes: the
                      first frame back, anything else (the caller parses it).
                      True: sent, nothing back yet (the caller goes on with
                      recv_reply); False: nothing sent (the caller sends). The
@@ -61,7 +62,13 @@ Contract:
                      the link breaks, PeerUnreachable). The STEP_ code is
                      returned, but STEP_READ, what came back and was not
                      taken: that frame (bytes). None: no link up (nothing
-                     sent); the default
+                     sent); the default. STEP_DONE: the step counted the call
+                     where the transport's counted() finds it
+    counted() -> [(peer, op, tx_msgs, tx_bytes, rx_msgs, rx_bytes)]
+                     what the transport counted itself since the last
+                     counted() (the calls call() and call_native() made in
+                     full: shm, in C); the endpoint's counters take them when
+                     reported. The default: nothing
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep
@@ -103,9 +110,9 @@ A channel end (Endpoint.channel): one-way frames in order between two objects.
     counts, itself;
     recv(timeout_s) -> bytes | (op, memoryview) | None (the latter: the transport
     read the header itself and found a well-formed, untraced one-way message, as
-    shm does: native/fitserve.h, and counted it); counted() -> (tx, rx), each
-    [(op, msgs, nbytes)] since the last counted(), where it has post (what post
-    and recv counted); fileno(), arm(), disarm(); pending(): whether a frame
+    shm does: native/fitserve.h, and counted it); counted() -> [(op, tx_msgs,
+    tx_bytes, rx_msgs, rx_bytes)] since the last counted(), where it has post
+    (what post and recv counted); fileno(), arm(), disarm(); pending(): whether a frame
     waits (a recv(0) then takes it, shm unless a fabric model holds it back);
     close()
 """
@@ -162,6 +169,9 @@ class Transport(ABC):
     def call_native(self, peer: str, seq: int, step: Callable[[Any, Any, int, int], int],
                     timeout_s: float, serve: bool) -> int | bytes | None:
         return None
+
+    def counted(self) -> list[tuple[str, int, int, int, int, int]]:
+        return []
 
     @abstractmethod
     def fileno(self) -> int: ...

@@ -27,9 +27,11 @@ Interface:
     waitset.calls(out, cap, fds, spin_s[, counts])
                                        what its calls need, set once: the landing
                                        for replies (landing(cap)'s handle), the fds
-                                       to watch, the spin (and where recv() counts)
-    counts = Counts(); counts.taken() -> [(op, msgs, nbytes)]
-                                       a channel end's counts, kept in C (fitcounts.py)
+                                       to watch, the spin (and where call() and
+                                       recv() count)
+    counts = Counts(); counts.taken() -> [(op, tx_msgs, tx_bytes, rx_msgs, rx_bytes)]
+                                       a link's or a channel end's counts, kept in C
+                                       (fitcounts.py)
     waitset.call(tx, op, seq, payload, timeout_s) -> n | SENT | UNSENT
                                        a REQUEST on tx and what comes back on
                                        rings[0], read into out, in one native call

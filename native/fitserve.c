@@ -94,21 +94,31 @@ int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *pa
                      c->bell, c->efd, c->fds, c->nfds, c->spin_ns, timeout_ns, c->out, c->cap,
                      &c->len);
     c->plain = rc == FC_REPLY && plain(c, K.reply, seq);
+    if (c->plain)
+        fs_counted(c->counts, op, (uint64_t)HEADER_BYTES + n, c->len);
     return rc;
 }
 
-/* One message of `op` and `nbytes` into its row of k (fitserve.h: fs_counts). */
-static void count(fs_counts *k, uint16_t op, uint64_t nbytes) {
+/* Messages of `op` into its row of k: tx_bytes sent, rx_bytes read (0: none that way)
+ * (fitserve.h: fs_counts). */
+void fs_counted(fs_counts *k, uint16_t op, uint64_t tx_bytes, uint64_t rx_bytes) {
     if (!k)
         return;
     int i = 0;
-    while (i < FS_COUNTED_OPS - 1 && k->row[i].msgs && k->row[i].op != op)
+    while (i < FS_COUNTED_OPS - 1 && (k->row[i].tx_msgs || k->row[i].rx_msgs) &&
+           k->row[i].op != op)
         i++;
     fs_count *row = &k->row[i];
-    if (i < FS_COUNTED_OPS - 1 && !row->msgs)
-        row->op = op;   /* a free row: this op's from now on (seen before its count) */
-    row->bytes += nbytes;
-    __atomic_store_n(&row->msgs, row->msgs + 1, __ATOMIC_RELEASE);
+    if (i < FS_COUNTED_OPS - 1 && !row->tx_msgs && !row->rx_msgs)
+        row->op = op;   /* a free row: this op's from now on (seen before its counts) */
+    if (tx_bytes) {
+        row->tx_bytes += tx_bytes;
+        __atomic_store_n(&row->tx_msgs, row->tx_msgs + 1, __ATOMIC_RELEASE);
+    }
+    if (rx_bytes) {
+        row->rx_bytes += rx_bytes;
+        __atomic_store_n(&row->rx_msgs, row->rx_msgs + 1, __ATOMIC_RELEASE);
+    }
 }
 
 int fs_recv(fs_caller *c, int64_t timeout_ns) {
@@ -116,7 +126,7 @@ int fs_recv(fs_caller *c, int64_t timeout_ns) {
                      c->nfds, c->spin_ns, timeout_ns, c->out, c->cap, &c->len);
     c->plain = rc == FC_REPLY && plain(c, K.oneway, 0);
     if (c->plain)
-        count(c->counts, c->op, c->len);
+        fs_counted(c->counts, c->op, 0, c->len);
     return rc;
 }
 
@@ -141,7 +151,7 @@ int fs_post(fr_ring *tx, fs_counts *counts, uint16_t op, const char *head, uint3
             const char *payload, uint32_t n) {
     int rc = put(tx, K.oneway, op, 0, head, nhead, payload, n);
     if (rc == 0)
-        count(counts, op, (uint64_t)HEADER_BYTES + nhead + n);
+        fs_counted(counts, op, (uint64_t)HEADER_BYTES + nhead + n, 0);
     return rc;
 }
 

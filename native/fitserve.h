@@ -39,8 +39,9 @@
  * passed per call. Returns fr_call's code; on FC_REPLY c->len is the bytes read
  * into out (the header's included) and c->plain 1 if they are a well-formed,
  * untraced REPLY to `seq` with err 0 whose length field is what was read (the
- * caller then takes out + HEADER_BYTES as the payload); 0: anything else, for
- * the caller to parse.
+ * caller then takes out + HEADER_BYTES as the payload; the call is counted in
+ * c->counts, its request's n bytes whether this call or fs_request sent it);
+ * 0: anything else, for the caller to parse.
  *
  * fs_recv: the next message of c->rings[0] (a channel's), waiting for it as
  * fs_call does, read into c->out and consumed: fr_call (fitcall.h) with no
@@ -59,13 +60,17 @@
  * counted in `counts` (unless NULL) once it is in the ring. 0; -EAGAIN: no room
  * now (nothing sent); < 0: tx's -errno.
  *
- * fs_counts: a channel end's counts of the messages fs_post wrote or fs_recv read
- * plain, by op, each message with its header's bytes: a row per op as ops come
- * (op, msgs, bytes), the first FS_COUNTED_OPS - 1 ops; the last row (op 0) counts
- * every op after them. A channel carries three, and counting in Python cost a
- * message pair of a FIT shortcut ~0.6 us (evaluation.md). The writer is the one
- * thread that posts (or receives); a reader elsewhere sees a row's op before its
- * msgs count grows from 0, and only ever growing counts.
+ * fs_counts: a link's or a channel end's counts, by op, of what these calls did
+ * in full: a message fs_post wrote (tx) or fs_recv read plain (rx); a call
+ * fs_call made whose reply came plain (its request tx, its reply rx). Each with
+ * its header's bytes. What they hand back for Python to parse, Python counts.
+ * A row per op as ops come (op; tx msgs, bytes; rx msgs, bytes), the first
+ * FS_COUNTED_OPS - 1 ops; the last row (op 0) counts every op after them. A
+ * Python counters call per message cost a FIT shortcut's round trip ~0.6 us
+ * (evaluation.md). The writer is the one thread that sends (or receives) at a
+ * time; a reader elsewhere sees a row's op before a count of it grows from 0,
+ * and only ever growing counts. fs_counted: one call, counted as fs_call does
+ * (a native call that makes its own: xcmiss.c).
  *
  * fs_request: a REQUEST (err 0, untraced) with `op` and `seq` into tx, as fs_post
  * writes its message, with no wait for the reply (a caller that works meanwhile,
@@ -94,7 +99,7 @@ typedef struct {
 
 typedef struct {
     uint32_t op, pad;
-    uint64_t msgs, bytes;
+    uint64_t tx_msgs, tx_bytes, rx_msgs, rx_bytes;
 } fs_count;
 
 typedef struct {
@@ -115,7 +120,7 @@ typedef struct {
     uint8_t plain;     /* out: 1: the reply to seq (fs_recv: a one-way message),
                           well-formed, err 0, untraced */
     uint16_t op;       /* out, fs_recv: the one-way message's op */
-    fs_counts *counts; /* fs_recv: where the plain messages it reads are counted (or NULL) */
+    fs_counts *counts; /* where fs_call and fs_recv count (or NULL) */
 } fs_caller;
 
 void fs_init(uint16_t magic, uint8_t version, uint8_t request, uint8_t reply, uint8_t oneway,
@@ -132,5 +137,6 @@ int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n);
 int fs_post(fr_ring *tx, fs_counts *counts, uint16_t op, const char *head, uint32_t nhead,
             const char *payload, uint32_t n);
 int fs_request(fr_ring *tx, uint16_t op, uint32_t seq, const char *payload, uint32_t n);
+void fs_counted(fs_counts *counts, uint16_t op, uint64_t tx_bytes, uint64_t rx_bytes);
 
 #endif

@@ -128,8 +128,8 @@ class WaitSet:
               counts: Any = ffi.NULL) -> None:
         """What call() and recv() use, set once: replies land in `out` (landing()'s
         handle, `cap` bytes), fds (16 at most) are watched for a hang-up, spin_s is
-        the spin; recv() counts what it reads plain in `counts` (a Counts' handle:
-        fitcounts.py)."""
+        the spin; call() and recv() count what they did in full in `counts` (a
+        Counts' handle: fitcounts.py)."""
         c = self._c
         self._counts = c.counts = counts
         self._out, c.out, c.cap = out, out, cap

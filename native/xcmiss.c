@@ -35,11 +35,15 @@ int xm_miss(xm_miss_t *m, uint64_t vpage, uint32_t home, fs_caller *c, fr_ring *
     }
     if (!c)
         return XM_UNSENT;
+    fs_counts *counts = c->counts;   /* counted here once the line came, not by fs_call */
+    c->counts = NULL;                /* (a plain reply of the wrong size is Python's) */
     rc = fs_call(c, tx, m->op, seq, m->req, m->len, timeout_ns);
+    c->counts = counts;
     if (rc < 0 || rc == FC_UNSENT || rc == FC_SENT)
         return rc < 0 ? rc : rc == FC_UNSENT ? XM_UNSENT : XM_SENT;
     if (!c->plain || c->len != HEADER_BYTES + m->line)
         return XM_READ;
+    fs_counted(counts, m->op, (uint64_t)HEADER_BYTES + m->len, c->len);
     rc = xc_miss_end(m->xc, m->slot, m->pid, vpage, home, c->out + HEADER_BYTES, 0);
     if (rc < 0) {
         m->err = rc;

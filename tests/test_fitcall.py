@@ -20,7 +20,7 @@ from fit_rpc import Endpoint, Op
 from fit_rpc.header import HEADER_SIZE, REPLY, REQUEST, pack, parse
 from fit_rpc.params import FIT_CALL_COPY_BYTES
 from helpers import fit_link, running_rack, small_spec, take
-from native.fitring import SENT, UNSENT, Bell, RingBroken, WaitSet, landing
+from native.fitring import SENT, UNSENT, Bell, Counts, RingBroken, WaitSet, ffi, landing
 
 CAP = 64 * 1024
 
@@ -32,13 +32,33 @@ def link():
     return ends.out, ends.back, ends.rx, ends.reply, ends.caller
 
 
-def waitset(bell: Bell, *rings, cap: int = 1024):
-    """A wait set of the rings, set up for calls; and the view of its landing."""
+def waitset(bell: Bell, *rings, cap: int = 1024, counts: Counts | None = None):
+    """A wait set of the rings, set up for calls (counted in `counts`); and the view
+    of its landing."""
     ws = WaitSet(bell.word, bell.efd)
     ws.rings = list(rings)
     view, out = landing(cap)
-    ws.calls(out, cap, [], 0.0)
+    ws.calls(out, cap, [], 0.0, ffi.NULL if counts is None else counts.handle)
     return ws, view
+
+
+def test_a_call_made_in_full_is_counted_in_c_and_one_handed_back_is_not():
+    """fs_call counts a call whose reply came plain (its request, whether it sent it
+    or fs_request did, and its reply, headers included: fitserve.h's fs_counts);
+    what it hands back for Python to parse, Python counts."""
+    tx, back, rx, reply, bell = link()
+    counts = Counts()
+    ws, _ = waitset(bell, back, counts=counts)
+    assert reply.send(pack(REPLY, 5, 42, 6), b"answer")
+    assert ws.call(tx, 5, 42, b"question", 1.0) > 0 and ws.plain
+    assert tx.request(5, 43, b"q2")
+    assert reply.send(pack(REPLY, 5, 43, 1), b"!")
+    assert ws.call(None, 5, 43, b"q2", 1.0) > 0 and ws.plain
+    assert reply.send(pack(REPLY, 5, 44, 2, err=errno.ENOENT), b"no")
+    assert ws.call(tx, 5, 44, b"q3", 1.0) > 0 and not ws.plain
+    assert ws.call(tx, 6, 45, b"q4", 0.01) == SENT
+    assert counts.taken() == [(5, 2, 2 * HEADER_SIZE + 8 + 2, 2, 2 * HEADER_SIZE + 6 + 1)]
+    assert counts.taken() == []
 
 
 def test_the_reply_waiting_is_read_checked_and_the_request_is_out():

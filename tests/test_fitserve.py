@@ -91,14 +91,14 @@ def test_a_channels_posts_and_plain_receipts_are_counted_in_c_by_op():
     assert reader.out.send(pack(ONEWAY, 0x0700, 0, 1, trace=3, event=1), b"z")
     assert ws.recv(1.0) == HEADER_SIZE + 1 and not ws.plain
     rows = sent.taken()
-    assert rows[:7] == [(op, k + 1, (k + 1) * (HEADER_SIZE + 2 + k))
+    assert rows[:7] == [(op, k + 1, (k + 1) * (HEADER_SIZE + 2 + k), 0, 0)
                         for k, op in enumerate(ops[:7])]
-    assert rows[7] == (0, 8 + 9, 8 * (HEADER_SIZE + 2 + 7) + 9 * (HEADER_SIZE + 2 + 8))
-    assert [(op, msgs) for op, msgs, _ in received.taken()] == \
-        [(op, k + 1) for k, op in enumerate(ops[:7])] + [(0, 17)]
+    assert rows[7] == (0, 8 + 9, 8 * (HEADER_SIZE + 2 + 7) + 9 * (HEADER_SIZE + 2 + 8), 0, 0)
+    assert [(op, tx, rx) for op, tx, _, rx, _ in received.taken()] == \
+        [(op, 0, k + 1) for k, op in enumerate(ops[:7])] + [(0, 0, 17)]
     assert sent.taken() == [] and received.taken() == []
     assert out.post(ops[2], b"", b"", sent.handle)
-    assert sent.taken() == [(ops[2], 1, HEADER_SIZE)]
+    assert sent.taken() == [(ops[2], 1, HEADER_SIZE, 0, 0)]
 
 
 def test_what_is_not_the_common_case_is_left_for_python():
