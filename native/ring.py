@@ -82,7 +82,8 @@ class Ring:
     def request(self, op: int, seq: int, payload: Any) -> bool:
         """One REQUEST (op, seq; payload), its FIT header written in C (fitserve.h:
         fs_request), its reply waited for apart; False if the ring has no room now."""
-        rc = lib.fs_request(self.r, op, seq, ptr_of(payload), len(payload))
+        rc = lib.fs_request(self.r, op, seq, payload if type(payload) is bytes   # (ptr_of
+                            else ffi.from_buffer(payload), len(payload))          # inline)
         if rc == 0:
             return True
         if rc == -errno.EAGAIN:

@@ -66,14 +66,16 @@ class Connecting:
         else:
             src, self._n = (rt.loopback, rt.nic()[1]) if ip == rt.loopback else rt.nic()
             request = connect_request(self._id, 0, src, ip, port, buffers,
-                                      self._timeout or None, self._opt_list(),
+                                      self._timeout or None,
+                                      self._opt_list() if self._opts else None,
                                       rt.inbox.address)
         self._connected = None
 
         def build() -> None:   # the stub's half of the path, made while the nComponent
             self._path = NicPath(self, self._mode, buffers=buffers)   # connects; there
         #                          before any push for it is read (the pushes may come
-        #                          before connect() returns)
+        #                          before connect() returns); not made if the request
+        #                          never went out
         try:
             answer = unpack_connected(rt.call_overlapped(self._n, Op.N_CONNECT, request,
                                                          build))

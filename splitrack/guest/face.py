@@ -33,10 +33,12 @@ from splitrack.guest import handles, own_fds
 
 
 class StubFace:
-    __slots__ = ("_s",)
+    __slots__ = ("_s", "readable", "can_send")
 
     def __init__(self, stub: Any):
         self._s = stub   # (the connection's state is shared by all its handles)
+        self.readable = stub._readable   # (the waits' tests: bound once, they run on
+        self.can_send = stub._can_send   # every wait of every recv and send)
 
     # ---- what it is ------------------------------------------------------------------
     @property
@@ -112,12 +114,6 @@ class StubFace:
         return s._own
 
     # ---- the waits ---------------------------------------------------------------------
-    def readable(self) -> bool:
-        return self._s._readable()
-
-    def can_send(self) -> bool:
-        return self._s._can_send()
-
     def park_readable(self, timeout: float | None) -> None:
         self._s._park_readable(timeout)
 

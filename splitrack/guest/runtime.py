@@ -118,24 +118,15 @@ class Runtime(InboxReading, Flusher):
                         meanwhile: Callable[[], None]) -> memoryview:
         """call_raw, with meanwhile() run while the peer works, once the request is out --
         when no other thread can hand a push to a stub meanwhile (none reads the
-        inbox: this one holds it for the call). Else, or if nothing was sent,
-        meanwhile() runs before."""
-        ran = False
-
-        def run() -> None:
-            nonlocal ran
-            ran = True
-            meanwhile()
-
+        inbox: this one holds it for the call). Else meanwhile() runs before. A
+        call that fails before its request is out may not have run it."""
         if not self._inbox_lock.acquire(blocking=False):
             meanwhile()
             return self.call_raw(peer, op, payload)
         try:
-            return self.call_raw(peer, op, payload, run)
+            return self.call_raw(peer, op, payload, meanwhile)
         finally:
             self._inbox_lock.release()
-            if not ran:
-                meanwhile()
 
     def send(self, peer: str, op: int, payload: bytes, timeout: float | None = None) -> None:
         with self.lock:
