@@ -147,6 +147,9 @@ class Calling:
     def send(self, peer: str, op: int, payload: Frame = b"", timeout: float | None = None) -> None:
         """One-way: no reply. Raises only if nothing could be queued."""
         timeout = FIT_CALL_TIMEOUT_S if timeout is None else timeout
+        if _current.ctx is None and len(payload) <= FIT_MAX_PAYLOAD_BYTES and \
+                self.transport.post(peer, op, payload, timeout):
+            return   # the common case: header written and message counted by the transport
         self._transmit(peer, ONEWAY, op, 0, payload, timeout)
 
     def _transmit(self, peer: str, kind: int, op: int, seq: int, payload: Frame,

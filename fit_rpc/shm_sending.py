@@ -4,6 +4,9 @@
 state is the transport's. Interface (transport.py's contract):
     send(peer, address, frame, t, head)   a message onto our link to peer (made
                                           first if there is none, or it hung up)
+    post(peer, op, frame, t)              an untraced one-way message, its header
+                                          written and counted in C, on a link that
+                                          is up; False: nothing sent
     call(peer, op, seq, frame, t, serve)  a request sent and its reply read in
                                           one native step (native/fitserve.h), on a
                                           link that is up; False: nothing sent
@@ -46,6 +49,21 @@ class ShmSending:
             if link.tx.wait_space(len(head) + len(frame), self.bell.efd, self.spin_s, timeout_s) \
                     and link.tx.send(head, frame):
                 return
+        except RingBroken:
+            self._lost(link, "ring_broken")
+            raise PeerUnreachable(f"{peer} broke its ring") from None
+        raise PeerUnreachable(f"{peer} takes no more: its ring stayed full for {timeout_s:g} s")
+
+    def post(self, peer: str, op: int, frame: Frame, timeout_s: float) -> bool:
+        link = self.out.get(peer)
+        if link is None or link.hung:
+            return False
+        tx, counts = link.tx, link.counts.handle
+        try:
+            if tx.post(op, b"", frame, counts) or (
+                    tx.wait_space(HEADER_SIZE + len(frame), self.bell.efd, self.spin_s, timeout_s)
+                    and tx.post(op, b"", frame, counts)):
+                return True
         except RingBroken:
             self._lost(link, "ring_broken")
             raise PeerUnreachable(f"{peer} broke its ring") from None

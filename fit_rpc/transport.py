@@ -64,11 +64,16 @@ Contract:
                      taken: that frame (bytes). None: no link up (nothing
                      sent); the default. STEP_DONE: the step counted the call
                      where the transport's counted() finds it
+    post(peer, op, frame, timeout_s) -> bool
+                     send() of an untraced ONEWAY message on a link that is
+                     up, its header written and the message counted by the
+                     transport (shm: native/fitserve.h, fs_post); False:
+                     nothing sent (the caller sends); the default
     counted() -> [(peer, op, tx_msgs, tx_bytes, rx_msgs, rx_bytes)]
                      what the transport counted itself since the last
                      counted() (the calls call() and call_native() made in
-                     full: shm, in C); the endpoint's counters take them when
-                     reported. The default: nothing
+                     full, post()'s messages: shm, in C); the endpoint's
+                     counters take them when reported. The default: nothing
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep
@@ -169,6 +174,9 @@ class Transport(ABC):
     def call_native(self, peer: str, seq: int, step: Callable[[Any, Any, int, int], int],
                     timeout_s: float, serve: bool) -> int | bytes | None:
         return None
+
+    def post(self, peer: str, op: int, frame: Frame, timeout_s: float) -> bool:
+        return False
 
     def counted(self) -> list[tuple[str, int, int, int, int, int]]:
         return []

@@ -200,3 +200,30 @@ def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(t
     finally:
         a.close()
         b.close()
+
+
+def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_path):
+    """Endpoint.send: the first message makes the link (Python writes its header and
+    counts it); later ones on the link, untraced, are posted with the header written
+    and the message counted in C (ShmSending.post, fitserve.h: fs_post). The peer
+    reads every one whole, in order, and both ends count the same."""
+    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
+    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
+    got = []
+    b.on(0x7001, lambda m: got.append(bytes(m.payload)))
+    try:
+        a.add_peer(b.id, b.address)
+        assert not a.transport.post(b.id, 0x7001, b"none", 1.0)   # no link yet: not sent
+        for k in range(5):
+            a.send(b.id, 0x7001, b"m%d" % k)
+        assert a.transport.post(b.id, 0x7001, b"m5", 1.0)
+        while len(got) < 6:
+            assert b.serve(5.0)
+        assert got == [b"m%d" % k for k in range(6)]
+        tx = a.counters.snapshot()["links"][b.id]["op_0x7001"]
+        rx = b.counters.snapshot()["links"][a.id]["op_0x7001"]
+        assert (tx["tx_msgs"], tx["tx_bytes"]) == (6, 6 * (header.HEADER_SIZE + 2))
+        assert (rx["rx_msgs"], rx["rx_bytes"]) == (tx["tx_msgs"], tx["tx_bytes"])
+    finally:
+        a.close()
+        b.close()
