@@ -105,17 +105,17 @@ class Serving:
         outer: Any = _UNTRACED
         answered = False
         try:
-            if head is not None:   # read by the transport: well-formed, untraced
-                kind, op, seq = head
+            if head is not None:   # read by the transport: well-formed, untraced (and
+                kind, op, seq = head   # counted by it, once it is released: transport.py)
                 payload = frames[0][HEADER_SIZE:]
             elif len(frames) != 1:
                 raise MalformedMessage(f"message of {len(frames)} frames")
             else:
                 kind, op, _, seq, trace, event, payload = _parse(frames[0])
+                self.counters.rx(src, op, len(frames[0]))
                 if trace:   # handled, answered and followed up in its trace's context
                     outer, _current.ctx = _current.ctx, tracing.arrived(self.id, src, trace,
                                                                         event)
-            self.counters.rx(src, op, len(frames[0]))
             if kind == REPLY:
                 raise MalformedMessage("a reply sent to an inbox")
             link = arrival.link
@@ -138,8 +138,8 @@ class Serving:
                 if head is not None and _current.ctx is None and \
                         len(result) <= FIT_MAX_PAYLOAD_BYTES and \
                         self.transport.answer(arrival, op, seq, result):
-                    answered = True   # (the transport released the request too)
-                    self.counters.tx(src, op, len(result) + HEADER_SIZE)
+                    answered = True   # (the transport released and counted the request,
+                    #                    and counted its reply)
                 else:
                     self._reply(route, src, op, seq, result)
         except FitError as exc:

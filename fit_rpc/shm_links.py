@@ -205,8 +205,8 @@ class ShmLinks:
             self.inbound.remove(link)
             self._gen += 1
         peer = link.peer
+        self._closed_counts.append((peer, link.counts))   # taken by the next counted()
         if link.outbound:
-            self._closed_counts.append((peer, link.counts))   # taken by the next counted()
             self.link_closed(peer)
         link.close()
         if gone and peer not in self.out and not any(x.peer == peer for x in self.inbound):
@@ -214,8 +214,8 @@ class ShmLinks:
 
     def counted(self) -> list[tuple[str, int, int, int, int, int]]:
         closed, self._closed_counts = self._closed_counts, []
-        return [(peer, *row) for peer, counts in
-                [*((x.peer, x.counts) for x in list(self.out.values())), *closed]
+        live = [*self.out.values(), *self.inbound]
+        return [(peer, *row) for peer, counts in [*((x.peer, x.counts) for x in live), *closed]
                 for row in counts.taken()]
 
     def _lost(self, link: Link, counter: str | None = None) -> None:

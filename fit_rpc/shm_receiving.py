@@ -90,8 +90,9 @@ class ShmReceiving:
         link: Link = arrival.link
         if link.closed or arrival.head is None:
             return False
-        try:
-            if not link.tx.answer(link.rx, op, seq, frame):
+        try:   # (the request and its reply counted in C: transport.py)
+            if not link.tx.answer(link.rx, op, seq, frame, link.counts.handle,
+                                  len(arrival.frames[0])):
                 return False
         except RingBroken:
             return False   # (reply() finds it so and says so)
@@ -104,8 +105,12 @@ class ShmReceiving:
         link: Link = arrival.link
         if link in self._held:
             self._held.discard(link)
-            if not link.closed:
-                link.rx.consume()
+            if not link.closed:   # (a held link is not closed: _close waits for it)
+                head = arrival.head
+                if head is None:
+                    link.rx.consume()
+                else:   # counted in C, as fs_take found it plain (transport.py)
+                    link.rx.release(link.counts.handle, head[1], len(arrival.frames[0]))
         self._close_if_drained(link)
 
     def _close_if_drained(self, link: Link) -> None:

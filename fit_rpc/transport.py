@@ -25,13 +25,15 @@ Contract:
                      (0: only what is there; None: forever). Arrival.head is
                      (kind, op, seq) if the transport read the header itself and
                      found a well-formed, untraced request or one-way message
-                     (the endpoint need not parse it again), else None
+                     (the endpoint need not parse it again, nor count it: the
+                     transport counts it once answer() or done() releases it),
+                     else None
     answer(arrival, op, seq, frame) -> bool
                      reply() and done() in one step where the transport can
                      (shm: native/fitserve.h): a reply with err 0, untraced, its
-                     header written by the transport, to an arrival with a head.
-                     False: not done (no room now; the default), so the caller
-                     goes on with reply() and done()
+                     header written by the transport, to an arrival with a head,
+                     and counted by the transport. False: not done (no room now;
+                     the default), so the caller goes on with reply() and done()
     done(arrival)    the endpoint has finished with the arrival's frames (shm:
                      the handler read the frame in place; its slot is freed now)
     recv_reply(peer, timeout_s, serve) -> frame | None
@@ -72,8 +74,9 @@ Contract:
     counted() -> [(peer, op, tx_msgs, tx_bytes, rx_msgs, rx_bytes)]
                      what the transport counted itself since the last
                      counted() (the calls call() and call_native() made in
-                     full, post()'s messages: shm, in C); the endpoint's
-                     counters take them when reported. The default: nothing
+                     full, post()'s messages, the arrivals with a head and
+                     answer()'s replies: shm, in C); the endpoint's counters
+                     take them when reported. The default: nothing
     fileno(), arm(), disarm(), pending()
                      readiness, for a loop that also waits on other fds (epoll,
                      select, asyncio): call arm(); if True nothing waits, so sleep

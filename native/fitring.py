@@ -45,9 +45,11 @@ Interface:
                                        ready() and that ring's message peeked with its
                                        header read, after a wait if none is there and
                                        timeout_s is not 0, in one native call (fitserve.h)
-    ring.answer(rx, op, seq, payload) -> bool
+    ring.answer(rx, op, seq, payload[, counts, nrx]) -> bool
                                        a REPLY to rx's front message, then that message
-                                       released, in one native call; False: no room now
+                                       released, in one native call (both counted in
+                                       counts); False: no room now
+    ring.release(counts, op, n)        consume(), the message counted rx (fs_release)
     header_constants(magic, version, request, reply, oneway, max_payload)
                                        the FIT header's, for take() and answer() (once)
     waitset.arm() -> bool; waitset.due  armed: nothing due now; `due`: when a message

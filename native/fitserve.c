@@ -53,13 +53,20 @@ int fs_next(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd, in
     return i < 0 ? i : fs_take(rings, n, i, m);
 }
 
-int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *payload,
-              uint32_t n) {
+int fs_answer(fr_ring *tx, fr_ring *rx, fs_counts *counts, uint16_t op, uint32_t seq,
+              const char *payload, uint32_t n, uint32_t nrx) {
     fit_header h = {K.magic, K.version, K.reply, op, 0, seq, n, 0, 0};
     int rc = fr_send2(tx, (const char *)&h, HEADER_BYTES, payload, n);
-    if (rc == 0)
+    if (rc == 0) {
         fr_consume(rx);
+        fs_counted(counts, op, (uint64_t)HEADER_BYTES + n, nrx);
+    }
     return rc;
+}
+
+void fs_release(fr_ring *rx, fs_counts *counts, uint16_t op, uint32_t n) {
+    fr_consume(rx);
+    fs_counted(counts, op, 0, n);
 }
 
 int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n) {

@@ -30,8 +30,14 @@
  * or -ETIMEDOUT. One native call for an inbox's wait and its next message.
  *
  * fs_answer: a REPLY (err 0, untraced) with `op`, `seq` and the payload into
- * tx, then the message at rx's front released (fr_consume). 0; -EAGAIN: tx
- * has no room now (nothing sent, nothing released); < 0: tx's -errno.
+ * tx, then the message at rx's front released (fr_consume), and both counted
+ * in `counts` (unless NULL: the reply tx, the request of nrx bytes rx). 0;
+ * -EAGAIN: tx has no room now (nothing sent, nothing released); < 0: tx's
+ * -errno.
+ *
+ * fs_release: the message at rx's front released (fr_consume) and counted rx
+ * in `counts` (unless NULL) as a message of `op` and n bytes: a one-way
+ * message, or a request answered another way, that fs_take found plain.
  *
  * fs_call: fr_call (fitcall.h) with the request's header written here (op, seq,
  * the payload's length, untraced) and the reply's read: the wait set, its fds,
@@ -62,7 +68,8 @@
  *
  * fs_counts: a link's or a channel end's counts, by op, of what these calls did
  * in full: a message fs_post wrote (tx) or fs_recv read plain (rx); a call
- * fs_call made whose reply came plain (its request tx, its reply rx). Each with
+ * fs_call made whose reply came plain (its request tx, its reply rx); a plain
+ * message served, released by fs_answer (and its reply) or fs_release. Each with
  * its header's bytes. What they hand back for Python to parse, Python counts.
  * A row per op as ops come (op; tx msgs, bytes; rx msgs, bytes), the first
  * FS_COUNTED_OPS - 1 ops; the last row (op 0) counts every op after them. A
@@ -128,8 +135,9 @@ void fs_init(uint16_t magic, uint8_t version, uint8_t request, uint8_t reply, ui
 int fs_take(fr_ring *const *rings, int n, int start, fs_msg *m);
 int fs_next(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd, int64_t spin_ns,
             int64_t timeout_ns, fs_msg *m);
-int fs_answer(fr_ring *tx, fr_ring *rx, uint16_t op, uint32_t seq, const char *payload,
-              uint32_t n);
+int fs_answer(fr_ring *tx, fr_ring *rx, fs_counts *counts, uint16_t op, uint32_t seq,
+              const char *payload, uint32_t n, uint32_t nrx);
+void fs_release(fr_ring *rx, fs_counts *counts, uint16_t op, uint32_t n);
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns);
 int fs_recv(fs_caller *c, int64_t timeout_ns);

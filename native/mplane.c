@@ -166,8 +166,8 @@ static int miss(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, uint32
             return 0;
         memcpy(frame_at(mp, vframe), p + sizeof q, mp->line);
     }
-    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq, frame_at(mp, frame),
-                  mp->line) != 0)
+    if (fs_answer(mp->replies[i], mp->rings[i], NULL, m->op, m->seq, frame_at(mp, frame),
+                  mp->line, 0) != 0)   /* (NULL: counted here, in mp->counts) */
         return 0;   /* the ring back is full (or broken): Python's reply says so */
     mp_counts *c = &mp->counts[i];
     count(&c->miss, m, mp->line);
@@ -222,7 +222,7 @@ static int writeback(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, u
     }
     for (uint32_t j = 0; j < q.n; j++)
         memcpy(frame_at(mp, frames[j]), lines + (uint64_t)j * mp->line, mp->line);
-    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq, "", 0) != 0)
+    if (fs_answer(mp->replies[i], mp->rings[i], NULL, m->op, m->seq, "", 0, 0) != 0)
         return 0;
     mp_counts *c = &mp->counts[i];
     count(&c->writeback, m, 0);
@@ -232,7 +232,7 @@ static int writeback(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, u
 
 /* FIT's ping (the Endpoint's own op, fit_rpc/endpoint.py): its payload back. */
 static int echo(mp_plane *mp, uint32_t i, const fs_msg *m, const char *p, uint32_t n) {
-    if (fs_answer(mp->replies[i], mp->rings[i], m->op, m->seq, p, n) != 0)
+    if (fs_answer(mp->replies[i], mp->rings[i], NULL, m->op, m->seq, p, n, 0) != 0)
         return 0;
     count(&mp->counts[i].echo, m, n);
     return 1;

@@ -5,8 +5,9 @@ Interface (native/fitring.py's docstring has the whole binding's):
     ring.send(head, payload), ring.post(op, head, payload[, counts]),
     ring.request(op, seq, payload) -> bool
     ring.reserve(n) -> memoryview | None; ring.commit(n); ring.wait_space(...)
-    ring.peek() -> memoryview | None; ring.consume(); ring.view(at, n)
-    ring.answer(rx, op, seq, payload) -> bool; ring.pending(); ring.modeled
+    ring.peek() -> memoryview | None; ring.consume(); ring.release(counts, op, n)
+    ring.view(at, n); ring.answer(rx, op, seq, payload[, counts, nrx]) -> bool
+    ring.pending(); ring.modeled
 
 One side uses a Ring as producer or as consumer, never both. This file also
 holds the C module's handle (ffi, lib) for the binding's other parts, and the
@@ -127,17 +128,24 @@ class Ring:
     def consume(self) -> None:
         lib.fr_consume(self.r)
 
+    def release(self, counts: Any, op: int, n: int) -> None:
+        """consume(), the message counted rx in `counts` (a Counts' handle:
+        fitcounts.py) as one of op and n bytes (fitserve.h: fs_release)."""
+        lib.fs_release(self.r, counts, op, n)
+
     def view(self, at: int, n: int) -> memoryview:
         """n bytes at `at` in this ring's data (WaitSet.take's message), in place."""
         start = self._data + at
         return self._view[start:start + n]
 
-    def answer(self, rx: "Ring", op: int, seq: int, payload: Any) -> bool:
+    def answer(self, rx: "Ring", op: int, seq: int, payload: Any, counts: Any = ffi.NULL,
+               nrx: int = 0) -> bool:
         """A REPLY (err 0, untraced) with op and seq to the message at rx's front,
-        then that message released (fitserve.h); False: no room now, neither done."""
-        rc = lib.fs_answer(self.r, rx.r, op, seq,   # (ptr_of inline: this is hot)
+        then that message released (fitserve.h), both counted in `counts` (the
+        request as nrx bytes); False: no room now, neither done."""
+        rc = lib.fs_answer(self.r, rx.r, counts, op, seq,   # (ptr_of inline: this is hot)
                            payload if type(payload) is bytes else ffi.from_buffer(payload),
-                           len(payload))
+                           len(payload), nrx)
         if rc == 0:
             return True
         if rc == -errno.EAGAIN:

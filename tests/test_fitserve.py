@@ -101,6 +101,31 @@ def test_a_channels_posts_and_plain_receipts_are_counted_in_c_by_op():
     assert sent.taken() == [(ops[2], 1, HEADER_SIZE, 0, 0)]
 
 
+def test_a_served_message_is_counted_in_c_when_it_is_released():
+    """fs_answer counts the request it releases (as the nrx bytes fs_take found) and
+    its reply; fs_release the one-way message it releases; nothing is counted for a
+    reply that found no room (nothing released either)."""
+    from native.fitring import Counts
+
+    rx, tx, out, _, inbox = link()
+    counts = Counts()
+    assert out.send(pack(REQUEST, 0x0601, 7, 3), b"abc")
+    assert out.send(pack(ONEWAY, 0x0602, 0, 2), b"hi")
+    assert inbox.take() == 0 and inbox.msg.plain
+    assert tx.answer(rx, 0x0601, 7, b"answer", counts.handle, inbox.msg.len)
+    assert inbox.take() == 0 and inbox.msg.plain
+    rx.release(counts.handle, inbox.msg.op, inbox.msg.len)
+    assert inbox.take() == -1   # both released
+    assert counts.taken() == [(0x0601, 1, HEADER_SIZE + 6, 1, HEADER_SIZE + 3),
+                              (0x0602, 0, 0, 1, HEADER_SIZE + 2)]
+    while tx.send(b"", b"f" * 1000):   # the ring back full: no answer, nothing counted
+        pass
+    assert out.send(pack(REQUEST, 0x0601, 8, 0), b"")
+    assert inbox.take() == 0
+    assert not tx.answer(rx, 0x0601, 8, b"x" * 2000, counts.handle, inbox.msg.len)
+    assert counts.taken() == []
+
+
 def test_what_is_not_the_common_case_is_left_for_python():
     rx, _, out, _, inbox = link()
     cases = [pack(REQUEST, 1, 1, 3, trace=5, event=1) + b"abc",   # traced
