@@ -111,7 +111,8 @@ class ShmReceiving:
                     link.rx.consume()
                 else:   # counted in C, as fs_take found it plain (transport.py)
                     link.rx.release(link.counts.handle, head[1], len(arrival.frames[0]))
-        self._close_if_drained(link)
+        if link.hung:   # (_close_if_drained's test first: this runs for every message)
+            self._close_if_drained(link)
 
     def _close_if_drained(self, link: Link) -> None:
         """A hung link goes once everything its peer published is read."""

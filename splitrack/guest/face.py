@@ -33,12 +33,17 @@ from splitrack.guest import handles, own_fds
 
 
 class StubFace:
-    __slots__ = ("_s", "readable", "can_send")
+    __slots__ = ("_s", "readable", "can_send", "wake", "wake_senders", "drained", "pushed")
 
     def __init__(self, stub: Any):
         self._s = stub   # (the connection's state is shared by all its handles)
-        self.readable = stub._readable   # (the waits' tests: bound once, they run on
-        self.can_send = stub._can_send   # every wait of every recv and send)
+        # What runs for every message, bound once (a layer of Python less each time):
+        self.readable = stub._readable   # the waits' tests
+        self.can_send = stub._can_send
+        self.wake = stub._ring           # what its data path tells it
+        self.wake_senders = stub._wake_senders
+        self.drained = stub._drained
+        self.pushed = stub._pushed       # a push for this socket (unlocked: it takes the lock)
 
     # ---- what it is ------------------------------------------------------------------
     @property
@@ -71,15 +76,6 @@ class StubFace:
         return self._s._opts.get((level, opt))
 
     # ---- what its data path tells it ------------------------------------------------------
-    def wake(self) -> None:
-        self._s._ring()
-
-    def wake_senders(self) -> None:
-        self._s._wake_senders()
-
-    def drained(self) -> None:
-        self._s._drained()
-
     def set_eof(self) -> None:
         """The peer sends no more: recv reads what is buffered, then b""."""
         self._s._eof = True
@@ -121,9 +117,6 @@ class StubFace:
         self._s._park_writable(timeout)
 
     # ---- the runtime's -----------------------------------------------------------------
-    def pushed(self, op: int, payload: memoryview) -> None:
-        self._s._pushed(op, payload)
-
     def sync_bell(self, went_exact: bool) -> None:
         self._s._sync_bell(went_exact)
 
