@@ -90,7 +90,8 @@ class Endpoint(Calling, Serving):
                                                       poll_us, keys)
         self.address = self.transport.address
         self.counters = Counters()
-        self.counters.sources.append(self._transport_counted)
+        self.counters.sources.append(lambda _: self._add_counts(self.transport.counted()))
+        self.transport.add_counts = self._add_counts
         self.transport.count = self.counters.error
         self.transport.peer_gone = self._peer_gone
         self.vouch: Vouch | None = None
@@ -179,12 +180,14 @@ class Endpoint(Calling, Serving):
         inbox and sends from `sender`'s transport (default: this one's)."""
         return Channel(self, sender or self, peer, linger_s)
 
-    def _transport_counted(self, counters: Counters) -> None:
-        """What the transport counted itself (its calls made in full: shm, in C), into
-        the counters when they are reported (a Counters source)."""
-        for peer, op, tx_msgs, tx_bytes, rx_msgs, rx_bytes in self.transport.counted():
-            counters.add("tx", peer, op, tx_msgs, tx_bytes)
-            counters.add("rx", peer, op, rx_msgs, rx_bytes)
+    def _add_counts(self, rows: list[tuple[str, int, int, int, int, int]]) -> None:
+        """What the transport counted itself (shm: in C; transport.py's counted()) into
+        the counters: when they are reported (a Counters source), and a link's last
+        counts as it closes."""
+        add = self.counters.add
+        for peer, op, tx_msgs, tx_bytes, rx_msgs, rx_bytes in rows:
+            add("tx", peer, op, tx_msgs, tx_bytes)
+            add("rx", peer, op, rx_msgs, rx_bytes)
 
     def _peer_gone(self, peer: str) -> None:
         """A peer's process ended: what we kept about it goes (a process's or client's

@@ -12,15 +12,16 @@ carries what). Interface, within the transport:
                                  link, or a channel's segment), a link's hang-up
     _sync()                      takes in what the rendezvous thread left
     _close(link), _lost(link)    a link's end; forget(peer): ours, by choice
-    counted()                    what the links' calls counted in C (transport.py), a
-                                 closed link's last counts too
+    counted()                    what the links counted in C (transport.py); a closed
+                                 link's last counts go to add_counts as it closes
 Invariants: the rendezvous thread only adds links and marks hang-ups (the
 deques _new and _hung), and rings the bell; every other change happens in the
 thread that uses the endpoint (_sync() takes those two in). A link is not closed while a
 handler holds its message (_held) or a caller waits on it (busy): the last
 of them closes it. An inbound link that hung up is closed once everything
 its peer published is read. link_closed(peer) is called before an outbound
-link's ring goes, and peer_gone(peer) when a peer's last link closed.
+link's ring goes, add_counts with what a link counted last as it closes,
+and peer_gone(peer) when a peer's last link closed.
 """
 
 import errno
@@ -205,18 +206,16 @@ class ShmLinks:
             self.inbound.remove(link)
             self._gen += 1
         peer = link.peer
-        self._closed_counts.append((peer, link.counts))   # taken by the next counted()
-        if link.outbound:
+        self.add_counts([(peer, *row) for row in link.counts.taken()])   # (before peer_gone
+        if link.outbound:                                                # folds its counts)
             self.link_closed(peer)
         link.close()
         if gone and peer not in self.out and not any(x.peer == peer for x in self.inbound):
             self.peer_gone(peer)
 
     def counted(self) -> list[tuple[str, int, int, int, int, int]]:
-        closed, self._closed_counts = self._closed_counts, []
-        live = [*self.out.values(), *self.inbound]
-        return [(peer, *row) for peer, counts in [*((x.peer, x.counts) for x in live), *closed]
-                for row in counts.taken()]
+        return [(link.peer, *row) for link in [*self.out.values(), *self.inbound]
+                for row in link.counts.taken()]
 
     def _lost(self, link: Link, counter: str | None = None) -> None:
         """A link that cannot go on (its ring is broken, or its peer is gone)."""

@@ -79,7 +79,6 @@ from fit_rpc.shm_sending import ShmSending
 from fit_rpc.transport import Transport
 from native.fitring import (
     Bell,
-    Counts,
     WaitSet,
     Waker,
     check_sealed,
@@ -106,7 +105,6 @@ class ShmTransport(ShmLinks, ShmReceiving, ShmSending, Transport):
         self.waker = Waker(self.bell.efd) if self.fabric is not None else None
         self.inbound: list[Link] = []
         self.out: dict[str, Link] = {}
-        self._closed_counts: list[tuple[str, Counts]] = []   # closed links' (shm_links.py)
         self.channels: dict[int, ShmChannel] = {}   # token -> an end waiting for its peer
         self._new: deque[Link] = deque()            # from the rendezvous thread
         self._hung: deque[Link] = deque()           # likewise
@@ -123,6 +121,7 @@ class ShmTransport(ShmLinks, ShmReceiving, ShmSending, Transport):
         self.count = _no_count                      # error counters (the endpoint's)
         self.peer_gone = _no_peer                   # a peer's last link closed
         self.link_closed = _no_peer                 # an outbound link's ring is about to go
+        self.add_counts = _no_counts                # a closing link's last counts (shm_links.py)
         self._native: Any = None                    # serve_natively's data plane, and
         self._plane: Any = None                     # whether it reads the inbox now
         self._unvouched = False                     # (shm_receiving.py)
@@ -197,4 +196,8 @@ def _no_count(name: str) -> None:
 
 
 def _no_peer(peer: str) -> None:
+    pass
+
+
+def _no_counts(rows: list) -> None:
     pass

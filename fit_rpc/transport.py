@@ -105,6 +105,9 @@ Contract:
     count            a callable the endpoint sets: count(name) bumps an error counter
     peer_gone        a callable the endpoint sets: peer_gone(id) when a peer's
                      last link closed (its process ended)
+    add_counts       a callable the endpoint sets: add_counts(rows) takes what a
+                     link that closes counted last (rows as counted() gives them),
+                     before peer_gone
     close()          release everything; unusable afterwards
 
 Identity: Arrival.pid is the sender's pid as the kernel vouched for it when

@@ -72,7 +72,8 @@
  * message served, released by fs_answer (and its reply) or fs_release. Each with
  * its header's bytes. What they hand back for Python to parse, Python counts.
  * A row per op as ops come (op; tx msgs, bytes; rx msgs, bytes), the first
- * FS_COUNTED_OPS - 1 ops; the last row (op 0) counts every op after them. A
+ * FS_COUNTED_OPS - 1 ops (more than FIT has); the last row (op 0) counts any
+ * after them. A
  * Python counters call per message cost a FIT shortcut's round trip ~0.6 us
  * (evaluation.md). The writer is the one thread that sends (or receives) at a
  * time; a reader elsewhere sees a row's op before a count of it grows from 0,
@@ -102,7 +103,7 @@ typedef struct {
     uint8_t plain;
 } fs_msg;
 
-#define FS_COUNTED_OPS 8
+#define FS_COUNTED_OPS 64
 
 typedef struct {
     uint32_t op, pad;
@@ -110,7 +111,7 @@ typedef struct {
 } fs_count;
 
 typedef struct {
-    fs_count row[8];   /* FS_COUNTED_OPS */
+    fs_count row[64];   /* FS_COUNTED_OPS */
 } fs_counts;
 
 typedef struct {

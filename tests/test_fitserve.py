@@ -70,11 +70,12 @@ def test_a_request_written_in_c_is_the_request_python_would_write():
 
 def test_a_channels_posts_and_plain_receipts_are_counted_in_c_by_op():
     """fs_post counts what it wrote, fs_recv what it read plain (fitserve.h: fs_counts):
-    a row per op as ops come, the ops past the first seven in the last row (op 0);
-    Counts.taken() gives each row's growth since it last looked, and nothing twice.
-    What is not plain (here traced) is left to Python's count."""
-    from native.fitring import Counts, landing
+    a row per op as ops come, the ops past the table's last row but one in its last
+    row (op 0); Counts.taken() gives each row's growth since it last looked, and
+    nothing twice. What is not plain (here traced) is left to Python's count."""
+    from native.fitring import Counts, landing, lib
 
+    rows = lib.FS_COUNTED_OPS
     _, _, out, _, _ = link()
     reader = fit_link(CAP)   # (a second link: its rx is read with fs_recv)
     ws = WaitSet(reader.callee.word, reader.callee.efd)
@@ -82,20 +83,22 @@ def test_a_channels_posts_and_plain_receipts_are_counted_in_c_by_op():
     _, handle = landing(4096)
     sent, received = Counts(), Counts()
     ws.calls(handle, 4096, [], 0.0, received.handle)
-    ops = [0x0700 + k for k in range(9)]
-    for k, op in enumerate(ops):   # nine ops: seven rows, and two in the last
-        for _ in range(k + 1):
+    ops = [0x0700 + k for k in range(rows + 1)]   # two more than the table has rows for
+    for k, op in enumerate(ops):
+        for _ in range(1 + k % 3):
             assert out.post(op, b"hd", b"x" * k, sent.handle)
             assert reader.out.post(op, b"", b"y" * k)
             assert ws.recv(1.0) == HEADER_SIZE + k and ws.plain
     assert reader.out.send(pack(ONEWAY, 0x0700, 0, 1, trace=3, event=1), b"z")
     assert ws.recv(1.0) == HEADER_SIZE + 1 and not ws.plain
-    rows = sent.taken()
-    assert rows[:7] == [(op, k + 1, (k + 1) * (HEADER_SIZE + 2 + k), 0, 0)
-                        for k, op in enumerate(ops[:7])]
-    assert rows[7] == (0, 8 + 9, 8 * (HEADER_SIZE + 2 + 7) + 9 * (HEADER_SIZE + 2 + 8), 0, 0)
+    got = sent.taken()
+    assert got[:-1] == [(op, 1 + k % 3, (1 + k % 3) * (HEADER_SIZE + 2 + k), 0, 0)
+                        for k, op in enumerate(ops[:rows - 1])]
+    last = [(1 + k % 3, HEADER_SIZE + 2 + k) for k in range(rows - 1, rows + 1)]
+    assert got[-1] == (0, sum(m for m, _ in last), sum(m * b for m, b in last), 0, 0)
     assert [(op, tx, rx) for op, tx, _, rx, _ in received.taken()] == \
-        [(op, 0, k + 1) for k, op in enumerate(ops[:7])] + [(0, 0, 17)]
+        [(op, 0, 1 + k % 3) for k, op in enumerate(ops[:rows - 1])] + \
+        [(0, 0, sum(m for m, _ in last))]
     assert sent.taken() == [] and received.taken() == []
     assert out.post(ops[2], b"", b"", sent.handle)
     assert sent.taken() == [(ops[2], 1, HEADER_SIZE, 0, 0)]

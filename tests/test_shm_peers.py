@@ -206,7 +206,8 @@ def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_p
     """Endpoint.send: the first message makes the link (Python writes its header and
     counts it); later ones on the link, untraced, are posted with the header written
     and the message counted in C (ShmSending.post, fitserve.h: fs_post). The peer
-    reads every one whole, in order, and both ends count the same."""
+    reads every one whole, in order, and both ends count the same, also once the
+    link is closed."""
     a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
     b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
     got = []
@@ -220,6 +221,8 @@ def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_p
         while len(got) < 6:
             assert b.serve(5.0)
         assert got == [b"m%d" % k for k in range(6)]
+        a.transport.forget(b.id)   # a closed link's last counts are kept (add_counts)
+        assert a.transport.counted() == []
         tx = a.counters.snapshot()["links"][b.id]["op_0x7001"]
         rx = b.counters.snapshot()["links"][a.id]["op_0x7001"]
         assert (tx["tx_msgs"], tx["tx_bytes"]) == (6, 6 * (header.HEADER_SIZE + 2))
