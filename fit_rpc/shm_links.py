@@ -55,7 +55,7 @@ class Link:
         self.hung = self.closed = False
         self.busy = 0                       # callers waiting for its replies
         self.verdict: bool | None = None    # the endpoint's vouch, made on the first message
-        self.counts = Counts()              # its calls made in full, counted in C
+        self.counts = Counts()              # what it carried in full, counted in C
         self._serve_set: WaitSet | None = None
         self._serve_gen = -1
         self._alone: WaitSet | None = None
