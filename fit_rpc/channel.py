@@ -10,6 +10,9 @@ Interface:
     ch.connect(peer_address)                  join the peer's end (shm: nothing to
                                               do if the peer joined us first)
     ch.send(op, payload, timeout_s, head=b"") one message, head + payload
+    ch.sender(op, timeout_s, head=b"") -> send(payload)   send() bound to the rest,
+                                              for a sender of many (shm: one native
+                                              call a message, the common case)
     ch.recv(timeout_s) -> (op, payload) | None   the payload is the caller's to keep
     ch.fileno(), ch.arm(), ch.disarm()        readiness, as an endpoint's (transport.py)
     ch.pending()                              whether a message waits (recv(0) would get it)
@@ -25,6 +28,7 @@ shortcut's round trip ~0.6 us). Traced as an endpoint's one-way messages are
 one is recorded when it arrives (its reader goes on in its own context).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from fit_rpc import header, tracing
@@ -81,6 +85,14 @@ class Channel:
         self._link.send(payload, timeout_s,
                         _pack_header(MAGIC, VERSION, ONEWAY, op, 0, 0, n, trace, event) + head)
         self._tx_counters.tx(self.peer, op, n + HEADER_SIZE)
+
+    def sender(self, op: int, timeout_s: float, head: bytes = b"") -> Callable[[Any], None]:
+        """send(op, payload, timeout_s, head) as a callable of the payload alone, bound
+        once: the link's own where it has one (shm: ShmChannel.poster), else send()."""
+        def general(payload: Any) -> None:
+            self.send(op, payload, timeout_s, head)
+        poster = getattr(self._link, "poster", None)
+        return general if poster is None else poster(op, head, general)
 
     def recv(self, timeout_s: float) -> tuple[int, memoryview] | None:
         """(op, payload) of the next message, waiting up to timeout_s (0: only what is

@@ -230,3 +230,42 @@ def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_p
     finally:
         a.close()
         b.close()
+
+
+def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
+    """Channel.sender(op, timeout, head): one native call a message while the ring has
+    room (ShmChannel.poster); a payload past FIT's limit, or a ring that stays full,
+    goes Channel.send's way and fails as it does (MessageTooLarge, PeerUnreachable).
+    What went arrives whole, in order, counted once."""
+    from fit_rpc.errors import MessageTooLarge
+    from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
+
+    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
+    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
+    try:
+        to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
+        to_b.connect(to_a.address)
+        send = to_b.sender(0x7001, 0.05, b"hd")
+        send(b"one")
+        send(memoryview(b"two"))
+        with pytest.raises(MessageTooLarge):
+            send(bytes(FIT_MAX_PAYLOAD_BYTES))
+        assert [(op, bytes(p)) for op, p in (to_a.recv(5.0), to_a.recv(5.0))] == \
+            [(0x7001, b"hdone"), (0x7001, b"hdtwo")]
+        big = 0
+        with pytest.raises(PeerUnreachable):   # nobody reads: the ring fills, then stays full
+            while True:
+                send(b"x" * 60000)
+                big += 1
+        got = 0
+        while (message := to_a.recv(0)) is not None:
+            assert bytes(message[1]) == b"hd" + b"x" * 60000
+            got += 1
+        assert got == big > 0
+        tx = a.counters.snapshot()["links"][b.id]["op_0x7001"]
+        assert tx["tx_msgs"] == 2 + big
+        rx = b.counters.snapshot()["links"][a.id]["op_0x7001"]
+        assert (rx["rx_msgs"], rx["rx_bytes"]) == (tx["tx_msgs"], tx["tx_bytes"])
+    finally:
+        a.close()
+        b.close()

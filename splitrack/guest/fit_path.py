@@ -77,6 +77,7 @@ class FitPath:
         self.closed_sent = False
         self.checked = time.monotonic()
         self.peer_stub, self.head = 0, b""
+        self._send_data = self.channel.sender(_SC_DATA, STUB_PUSH_TIMEOUT_S)   # (connected())
         if channel is not None:
             try:
                 self.connected(peer_stub, channel)
@@ -90,6 +91,7 @@ class FitPath:
         self.channel.connect(channel)
         self.peer_stub = peer_stub
         self.head = SK.pack(peer_stub)   # every STUB_SC_DATA starts with it
+        self._send_data = self.channel.sender(_SC_DATA, STUB_PUSH_TIMEOUT_S, self.head)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         rx = self.rx
@@ -146,8 +148,7 @@ class FitPath:
         n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
         if n:
             try:
-                self.channel.send(_SC_DATA, chunk if n == len(chunk) else chunk[:n],
-                                  STUB_PUSH_TIMEOUT_S, self.head)
+                self._send_data(chunk if n == len(chunk) else chunk[:n])
             except OSError:   # the peer's end takes nothing: it is gone
                 raise OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)) from None
             self.credit -= n
