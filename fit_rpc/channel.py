@@ -14,6 +14,8 @@ Interface:
                                               for a sender of many (shm: one native
                                               call a message, the common case)
     ch.recv(timeout_s) -> (op, payload) | None   the payload is the caller's to keep
+    ch.receiver() -> recv(timeout_s)          recv bound once, for a reader of many
+                                              (shm: one native call a message)
     ch.fileno(), ch.arm(), ch.disarm()        readiness, as an endpoint's (transport.py)
     ch.pending()                              whether a message waits (recv(0) would get it)
     ch.close()
@@ -102,6 +104,17 @@ class Channel:
             return None
         if type(frame) is tuple:   # (op, payload): the transport read the header, and
             return frame           # counted it
+        return self._parsed(frame)
+
+    def receiver(self) -> Callable[[float], tuple[int, memoryview] | None]:
+        """recv as a callable bound once, for a reader of many: the link's own where
+        it has one (shm: ShmChannel.receiver), else recv()."""
+        receiver = getattr(self._link, "receiver", None)
+        return self.recv if receiver is None else receiver(self._parsed, self.recv)
+
+    def _parsed(self, frame: bytes) -> tuple[int, memoryview] | None:
+        """A frame the transport did not read: (op, payload), counted (and its trace
+        recorded); None if it is malformed (counted so)."""
         try:
             _, op, _, _, trace, event, payload = header.parse_traced(frame)
         except FitError:

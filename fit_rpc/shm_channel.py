@@ -58,6 +58,7 @@ class ShmChannel:
         self._ws: WaitSet | None = None
         self._landing, self._landing_handle = landing(FIT_CALL_COPY_BYTES)   # recv() reads here
         self._counts = Counts()   # what post() and recv() count, in C
+        self._caller: Any = None   # its WaitSet's fs_caller, for receiver() (no model)
         self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False
@@ -72,6 +73,8 @@ class ShmChannel:
         ws.calls(self._landing_handle, FIT_CALL_COPY_BYTES, [], self._t.spin_s,
                  self._counts.handle)
         self._ws = ws
+        if self.waker is None:   # (a model's due times are recv()'s to wait for)
+            self._caller = ws.caller()
         self._attached.set()
         os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
 
@@ -146,6 +149,27 @@ class ShmChannel:
                     tx.r, counts, op, head, nhead,
                     payload if type(payload) is bytes else from_buffer(payload), len(payload)):
                 general(payload)
+        return fast
+
+    def receiver(self, parsed: Callable[[bytes], Any], general: Callable[[float], Any]
+                 ) -> Callable[[float], Any]:
+        """recv(timeout_s) bound once, for a reader of many (the FIT shortcut's): one
+        native call a message (fs_recv) -- a well-formed, untraced one-way message is
+        (op, payload), counted in C, any other frame read goes to parsed(frame) (the
+        caller's); nothing within timeout_s, a message too large for the landing, a
+        broken ring, an end not attached yet or one with a fabric model: general(),
+        the caller's recv(), says what is there (0: does not wait again)."""
+        landing, recv, reply = self._landing, lib.fs_recv, lib.FC_REPLY
+
+        def fast(timeout_s: float) -> Any:
+            c = self._caller
+            if c is None:
+                return general(timeout_s)
+            if recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0) != reply:
+                return general(0)
+            if c.plain:
+                return c.op, memoryview(landing[HEADER_SIZE:c.len].tobytes())
+            return parsed(bytes(landing[:c.len]))
         return fast
 
     def counted(self) -> list[tuple[int, int, int, int, int]]:

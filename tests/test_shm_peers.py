@@ -269,3 +269,37 @@ def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_a_channels_receiver_reads_in_one_native_call_and_otherwise_as_recv(tmp_path):
+    """Channel.receiver(): a plain one-way message is (op, payload), read by fs_recv;
+    one that is not plain is parsed as recv() parses it, one larger than the landing
+    read as recv() reads it, a malformed one counted and skipped (None); nothing
+    within the time: None. All in order, counted once."""
+    from fit_rpc.params import FIT_CALL_COPY_BYTES
+
+    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
+    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
+    try:
+        to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
+        to_b.connect(to_a.address)
+        recv = to_a.receiver()
+        assert recv(0.01) is None
+        big = os.urandom(FIT_CALL_COPY_BYTES + 100)
+        to_b.send(0x7001, b"plain", 1.0)
+        to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
+        to_b.send(0x7003, big, 1.0)
+        to_b._link.send(b"not a FIT frame at all, nor its header", 1.0)
+        to_b.send(0x7001, b"last", 1.0)
+        got = [recv(5.0) for _ in range(5)]
+        assert [None if g is None else (g[0], bytes(g[1])) for g in got] == \
+            [(0x7001, b"plain"), (0x7002, b"odd"), (0x7003, big), None, (0x7001, b"last")]
+        assert recv(0) is None
+        snap = b.counters.snapshot()
+        rx = snap["links"][a.id]
+        assert {op: row["rx_msgs"] for op, row in rx.items()} == \
+            {"op_0x7001": 2, "op_0x7002": 1, "op_0x7003": 1}
+        assert snap["errors"]["malformed"] == 1
+    finally:
+        a.close()
+        b.close()

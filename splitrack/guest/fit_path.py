@@ -69,6 +69,7 @@ class FitPath:
         self.peer_pid = pid
         # what the stub sent before close() still leaves, as a closed skeleton's does
         self.channel = self.rt.channel(peer, SKELETON_LINGER_S)
+        self._recv = self.channel.receiver()   # (its recv, bound once)
         self.reading = threading.Lock()
         self.released = False
         self.rx: deque[memoryview] = deque()   # received chunks, in order
@@ -205,7 +206,7 @@ class FitPath:
     def _read(self, timeout: float) -> None:
         if self.channel.pending() and self.drain():   # a sender ahead of its reader: all
             return   # that waits, for one recv (an echo's reader looks before its answer)
-        got = self.channel.recv(timeout)
+        got = self._recv(timeout)
         if got is not None:
             self._deliver(*got)
         else:   # a slice went by: the process's inbox's turn; is the peer alive?
@@ -232,7 +233,7 @@ class FitPath:
         (_read), holding `reading`: every message waiting on the channel; whether
         there was any."""
         got_any = False
-        while (got := self.channel.recv(0)) is not None:
+        while (got := self._recv(0)) is not None:
             self._deliver(*got)
             got_any = True
         return got_any
