@@ -248,6 +248,8 @@ def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
         send = to_b.sender(0x7001, 0.05, b"hd")
         send(b"one")
         send(memoryview(b"two"))
+        row = to_b._link._counts.handle.row[0]   # (C's own count, before any report)
+        assert (row.op, row.tx_msgs, row.tx_bytes) == (0x7001, 2, 2 * (header.HEADER_SIZE + 5))
         with pytest.raises(MessageTooLarge):
             send(bytes(FIT_MAX_PAYLOAD_BYTES))
         assert [(op, bytes(p)) for op, p in (to_a.recv(5.0), to_a.recv(5.0))] == \
@@ -292,6 +294,8 @@ def test_a_channels_receiver_reads_in_one_native_call_and_otherwise_as_recv(tmp_
         to_b._link.send(b"not a FIT frame at all, nor its header", 1.0)
         to_b.send(0x7001, b"last", 1.0)
         got = [recv(5.0) for _ in range(5)]
+        row = to_a._link._counts.handle.row[0]   # the plain ones, read by fs_recv
+        assert (row.op, row.rx_msgs) == (0x7001, 2)
         assert [None if g is None else (g[0], bytes(g[1])) for g in got] == \
             [(0x7001, b"plain"), (0x7002, b"odd"), (0x7003, big), None, (0x7001, b"last")]
         assert recv(0) is None
