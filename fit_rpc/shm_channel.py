@@ -108,8 +108,7 @@ class ShmChannel:
 
     def send(self, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
         """Queue one message for the peer's end; PeerUnreachable if it takes none in time."""
-        if not self._attached.is_set() and not self._attached.wait(timeout_s):
-            raise PeerUnreachable(f"channel to {self.peer} not connected")
+        self._await_attached(timeout_s)
         tx = self.tx
         if tx.send(head, frame) or (tx.wait_space(len(head) + len(frame), self.efd,
                                                   self._t.spin_s, timeout_s)
@@ -117,14 +116,18 @@ class ShmChannel:
             return
         raise PeerUnreachable(f"channel to {self.peer}: its ring stayed full")
 
+    def _await_attached(self, timeout_s: float) -> None:
+        """Until the peer's end joined (PeerUnreachable if not within timeout_s)."""
+        if not self._attached.is_set() and not self._attached.wait(timeout_s):
+            raise PeerUnreachable(f"channel to {self.peer} not connected")
+
     def post(self, op: int, frame: Frame, timeout_s: float, head: bytes = b"") -> None:
         """send() of an untraced ONEWAY message, its header written and the message
         counted in C (fitserve.h: fs_post); PeerUnreachable as send() says."""
         tx = self.tx
         if tx is not None and tx.post(op, head, frame, self._counts.handle):
             return
-        if not self._attached.is_set() and not self._attached.wait(timeout_s):
-            raise PeerUnreachable(f"channel to {self.peer} not connected")
+        self._await_attached(timeout_s)
         tx, counts = self.tx, self._counts.handle   # (as send(): one wait for room)
         if tx.post(op, head, frame, counts) or (
                 tx.wait_space(HEADER_SIZE + len(head) + len(frame), self.efd, self._t.spin_s,
