@@ -24,6 +24,7 @@ from netprogs import (
     on_rack,
     run_on_rack,
 )
+from splitrack.params import SHORTCUT_FIT_WINDOW_BYTES
 
 NIC = "127.0.0.11"
 
@@ -81,6 +82,63 @@ def test_a_recv_takes_all_the_pieces_that_wait(net, client_on):
         proc = run_on_rack(env, client, NIC, str(port), on=client_on, name=RACK)
         assert (proc.returncode, proc.stdout) == (0, "ok\n"), proc.stderr
         assert server.stdout.readline().split() == ["5000", "5000", "True"]
+
+
+MIXED_READER = textwrap.dedent("""
+    import hashlib, socket, sys
+    srv = socket.create_server((sys.argv[1], 0))
+    print(srv.getsockname()[1], flush=True)
+    conn, _ = srv.accept()
+    total, digest, k = int(sys.argv[2]), hashlib.sha256(), 0
+    got, buf = 0, bytearray(1 << 17)
+    while got < total:   # reads smaller and larger than the sends, both kinds of recv
+        want = (1, 7, 4096, 1 << 17, 3000)[k % 5]
+        if k % 2:
+            n = conn.recv_into(memoryview(buf)[:want])
+            digest.update(buf[:n])
+        else:
+            n = len(data := conn.recv(want))
+            digest.update(data)
+        assert n, "early EOF"
+        got, k = got + n, k + 1
+    conn.settimeout(0.3)
+    try:
+        conn.recv(10)
+        timed_out = False
+    except TimeoutError:
+        timed_out = True
+    conn.sendall(b"t")
+    conn.settimeout(30)
+    print(digest.hexdigest(), timed_out, conn.recv(10).decode(), flush=True)
+""")
+
+
+def test_a_fit_reader_gets_the_stream_whatever_it_reads_at_a_time(net):
+    """A blocking recv on a FIT shortcut takes the next message straight from the
+    channel when it fits (fit_path.py: take_next) and the general way when it does
+    not: in order, whole, across many windows of credit, and a timeout still ends a
+    wait with nothing sent."""
+    rack, env = net
+    client = textwrap.dedent("""
+        import hashlib, socket, sys
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+        digest = hashlib.sha256()
+        for i in range(int(sys.argv[3])):
+            data = bytes([i % 251]) * (1, 100, 4096, 3000, 70000, 5)[i % 6]
+            c.sendall(data)
+            digest.update(data)
+        assert c.recv(1) == b"t"
+        c.sendall(b"end")
+        print(digest.hexdigest(), flush=True)
+        c.recv(1)   # the reader's close
+    """)
+    rounds = 600
+    total = sum((1, 100, 4096, 3000, 70000, 5)[i % 6] for i in range(rounds))
+    with on_rack(env, MIXED_READER, NIC, str(total), name=RACK) as (server, (port,)):
+        proc = run_on_rack(env, client, NIC, str(port), str(rounds), on="p1", name=RACK)
+        assert proc.returncode == 0, proc.stderr
+        assert server.stdout.readline().split() == [proc.stdout.strip(), "True", "end"]
+    assert total > 10 * SHORTCUT_FIT_WINDOW_BYTES   # (credit went back many times)
 
 
 def test_socketserver_serves_pipe_and_fit_clients_at_once(net):

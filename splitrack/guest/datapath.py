@@ -34,6 +34,11 @@ class DataPath(Protocol):
         """Up to `want` received bytes: bytes, or (view) the count read into view;
         None if none is buffered now (at EOF too: the stub decides what that means)."""
 
+    # A blocking recv's fast lane, or None (a NicPath's, a PipePath's): FitPath.take_next
+    # (want, view, deadline), called unlocked once take() found nothing -- the next
+    # message straight to the caller, or None for the general way (a wait, then take()).
+    take_next: Any
+
     def put(self, chunk: memoryview) -> int:
         """Send what the window takes of `chunk` now, without blocking: the count."""
 

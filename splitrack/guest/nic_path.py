@@ -85,6 +85,8 @@ _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 
 
 class NicPath:
+    take_next = None   # (a FitPath's: the skeleton's bytes come through the inbox)
+
     def __init__(self, stub: Any, mode: str, packing: bool = True,
                  buffers: dict[str, Any] | None = None):
         """buffers: runtime.buffers(mode) taken already (connect() names them in its

@@ -32,6 +32,7 @@ class PipePath:
     name = "pipe"
     pump_due = False   # (a NicPath's: its sender reads the inbox; the kernel tells this one)
     packs = False      # (a NicPath's: no sends held back here)
+    take_next = None   # (a FitPath's: the pipe is read by take())
 
     def __init__(self, stub: Any, fd: int):
         self.stub = stub._face   # (face.py: all of the stub a path may touch)

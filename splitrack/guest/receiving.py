@@ -120,6 +120,13 @@ class Receiving:
                 self._rt.pump()
                 pumped = True
                 continue
+            if not flags and self._timeout != 0.0:   # a blocking recv: the fast lane
+                path = self._path   # (if its path has one: datapath.py)
+                take_next = None if path is None else path.take_next
+                if take_next is not None:
+                    got = take_next(want, view, deadline)
+                    if got is not None:
+                        return got
             if flags & _DONTWAIT and self._timeout is None:   # (with a timeout, CPython
                 raise BlockingIOError(errno.EAGAIN,            # waits first, as here)
                                       "Resource temporarily unavailable")
