@@ -14,8 +14,11 @@ Interface:
                                               for a sender of many (shm: one native
                                               call a message, the common case)
     ch.recv(timeout_s) -> (op, payload) | None   the payload is the caller's to keep
-    ch.receiver() -> recv(timeout_s)          recv bound once, for a reader of many
-                                              (shm: one native call a message)
+    ch.reader(op, skip) -> read(view, timeout_s)   recv bound once, for a reader of
+                                              many: a message of op copied to view
+                                              past its `skip` head bytes where it fits
+                                              (the count; shm only: one native call a
+                                              message), else what recv() gives
     ch.fileno(), ch.arm(), ch.disarm()        readiness, as an endpoint's (transport.py)
     ch.pending()                              whether a message waits (recv(0) would get it)
     ch.close()
@@ -106,11 +109,17 @@ class Channel:
             return frame           # counted it
         return self._parsed(frame)
 
-    def receiver(self) -> Callable[[float], tuple[int, memoryview] | None]:
-        """recv as a callable bound once, for a reader of many: the link's own where
-        it has one (shm: ShmChannel.receiver), else recv()."""
-        receiver = getattr(self._link, "receiver", None)
-        return self.recv if receiver is None else receiver(self._parsed, self.recv)
+    def reader(self, op: int, skip: int) -> Callable[[Any, float], Any]:
+        """recv bound once, for a reader of many, as read(view, timeout_s): what
+        recv() gives -- or, where the link reads into buffers (shm:
+        ShmChannel.reader), the count copied into `view` if the message is a plain
+        one of `op` whose payload after its first `skip` bytes fits (view None:
+        never copied)."""
+        reader = getattr(self._link, "reader", None)
+        if reader is not None:
+            return reader(op, skip, self._parsed, self.recv)
+        recv = self.recv
+        return lambda view, timeout_s: recv(timeout_s)
 
     def _parsed(self, frame: bytes) -> tuple[int, memoryview] | None:
         """A frame the transport did not read: (op, payload), counted (and its trace

@@ -154,26 +154,36 @@ class ShmChannel:
                 general(payload)
         return fast
 
-    def receiver(self, parsed: Callable[[bytes], Any], general: Callable[[float], Any]
-                 ) -> Callable[[float], Any]:
-        """recv(timeout_s) bound once, for a reader of many (the FIT shortcut's): one
-        native call a message (fs_recv) -- a well-formed, untraced one-way message is
-        (op, payload), counted in C, any other frame read goes to parsed(frame) (the
-        caller's); nothing within timeout_s, a message too large for the landing, a
-        broken ring, an end not attached yet or one with a fabric model: general(),
-        the caller's recv(), says what is there (0: does not wait again)."""
-        landing, recv, reply = self._landing, lib.fs_recv, lib.FC_REPLY
+    def reader(self, op: int, skip: int, parsed: Callable[[bytes], Any],
+               general: Callable[[float], Any]) -> Callable[[Any, float], Any]:
+        """read(view, timeout_s) bound once, for a reader of many (the FIT shortcut's):
+        one native call a message (fs_recv_into). A well-formed, untraced one-way
+        message of `op` whose payload after its first `skip` bytes fits the writable
+        buffer `view` is copied there from the ring: the count (an int); any other
+        plain one-way message is (op, payload); any other frame read goes to
+        parsed(frame) (the caller's); view None: nothing is copied (recv()). All
+        counted in C but the parsed. Nothing within timeout_s, a message too large
+        for the landing, a broken ring, an end not attached yet or one with a fabric
+        model: general(), the caller's recv(), says what is there (0: does not wait
+        again)."""
+        landing, recv, landed = self._landing, lib.fs_recv_into, lib.FS_LANDED
+        null, from_buffer = ffi.NULL, ffi.from_buffer
 
-        def fast(timeout_s: float) -> Any:
+        def read(view: Any, timeout_s: float) -> Any:
             c = self._caller
             if c is None:
                 return general(timeout_s)
-            if recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0) != reply:
+            k = recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0, op, skip,
+                     null if view is None else from_buffer("char[]", view, True),
+                     0 if view is None else len(view))
+            if k > 0:
+                return k
+            if k != landed:
                 return general(0)
             if c.plain:
                 return c.op, memoryview(landing[HEADER_SIZE:c.len].tobytes())
             return parsed(bytes(landing[:c.len]))
-        return fast
+        return read
 
     def counted(self) -> list[tuple[int, int, int, int, int]]:
         """What post() and recv() counted since the last call (transport.py)."""

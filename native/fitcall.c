@@ -13,6 +13,22 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t fr_await(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
+                 const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns, uint32_t *len) {
+    fr_ring *back = rings[0];
+    int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+    for (;;) {
+        int64_t at = fr_peek(back, len);
+        if (at != -EAGAIN)
+            return at;
+        int64_t left = deadline < 0 ? -1 : deadline - now_ns();
+        if (deadline >= 0 && left <= 0)
+            return -EAGAIN;   /* the time is up */
+        if (fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, left) != 0)
+            return -EAGAIN;   /* another ring, a hang-up, woken, a signal, the time */
+    }
+}
+
 int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
             uint32_t npayload, fr_ring *const *rings, int n, int start, uint32_t *bell,
             int efd, const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns,
@@ -24,26 +40,14 @@ int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
         if (rc < 0)
             return rc;
     }
-    fr_ring *back = rings[0];
-    int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
-    for (;;) {
-        uint32_t l;
-        int64_t at = fr_peek(back, &l);
-        if (at >= 0) {
-            if (l > cap)
-                return FC_SENT;   /* the caller reads it in place */
-            memcpy(out, back->data + at, l);
-            fr_consume(back);
-            *len = l;
-            return FC_REPLY;
-        }
-        if (at != -EAGAIN)
-            return (int)at;
-        int64_t left = deadline < 0 ? -1 : deadline - now_ns();
-        if (deadline >= 0 && left <= 0)
-            return FC_SENT;   /* the time is up: the caller says so */
-        int i = fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, left);
-        if (i != 0)
-            return FC_SENT;   /* another ring, a hang-up, woken, a signal, the time */
-    }
+    uint32_t l;
+    int64_t at = fr_await(rings, n, start, bell, efd, fds, nfds, spin_ns, timeout_ns, &l);
+    if (at == -EAGAIN || (at >= 0 && l > cap))
+        return FC_SENT;   /* none came, or one too large: the caller reads it in place */
+    if (at < 0)
+        return (int)at;
+    memcpy(out, rings[0]->data + at, l);
+    fr_consume(rings[0]);
+    *len = l;
+    return FC_REPLY;
 }

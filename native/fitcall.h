@@ -38,6 +38,13 @@
 #define FC_SENT 1
 #define FC_UNSENT 2
 
+/* fr_call's wait alone: the next message of rings[0], waited for as fr_call waits
+ * (the same set, spin and timeout): its offset in the ring's data (*len its bytes;
+ * not consumed); -EAGAIN: none came (the wait ended otherwise, as FC_SENT's); any
+ * other < 0: the ring's -errno. */
+int64_t fr_await(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
+                 const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns, uint32_t *len);
+
 int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
             uint32_t npayload, fr_ring *const *rings, int n, int start, uint32_t *bell,
             int efd, const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns,

@@ -128,13 +128,37 @@ void fs_counted(fs_counts *k, uint16_t op, uint64_t tx_bytes, uint64_t rx_bytes)
     }
 }
 
-int fs_recv(fs_caller *c, int64_t timeout_ns) {
-    int rc = fr_call(NULL, NULL, 0, NULL, 0, c->rings, c->n, c->start, c->bell, c->efd, c->fds,
-                     c->nfds, c->spin_ns, timeout_ns, c->out, c->cap, &c->len);
-    c->plain = rc == FC_REPLY && plain(c, K.oneway, 0);
+int fs_recv_into(fs_caller *c, int64_t timeout_ns, uint16_t op, uint32_t skip, char *buf,
+                 uint32_t want) {
+    fr_ring *r = c->rings[0];
+    uint32_t l;
+    int64_t at = fr_await(c->rings, c->n, c->start, c->bell, c->efd, c->fds, c->nfds,
+                          c->spin_ns, timeout_ns, &l);
+    if (at < 0 || l > c->cap)
+        return FS_NONE;   /* (a broken ring, one too large: the caller's recv says) */
+    if (want && l > HEADER_BYTES + skip && l - HEADER_BYTES - skip <= want) {
+        fit_header h;
+        memcpy(&h, r->data + at, HEADER_BYTES);   /* read once: the peer may scribble */
+        if (h.magic == K.magic && h.version == K.version && h.kind == K.oneway &&
+            h.op == op && !h.err && !h.trace && h.length == l - HEADER_BYTES) {
+            uint32_t k = l - HEADER_BYTES - skip;
+            memcpy(buf, r->data + at + HEADER_BYTES + skip, k);
+            fr_consume(r);
+            fs_counted(c->counts, op, 0, l);
+            return (int)k;
+        }
+    }
+    memcpy(c->out, r->data + at, l);
+    fr_consume(r);
+    c->len = l;
+    c->plain = plain(c, K.oneway, 0);
     if (c->plain)
         fs_counted(c->counts, c->op, 0, c->len);
-    return rc;
+    return FS_LANDED;
+}
+
+int fs_recv(fs_caller *c, int64_t timeout_ns) {
+    return fs_recv_into(c, timeout_ns, 0, 0, NULL, 0) == FS_LANDED ? FC_REPLY : FC_SENT;
 }
 
 /* One message of `kind` into tx, its header written here, then head and payload. */

@@ -56,6 +56,15 @@
  * NULL); FC_SENT: none came (the wait ended otherwise), or one too large for out
  * (left in its ring).
  *
+ * fs_recv_into: fs_recv, but the next message straight to `buf` if it is a
+ * well-formed, untraced ONEWAY of `op` with err 0 whose payload after its first
+ * `skip` bytes (a head: the FIT shortcut's stub id) is 1 to `want` bytes: those
+ * bytes copied from the ring (no landing), the message consumed and counted,
+ * their count returned (> 0). Any other message is fs_recv's FC_REPLY: read into
+ * c->out, FS_LANDED (0); none (or one too large for out, or a broken ring: left
+ * for the caller's recv to say), FS_NONE (-1). A FIT shortcut's blocking recv
+ * in one native call (splitrack/guest/fit_path.py: take_next).
+ *
  * fs_reply_begin: room in tx for a REPLY (err 0, untraced) with `op`, `seq` and an
  * n-byte payload, its header written: the payload's offset in tx's data, for the
  * caller to fill and then fr_commit(tx, HEADER_BYTES + n); < 0: fr_reserve's
@@ -142,6 +151,10 @@ void fs_release(fr_ring *rx, fs_counts *counts, uint16_t op, uint32_t n);
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns);
 int fs_recv(fs_caller *c, int64_t timeout_ns);
+#define FS_LANDED 0
+#define FS_NONE -1
+int fs_recv_into(fs_caller *c, int64_t timeout_ns, uint16_t op, uint32_t skip, char *buf,
+                 uint32_t want);
 int64_t fs_reply_begin(fr_ring *tx, uint16_t op, uint32_t seq, uint32_t n);
 int fs_post(fr_ring *tx, fs_counts *counts, uint16_t op, const char *head, uint32_t nhead,
             const char *payload, uint32_t n);

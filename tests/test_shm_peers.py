@@ -285,20 +285,20 @@ def test_a_channels_receiver_reads_in_one_native_call_and_otherwise_as_recv(tmp_
     try:
         to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
         to_b.connect(to_a.address)
-        recv = to_a.receiver()
-        assert recv(0.01) is None
+        recv = to_a.reader(0x7001, 0)
+        assert recv(None, 0.01) is None
         big = os.urandom(FIT_CALL_COPY_BYTES + 100)
         to_b.send(0x7001, b"plain", 1.0)
         to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
         to_b.send(0x7003, big, 1.0)
         to_b._link.send(b"not a FIT frame at all, nor its header", 1.0)
         to_b.send(0x7001, b"last", 1.0)
-        got = [recv(5.0) for _ in range(5)]
+        got = [recv(None, 5.0) for _ in range(5)]
         row = to_a._link._counts.handle.row[0]   # the plain ones, read by fs_recv
         assert (row.op, row.rx_msgs) == (0x7001, 2)
         assert [None if g is None else (g[0], bytes(g[1])) for g in got] == \
             [(0x7001, b"plain"), (0x7002, b"odd"), (0x7003, big), None, (0x7001, b"last")]
-        assert recv(0) is None
+        assert recv(None, 0) is None
         snap = b.counters.snapshot()
         rx = snap["links"][a.id]
         assert {op: row["rx_msgs"] for op, row in rx.items()} == \

@@ -138,7 +138,7 @@ def test_a_fit_reader_gets_the_stream_whatever_it_reads_at_a_time(net):
         proc = run_on_rack(env, client, NIC, str(port), str(rounds), on="p1", name=RACK)
         assert proc.returncode == 0, proc.stderr
         assert server.stdout.readline().split() == [proc.stdout.strip(), "True", "end"]
-    assert total > 10 * SHORTCUT_FIT_WINDOW_BYTES   # (credit went back many times)
+    assert total > 3 * SHORTCUT_FIT_WINDOW_BYTES   # (credit went back many times)
 
 
 def test_socketserver_serves_pipe_and_fit_clients_at_once(net):

@@ -69,11 +69,13 @@ class FitPath:
         self.peer_pid = pid
         # what the stub sent before close() still leaves, as a closed skeleton's does
         self.channel = self.rt.channel(peer, SKELETON_LINGER_S)
-        self._recv = self.channel.receiver()   # (its recv, bound once)
+        self._read_msg = self.channel.reader(_SC_DATA, SK.size)   # (its recv, bound once)
         self.reading = threading.Lock()
         self.released = False
         self.rx: deque[memoryview] = deque()   # received chunks, in order
-        self.unacked = 0
+        self.unacked = 0        # read by take(), not yet credited (the stub's lock)
+        self.unacked_next = 0   # ... by take_next() (`reading`): each credits its own
+                                # (two credit thresholds, a quarter each, < the window)
         self.credit = SHORTCUT_FIT_WINDOW_BYTES
         self.closed_sent = False
         self.checked = time.monotonic()
@@ -109,7 +111,10 @@ class FitPath:
             rx.popleft()
         k = len(data)
         if not peek:
-            self._consumed(k)
+            self.unacked += k
+            if self.unacked >= _FIT_CREDIT_BYTES:
+                self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
+                self.unacked = 0
             if not rx:
                 self.stub.drained()
         if view is None:
@@ -121,50 +126,50 @@ class FitPath:
                   ) -> Any:
         """A blocking recv's fast lane (receiving.py), the stub's lock not held and
         take() having found nothing: the next message read from the channel straight
-        to the caller -- bytes, or the count read into view -- if it is data and
-        `want` takes all of it; None for the general way to look: anything else
-        (delivered, as _read does), nothing within PEER_CHECK_S (the inbox pumped,
-        the peer checked), another reader, the deadline past. A round trip's bell,
-        ring and hush and take(): 3 us of 8 (docs/evaluation.md)."""
+        to the caller -- bytes, or the count read into view (copied from the ring:
+        fs_recv_into) -- if it is data and `want` takes all of it; None for the
+        general way to look: anything else (delivered, as _read does), nothing within
+        PEER_CHECK_S (the inbox pumped, the peer checked), another reader, the
+        deadline past. Without the bell, take() and the stub's lock: half of a round
+        trip's Python (docs/evaluation.md)."""
         if not self.reading.acquire(blocking=False):
             return None   # the inbox thread reads the channel, or another waiter does
+        credit = 0
         try:
             if self.rx or self.released:   # (looked at once the channel is ours)
                 return None
             most = PEER_CHECK_S if deadline is None else min(deadline - time.monotonic(),
                                                              PEER_CHECK_S)
-            got = self._recv(most) if most > 0 else None
-            if got is None:
-                if most > 0:   # a slice went by: the inbox's turn; is the peer alive?
-                    self.rt.pump()
-                    self.check_peer()
+            if most <= 0:
                 return None
-            op, payload = got
-            k = len(payload) - SK.size
-            if op != _SC_DATA or not 0 < k <= want:
-                self._deliver(op, payload)
+            got = self._read_msg(view if view is None or want == len(view) else view[:want],
+                                 most)
+            if type(got) is int:
+                k = got
+            elif got is None:   # a slice went by: the inbox's turn; is the peer alive?
+                self.rt.pump()
+                self.check_peer()
                 return None
-            if view is None:
-                data = bytes(payload[SK.size:])
             else:
-                view[:k] = payload[SK.size:]
+                op, payload = got
+                k = len(payload) - SK.size
+                if op != _SC_DATA or not 0 < k <= want:
+                    self._deliver(op, payload)
+                    return None
+                if view is None:
+                    got = bytes(payload[SK.size:])
+                else:
+                    view[:k] = payload[SK.size:]
+                    got = k
+            self.unacked_next += k   # (take()'s count is the stub lock's, this `reading`'s)
+            if self.unacked_next >= _FIT_CREDIT_BYTES:
+                credit, self.unacked_next = self.unacked_next, 0
         finally:
             self.let_go()
-        lock = self.stub.lock
-        lock.acquire()   # (the credit is sent as take()'s: with the lock held)
-        try:
-            self._consumed(k)
-        finally:
-            lock.release()
-        return k if view is not None else data
-
-    def _consumed(self, k: int) -> None:
-        """k bytes went to the program (the stub's lock held): the peer's credit, sent
-        once _FIT_CREDIT_BYTES were."""
-        self.unacked += k
-        if self.unacked >= _FIT_CREDIT_BYTES:
-            self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, self.unacked))
-            self.unacked = 0
+        if credit:
+            with self.stub.lock:   # (the channel's sends are the lock's)
+                self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, credit))
+        return got
 
     def _gather(self, want: int, peek: bool) -> bytes:
         """The bytes of the chunks that wait, up to `want`, in one piece (taken from rx
@@ -252,7 +257,7 @@ class FitPath:
     def _read(self, timeout: float) -> None:
         if self.channel.pending() and self.drain():   # a sender ahead of its reader: all
             return   # that waits, for one recv (an echo's reader looks before its answer)
-        got = self._recv(timeout)
+        got = self._read_msg(None, timeout)
         if got is not None:
             self._deliver(*got)
         else:   # a slice went by: the process's inbox's turn; is the peer alive?
@@ -279,7 +284,7 @@ class FitPath:
         (_read), holding `reading`: every message waiting on the channel; whether
         there was any."""
         got_any = False
-        while (got := self._recv(0)) is not None:
+        while (got := self._read_msg(None, 0)) is not None:
             self._deliver(*got)
             got_any = True
         return got_any
