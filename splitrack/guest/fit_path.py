@@ -138,10 +138,11 @@ class FitPath:
         try:
             if self.rx or self.released:   # (looked at once the channel is ours)
                 return None
-            most = PEER_CHECK_S if deadline is None else min(deadline - time.monotonic(),
-                                                             PEER_CHECK_S)
-            if most <= 0:
-                return None
+            most = PEER_CHECK_S
+            if deadline is not None and deadline - time.monotonic() < most:
+                most = deadline - time.monotonic()
+                if most <= 0:
+                    return None
             got = self._read_msg(view if view is None or want == len(view) else view[:want],
                                  most)
             if type(got) is int:
@@ -197,7 +198,9 @@ class FitPath:
             self.stub.wake_senders()
 
     def put(self, chunk: memoryview) -> int:
-        n = min(self.credit, len(chunk), SHORTCUT_FIT_WINDOW_BYTES // 2)   # < the FIT limit
+        n = len(chunk)
+        if n > self.credit or n > SHORTCUT_FIT_WINDOW_BYTES // 2:   # (< the FIT limit)
+            n = min(self.credit, n, SHORTCUT_FIT_WINDOW_BYTES // 2)
         if n:
             try:
                 self._send_data(chunk if n == len(chunk) else chunk[:n])
