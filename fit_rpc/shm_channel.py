@@ -147,10 +147,10 @@ class ShmChannel:
         post, from_buffer = lib.fs_post, ffi.from_buffer
 
         def fast(payload: Frame) -> None:
-            tx = self.tx
-            if tx is None or _current.ctx is not None or len(payload) > most or post(
+            tx, n = self.tx, len(payload)
+            if tx is None or _current.ctx is not None or n > most or post(
                     tx.r, counts, op, head, nhead,
-                    payload if type(payload) is bytes else from_buffer(payload), len(payload)):
+                    payload if type(payload) is bytes else from_buffer(payload), n):
                 general(payload)
         return fast
 

@@ -132,7 +132,7 @@ class FitPath:
         PEER_CHECK_S (the inbox pumped, the peer checked), another reader, the
         deadline past. Without the bell, take() and the stub's lock: half of a round
         trip's Python (docs/evaluation.md)."""
-        if not self.reading.acquire(blocking=False):
+        if not self.reading.acquire(False):   # (not blocking: a keyword costs here)
             return None   # the inbox thread reads the channel, or another waiter does
         credit = 0
         try:

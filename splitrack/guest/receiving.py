@@ -26,6 +26,7 @@ _PEEK, _DONTWAIT, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
     socket.MSG_PEEK, socket.MSG_DONTWAIT, socket.MSG_WAITALL))
 _IGNORED = int(socket.MSG_NOSIGNAL | socket.MSG_CMSG_CLOEXEC | socket.MSG_MORE   # as Linux's
                | socket.MSG_EOR | socket.MSG_CONFIRM)                              # TCP does
+_UNKNOWN = ~(_PEEK | _DONTWAIT | _WAITALL | _IGNORED)
 
 
 _OWN_DEADLINE = -1.0   # (_recv_some's deadline not given: its own, from its timeout)
@@ -42,11 +43,12 @@ class Receiving:
 
     def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
         view = memoryview(buffer).cast("B")
+        size = len(view)
         if nbytes < 0:
             raise ValueError("negative buffersize in recv_into")
-        if nbytes > len(view):
+        if nbytes > size:
             raise ValueError("buffer too small for requested bytes")
-        return self._recv(nbytes or len(view), flags, view)
+        return self._recv(nbytes or size, flags, view)
 
     def recvfrom(self, bufsize: int, flags: int = 0) -> tuple[bytes, Any]:
         return self.recv(bufsize, flags), None   # a connected stream: no address, as Linux
@@ -86,7 +88,7 @@ class Receiving:
         """recv (view None: returns bytes) or recv_into (returns the count)."""
         if self._dead or self._gone:
             raise err(errno.EBADF)
-        if flags & ~(_PEEK | _DONTWAIT | _WAITALL | _IGNORED):
+        if flags & _UNKNOWN:
             raise err(errno.EOPNOTSUPP)
         if want == 0:
             return b"" if view is None else 0
