@@ -32,7 +32,6 @@ class PipePath:
     name = "pipe"
     pump_due = False   # (a NicPath's: its sender reads the inbox; the kernel tells this one)
     packs = False      # (a NicPath's: no sends held back here)
-    take_next = None   # (a FitPath's: the pipe is read by take())
 
     def __init__(self, stub: Any, fd: int):
         self.stub = stub._face   # (face.py: all of the stub a path may touch)
@@ -55,6 +54,16 @@ class PipePath:
             self.stub.set_eof()   # the peer shut down or closed (or its process ended)
             return None
         return data if view is None else n
+
+    def take_next(self, want: int, view: memoryview | None, deadline: float | None
+                  ) -> Any:
+        """A blocking recv's fast lane (receiving.py; the stub's lock not held): the
+        wait for the pipe, then take() -- not take() first, whose nothing is an
+        exception, then the stub's wait. None: the deadline passed, or EOF (take()
+        set it), for the general way to say."""
+        if not self._wait(self.readable, deadline, self.stub.runtime.spin_s):
+            return None
+        return self.take(want, view, False)
 
     def put(self, chunk: memoryview) -> int:
         try:
