@@ -34,9 +34,11 @@ class DataPath(Protocol):
         """Up to `want` received bytes: bytes, or (view) the count read into view;
         None if none is buffered now (at EOF too: the stub decides what that means)."""
 
-    # A blocking recv's fast lane, or None (a NicPath's, a PipePath's): FitPath.take_next
-    # (want, view, deadline), called unlocked once take() found nothing -- the next
-    # message straight to the caller, or None for the general way (a wait, then take()).
+    # A blocking recv's fast lane, or None (a NicPath's): take_next(want, view, deadline),
+    # called unlocked while the stub has no error, EOF or shutdown -- the next bytes
+    # straight to the caller (bytes, or the count read into view), or None for the
+    # general way (take(), then a wait). FitPath: the next channel message, copied
+    # from the ring; PipePath: the wait for the pipe, then take().
     take_next: Any
 
     def put(self, chunk: memoryview) -> int:
