@@ -50,6 +50,7 @@ _CONNECTED = ("0.0.0.0", 0)   # a record's destination: the connected peer
 
 class DatagramStub(BsdSocketStub):
     _kind = "dgram"
+    _lanes = False   # (receiving.py: its records are read by its own _take)
     type = property(lambda self: _socket_module.SocketKind.SOCK_DGRAM)
 
     # ---- names ------------------------------------------------------------------------

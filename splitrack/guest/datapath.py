@@ -34,12 +34,13 @@ class DataPath(Protocol):
         """Up to `want` received bytes: bytes, or (view) the count read into view;
         None if none is buffered now (at EOF too: the stub decides what that means)."""
 
-    # A blocking recv's fast lane, or None (a NicPath's): take_next(want, view, deadline),
-    # called unlocked while the stub has no error, EOF or shutdown -- the next bytes
-    # straight to the caller (bytes, or the count read into view), or None for the
-    # general way (take(), then a wait). FitPath: the next channel message, copied
-    # from the ring; PipePath: the wait for the pipe, then take().
-    take_next: Any
+    def take_next(self, want: int, view: memoryview | None, deadline: float | None
+                  ) -> Any:
+        """A blocking recv's fast lane, called unlocked while the stub has no error,
+        EOF or shutdown: the next bytes straight to the caller (bytes, or the count
+        read into view), or None for the general way (take(), then a wait). FitPath:
+        the next channel message, copied from the ring; PipePath: the wait for the
+        pipe, then take(); NicPath: the inbox's next message served, then take()."""
 
     def put(self, chunk: memoryview) -> int:
         """Send what the window takes of `chunk` now, without blocking: the count."""

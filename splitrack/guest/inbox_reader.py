@@ -74,6 +74,23 @@ class InboxReading:
                 park(left if self.threaded else _slice(left, STUB_FOLLOWER_SLICE_S))
         return True
 
+    def serve_next(self, deadline: float | None) -> bool:
+        """A blocking recv's fast lane (nic_path.py: take_next): the inbox's next message
+        handed out by this thread, waiting for it a slice at most; whether one was.
+        False at once if another thread reads the inbox (or the inbox thread does), or
+        anything the general wait does first is due (a check of the components, a
+        dropped handle, a polled wait left behind)."""
+        now = time.monotonic()
+        if (handles.DROPPED or self._polling or self.threaded or now >= self._next_check
+                or not self._inbox_lock.acquire(False)):
+            return False
+        try:
+            left = None if deadline is None else deadline - now
+            return (left is None or left > 0) and self.inbox.serve(
+                _slice(left, STUB_LEADER_SLICE_S))
+        finally:
+            self._inbox_lock.release()
+
     def pump(self) -> None:
         """Hand out what waits in the inbox now, if no other thread reads it."""
         self._left_a_wait()

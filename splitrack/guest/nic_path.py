@@ -85,8 +85,6 @@ _PUMP_NS = int(STUB_SEND_PUMP_S * 1e9)
 
 
 class NicPath:
-    take_next = None   # (a FitPath's: the skeleton's bytes come through the inbox)
-
     def __init__(self, stub: Any, mode: str, packing: bool = True,
                  buffers: dict[str, Any] | None = None):
         """buffers: runtime.buffers(mode) taken already (connect() names them in its
@@ -154,6 +152,24 @@ class NicPath:
             if c.rhead == c.rtail:
                 self.stub.drained()
         return k if view is not None else bytes(out)
+
+    def take_next(self, want: int, view: memoryview | None, deadline: float | None
+                  ) -> Any:
+        """A blocking recv's fast lane (receiving.py; the stub's lock not held): the
+        process's inbox's next message served by this thread (the skeleton's
+        STUB_DATA, most often), then take(); not the stub's wait's layers around the
+        same two steps. None for the general way: bytes are buffered already, nothing
+        held back may be sent first (packing), another thread reads the inbox,
+        nothing came, or it was not for this socket."""
+        c = self.c
+        if c.held or c.rtail != c.rhead or not self.rt.serve_next(deadline):
+            return None   # (bytes there already: take() first, the general way)
+        lock = self.stub.lock
+        lock.acquire()   # (not `with`: the hot path)
+        try:
+            return self.take(want, view, False)
+        finally:
+            lock.release()
 
     def _take_rest(self, buf: Any, k: int, done: int, peek: bool) -> int:
         """take() after its first copy stopped short of k bytes at `done`: a line that

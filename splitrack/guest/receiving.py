@@ -35,6 +35,8 @@ class Receiving:
     """BsdSocketStub's recv calls."""
 
     __slots__ = ()   # (its state is the stub's)
+    _lanes = True    # a blocking recv may take its path's fast lane (a datagram's may not:
+                     # its own _take reads the records)
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
         if bufsize < 0:
@@ -109,8 +111,9 @@ class Receiving:
         if deadline == _OWN_DEADLINE:
             deadline = self._deadline()
         lock, pumped, path = self._lock, False, self._path
-        # a blocking recv's fast lane, if its path has one (datapath.py: take_next)
-        lane = None if flags or self._timeout == 0.0 or path is None else path.take_next
+        # a blocking recv's fast lane: its path's (datapath.py: take_next)
+        lane = None if flags or self._timeout == 0.0 or path is None or not self._lanes \
+            else path.take_next
         while True:
             if lane is not None and not (self._error or self._eof or self._shut_rd
                                          or self._broken or self._dead):
