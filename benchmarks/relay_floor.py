@@ -121,7 +121,7 @@ def _relay(conn: socket.socket, far: ShmPeer, spin_s: float) -> None:
                 continue
             now = clock()
             idle_since = idle_since or now
-            if now - idle_since < spin_s and spin_yield():
+            if now - idle_since < spin_s and spin_yield(now - idle_since):
                 continue
             if far.waitset.arm():
                 poller.poll()

@@ -227,7 +227,7 @@ class ShmReceiving:
         ws.rings = rings
         if link is not None:
             ws.calls(self._back, FIT_CALL_COPY_BYTES, [link.sock.fileno()], self.spin_s,
-                     link.counts.handle)
+                     link.counts.handle, link.pid or 0)
         return ws
 
 

@@ -97,7 +97,7 @@ class PlaneLoop:
                 continue
             if not plane_reads_inbox:   # spin while a message or a kernel event is likely
                 idle_since = idle_since or now             # soon, and nobody else wants
-                if now - idle_since < spin and spin_yield():   # the CPU
+                if now - idle_since < spin and spin_yield(now - idle_since):   # the CPU
                     continue
             idle_since = None
             if ep.arm():   # idle after the spin: sleep on the inbox and the sockets

@@ -202,7 +202,7 @@ int fr_wait_space(fr_ring *r, uint32_t n, int own_efd, int64_t spin_ns, int64_t 
         uint64_t spent = now_ns() - t0;
         if (timeout_ns >= 0 && spent >= (uint64_t)timeout_ns)
             return -ETIMEDOUT;
-        if (spent < (uint64_t)spin_ns && fr_spin_yield())
+        if (spent < (uint64_t)spin_ns && fr_spin_yield(spent))
             continue;
         __atomic_store_n(&r->ctl->want_space, 1, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -92,6 +92,8 @@
 #define FR_NO_SPIN_NS 1000000     /* then a thread's waits sleep at once for so
                                      long (1 ms), then it tries a yield again; twice as */
 #define FR_NO_SPIN_MAX_NS 1000000000  /* long each time that loses a slice too, up to 1 s */
+#define FR_PEER_AFTER_NS 20000   /* a spin this long looks where its peer is ... */
+#define FR_PEER_EVERY_NS 20000   /* ... and again this often (fr_spin_yield) */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
                                      from sleep, timer slack off, is ~50 us late on a VM) */
@@ -260,7 +262,17 @@ uint64_t fr_now_ns(void);
  * that loses a slice too, up to FR_NO_SPIN_MAX_NS. On a CPU that a spinning task
  * also wants, each yield hands it a slice (4 ms at HZ 250): a wait that tried
  * one yield each time made every FIT round trip 4 ms with both cores kept busy.
- * A slice lost now and then (a neighbour that moved) does not stop the spin. */
-int fr_spin_yield(void);
+ * A slice lost now and then (a neighbour that moved) does not stop the spin.
+ * A spin that has gone on for FR_PEER_AFTER_NS (`spun_ns`: the caller's time
+ * spinning so far) also stops if the process it waits for (fr_waiting_for) is
+ * runnable on this very CPU (looked at every FR_PEER_EVERY_NS): a yield does
+ * not hand it the CPU while the kernel deems it has had more than its share
+ * (its last turn was long), so the spin only keeps it waiting. With a core kept
+ * busy a connect()'s caller spun 120-180 us so, its nComponent queued behind
+ * it (docs/evaluation.md). */
+int fr_spin_yield(uint64_t spun_ns);
+
+/* The process this thread's spins wait for from now on (its pid; 0: none known). */
+void fr_waiting_for(int pid);
 
 #endif

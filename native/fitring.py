@@ -60,7 +60,7 @@ Interface:
                                        due time)
     waitset.arm_with(waker) -> bool    arm(), and the waker's timer set for a message
                                        not yet due
-    spin_yield() -> bool               a spinner's yield: False once the CPU is
+    spin_yield(spun_s) -> bool         a spinner's yield: False once the CPU is
                                        contended (fitring.h: fr_spin_yield)
 
 C return codes become exceptions in one place (ring.py's `ring_error`) and nowhere
@@ -225,12 +225,13 @@ def now_ns() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
-def spin_yield() -> bool:
-    """Yield the CPU once while spinning: False once the CPU is contended (stop
-    spinning and sleep): another task held it FR_CONTENDED_SLICE_NS or more in one
-    yield, or FR_CONTENDED_NS or more in each of FR_CONTENDED_TURNS yields of this
-    thread in a row (fitring.h says why one shorter yield is not contention)."""
-    return bool(lib.fr_spin_yield())
+def spin_yield(spun_s: float) -> bool:
+    """Yield the CPU once while spinning (for spun_s so far): False once the CPU is
+    contended (stop spinning and sleep): another task held it FR_CONTENDED_SLICE_NS
+    or more in one yield, or FR_CONTENDED_NS or more in each of FR_CONTENDED_TURNS
+    yields of this thread in a row, or a spin past FR_CROWD_AFTER_NS finds more
+    tasks runnable than CPUs (fitring.h says why)."""
+    return bool(lib.fr_spin_yield(int(spun_s * 1e9)))
 
 
 def landing(n: int) -> tuple[memoryview, Any]:

@@ -97,9 +97,11 @@ static int plain(fs_caller *c, uint8_t kind, uint32_t seq) {
 int fs_call(fs_caller *c, fr_ring *tx, uint16_t op, uint32_t seq, const char *payload,
             uint32_t n, int64_t timeout_ns) {
     fit_header h = {K.magic, K.version, K.request, op, 0, seq, n, 0, 0};
+    fr_waiting_for(c->peer);
     int rc = fr_call(tx, (const char *)&h, HEADER_BYTES, payload, n, c->rings, c->n, c->start,
                      c->bell, c->efd, c->fds, c->nfds, c->spin_ns, timeout_ns, c->out, c->cap,
                      &c->len);
+    fr_waiting_for(0);
     c->plain = rc == FC_REPLY && plain(c, K.reply, seq);
     if (c->plain)
         fs_counted(c->counts, op, (uint64_t)HEADER_BYTES + n, c->len);
@@ -132,8 +134,10 @@ int fs_recv_into(fs_caller *c, int64_t timeout_ns, uint16_t op, uint32_t skip, c
                  uint32_t want) {
     fr_ring *r = c->rings[0];
     uint32_t l;
+    fr_waiting_for(c->peer);
     int64_t at = fr_await(c->rings, c->n, c->start, c->bell, c->efd, c->fds, c->nfds,
                           c->spin_ns, timeout_ns, &l);
+    fr_waiting_for(0);
     if (at < 0 || l > c->cap)
         return FS_NONE;   /* (a broken ring, one too large: the caller's recv says) */
     if (want && l > HEADER_BYTES + skip && l - HEADER_BYTES - skip <= want) {

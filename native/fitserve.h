@@ -131,6 +131,7 @@ typedef struct {
     int *fds;
     int nfds;
     int64_t spin_ns;
+    int peer;          /* the pid of the process that answers (0: unknown): fr_waiting_for */
     char *out;
     uint32_t cap;
     uint32_t len;      /* out: the bytes read */

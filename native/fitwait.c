@@ -16,12 +16,16 @@
 #include "kernel_poll.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/timerfd.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* When the next message of r is due: 0 now (or no model, or a broken ring:
  * fr_peek says which), FR_NEVER if none is published. Reads no clock. */
@@ -108,10 +112,49 @@ static __thread uint64_t no_spin_ns;      /* the back-off that set it */
 static __thread unsigned lost_slices;     /* slices lost, FR_SHORT_YIELDS apart at most */
 static __thread unsigned short_yields;    /* short yields since the last slice lost */
 
-int fr_spin_yield(void) {
+static __thread int peer_pid;          /* fr_waiting_for's: whom this thread's spins wait for */
+static __thread int peer_fd = -1;      /* its /proc/<pid>/stat, kept open ... */
+static __thread int peer_fd_pid;       /* ... for this pid */
+static __thread uint64_t next_peer_look;
+
+void fr_waiting_for(int pid) {
+    peer_pid = pid;
+}
+
+/* Whether the process this thread waits for is runnable on this very CPU, queued
+ * behind it (/proc/<pid>/stat: state R, and the CPU it is on). */
+static int peer_behind(void) {
+    if (peer_fd_pid != peer_pid) {
+        if (peer_fd >= 0)
+            close(peer_fd);
+        char path[40];
+        snprintf(path, sizeof path, "/proc/%d/stat", peer_pid);
+        peer_fd = open(path, O_RDONLY | O_CLOEXEC);
+        peer_fd_pid = peer_pid;
+    }
+    char buf[1024];
+    ssize_t n = peer_fd < 0 ? -1 : pread(peer_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');   /* (the command's name may hold anything) */
+    if (!p || p[1] != ' ' || p[2] != 'R')
+        return 0;
+    for (int field = 3; field <= 39 && p; field++)   /* p at each field's start, up to */
+        if ((p = strchr(p + 1, ' ')))               /* 39: the CPU it is on */
+            p++;
+    return p && strtol(p, NULL, 10) == sched_getcpu();
+}
+
+int fr_spin_yield(uint64_t spun_ns) {
     uint64_t t = fr_now_ns();
     if (t < no_spin_until)
         return 0;
+    if (peer_pid > 0 && spun_ns >= FR_PEER_AFTER_NS && t >= next_peer_look) {
+        next_peer_look = t + FR_PEER_EVERY_NS;
+        if (peer_behind())
+            return 0;   /* it waits for this CPU, which a yield does not give it: sleep */
+    }
     sched_yield();
     uint64_t now = fr_now_ns(), held = now - t;
     if (held < FR_CONTENDED_NS) {
@@ -189,7 +232,7 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             }
             if (contended || now - t0 >= (uint64_t)spin_ns)
                 break;
-            if (!fr_spin_yield())
+            if (!fr_spin_yield(now - t0))
                 contended = 1;   /* another task wants this CPU: sleep */
         }
         __atomic_store_n(bell, 1, __ATOMIC_RELAXED);

@@ -360,7 +360,7 @@ int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int 
         }
         if (!idle_since)
             idle_since = t;
-        if ((int64_t)(t - idle_since) >= spin_ns || !fr_spin_yield())
+        if ((int64_t)(t - idle_since) >= spin_ns || !fr_spin_yield(t - idle_since))
             return 0;   /* idle: the caller sleeps */
     }
 }

@@ -125,12 +125,14 @@ class WaitSet:
         return bool(lib.fr_disarm(self.word, self.efd))
 
     def calls(self, out: Any, cap: int, fds: list[int], spin_s: float,
-              counts: Any = ffi.NULL) -> None:
+              counts: Any = ffi.NULL, peer: int = 0) -> None:
         """What call() and recv() use, set once: replies land in `out` (landing()'s
         handle, `cap` bytes), fds (16 at most) are watched for a hang-up, spin_s is
         the spin; call() and recv() count what they did in full in `counts` (a
-        Counts' handle: fitcounts.py)."""
+        Counts' handle: fitcounts.py); `peer`, the pid that answers (0: unknown),
+        is where a long spin looks (fitring.h: fr_spin_yield)."""
         c = self._c
+        c.peer = peer
         self._counts = c.counts = counts
         self._out, c.out, c.cap = out, out, cap
         watch = ffi.new("int[]", max(1, len(fds[:16])))

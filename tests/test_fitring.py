@@ -228,9 +228,9 @@ from native.fitring import lib
 os.sched_setaffinity(0, {int(sys.argv[1])})   # one CPU, shared with a spinner that never yields
 lost = 0
 while lost < lib.FR_LOST_SLICES:   # each yield hands the spinner a slice
-    lost += lib.fr_spin_yield() == 0
+    lost += lib.fr_spin_yield(0) == 0
 before = open("/proc/self/status").read()
-answers = {lib.fr_spin_yield() for _ in range(50)}   # (a few us: well inside the pause)
+answers = {lib.fr_spin_yield(0) for _ in range(50)}   # (a few us: well inside the pause)
 after = open("/proc/self/status").read()
 switches = lambda s: int(s.split("nonvoluntary_ctxt_switches:")[1].split()[0])
 print(sorted(answers), switches(after) - switches(before))
@@ -257,3 +257,46 @@ def test_a_waiter_that_keeps_losing_slices_stops_yielding(tmp_path):
     answers, switched = proc.stdout.split("]")
     assert answers == "[0"                # 50 waits, none of them spinning on
     assert int(switched) <= 1             # nor yielding (a tick may preempt it once)
+
+
+PEER_BEHIND = """
+import os, sys
+from native.fitring import lib
+cpu, peer = int(sys.argv[1]), int(sys.argv[2])
+os.sched_setaffinity(0, {cpu})
+switches = lambda: int(open("/proc/self/status").read()
+                      .split("nonvoluntary_ctxt_switches:")[1].split()[0])
+lib.fr_waiting_for(peer)
+before = switches()
+long = lib.fr_spin_yield(lib.FR_PEER_AFTER_NS)   # a long spin: where is the peer?
+yielded = switches() - before   # (0: it answered without giving the CPU away)
+short = lib.fr_spin_yield(0)   # a short one is not looked at: it yields
+lib.fr_waiting_for(0)
+print(long, yielded, short)
+"""
+
+
+@pytest.mark.parametrize("where", ["same", "elsewhere"])
+def test_a_long_spin_stops_when_its_peer_waits_for_its_cpu(tmp_path, where):
+    """fitring.h, fr_spin_yield: a spin past FR_PEER_AFTER_NS sleeps if the process it
+    waits for (fr_waiting_for) is runnable on this very CPU -- a yield does not give
+    it the CPU -- and spins on if that process runs elsewhere."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if where == "elsewhere" and len(cpus) < 2:
+        pytest.skip("one CPU: no elsewhere")
+    mine, its = cpus[0], cpus[0] if where == "same" else cpus[1]
+    peer = subprocess.Popen([sys.executable, "-c",
+                             f"import os; os.sched_setaffinity(0, {{{its}}})\nwhile True: pass"])
+    try:
+        time.sleep(0.2)   # (on its CPU, runnable whenever it is not running)
+        proc = subprocess.run([sys.executable, "-c", PEER_BEHIND, str(mine), str(peer.pid)],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    finally:
+        peer.kill()
+        peer.wait()
+    assert proc.returncode == 0, proc.stderr
+    long, yielded, short = proc.stdout.split()
+    if where == "same":   # sleep, not a yield (which would hand the peer a slice)
+        assert (long, yielded) == ("0", "0")
+    else:
+        assert (long, short) == ("1", "1")

@@ -204,7 +204,7 @@ class InboxReading:
                 else:
                     now = clock()
                     idle_since = idle_since or now
-                    if now - idle_since >= self.spin_s or not spin_yield():
+                    if now - idle_since >= self.spin_s or not spin_yield(now - idle_since):
                         self._sleep(poller, paths, wait)
                         idle_since = None
                 if clock() >= next_tick:

@@ -95,11 +95,11 @@ class PipePath:
         waiter does: a sleep and a wake-up across cores cost more than a round trip);
         inline, the process's inbox is looked at between slices (a listener of this
         process may have a shortcut connection waiting)."""
-        spin_until = time.monotonic() + spin_s
-        while time.monotonic() < spin_until:
+        start = time.monotonic()
+        while (spun := time.monotonic() - start) < spin_s:
             if poller.poll(0):
                 return True
-            if not spin_yield():
+            if not spin_yield(spun):
                 break   # another task wants this CPU: sleep
         while True:
             if poller.poll(_ms(deadline, PEER_CHECK_S)):
