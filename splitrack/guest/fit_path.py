@@ -124,9 +124,9 @@ class FitPath:
 
     def take_next(self, want: int, view: memoryview | None, deadline: float | None
                   ) -> Any:
-        """A blocking recv's fast lane (receiving.py), the stub's lock not held and
-        take() having found nothing: the next message read from the channel straight
-        to the caller -- bytes, or the count read into view (copied from the ring:
+        """A blocking recv's fast lane (receiving.py; the stub's lock not held, and the
+        stub has no error, EOF or shutdown): the next message read from the channel
+        straight to the caller -- bytes, or the count read into view (copied from the ring:
         fs_recv_into) -- if it is data and `want` takes all of it; None for the
         general way to look: anything else (delivered, as _read does), nothing within
         PEER_CHECK_S (the inbox pumped, the peer checked), another reader, the
