@@ -11,13 +11,14 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import take
+from helpers import take, wait_until
 from native.fitring import TIMEOUT, Bell, RingBroken, Segment, WaitSet, check_sealed, lib
 
 CAP = 64 * 1024
@@ -300,3 +301,22 @@ def test_a_long_spin_stops_when_its_peer_waits_for_its_cpu(tmp_path, where):
         assert (long, yielded) == ("0", "0")
     else:
         assert (long, short) == ("1", "1")
+
+
+def test_the_peer_look_leaves_no_descriptor_behind_a_thread():
+    """fr_spin_yield's look at the peer keeps its /proc file open per thread, and the
+    thread's end closes it: a program whose short threads each wait for a reply
+    keeps no descriptor of theirs."""
+
+    def waiter():
+        lib.fr_waiting_for(os.getppid())   # (any live process will do)
+        lib.fr_spin_yield(lib.FR_PEER_AFTER_NS)
+        lib.fr_waiting_for(0)
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        t = threading.Thread(target=waiter)
+        t.start()
+        t.join()
+    # (the thread's key destructor runs as it exits, which may be just after join())
+    wait_until(lambda: len(os.listdir("/proc/self/fd")) == before, 5.0)
