@@ -58,7 +58,7 @@ class ShmChannel:
         self._ws: WaitSet | None = None
         self._landing, self._landing_handle = landing(FIT_CALL_COPY_BYTES)   # recv() reads here
         self._counts = Counts()   # what post() and recv() count, in C
-        self._caller: Any = None   # its WaitSet's fs_caller, for receiver() (no model)
+        self._caller: Any = None   # its WaitSet's fs_caller, for reader() (no model)
         self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False

@@ -273,11 +273,13 @@ def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
         b.close()
 
 
-def test_a_channels_receiver_reads_in_one_native_call_and_otherwise_as_recv(tmp_path):
-    """Channel.receiver(): a plain one-way message is (op, payload), read by fs_recv;
-    one that is not plain is parsed as recv() parses it, one larger than the landing
-    read as recv() reads it, a malformed one counted and skipped (None); nothing
-    within the time: None. All in order, counted once."""
+def test_a_channels_reader_reads_in_one_native_call_and_otherwise_as_recv(tmp_path):
+    """Channel.reader(op, skip): a plain one-way message of op whose payload past its
+    head fits the caller's buffer is copied there (its count), read by fs_recv_into;
+    any other plain one is (op, payload); one that is not plain is parsed as recv()
+    parses it, one larger than the landing read as recv() reads it, a malformed one
+    counted and skipped (None); nothing within the time: None. All in order,
+    counted once."""
     from fit_rpc.params import FIT_CALL_COPY_BYTES
 
     a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
@@ -285,24 +287,28 @@ def test_a_channels_receiver_reads_in_one_native_call_and_otherwise_as_recv(tmp_
     try:
         to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
         to_b.connect(to_a.address)
-        recv = to_a.reader(0x7001, 0)
-        assert recv(None, 0.01) is None
+        read = to_a.reader(0x7001, 2)   # (a 2-byte head before the bytes it copies)
+        buf = bytearray(8)
+        assert read(memoryview(buf), 0.01) is None
         big = os.urandom(FIT_CALL_COPY_BYTES + 100)
-        to_b.send(0x7001, b"plain", 1.0)
+        to_b.send(0x7001, b"plain", 1.0, b"hd")
+        to_b.send(0x7001, b"longer than eight", 1.0, b"hd")
         to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
         to_b.send(0x7003, big, 1.0)
         to_b._link.send(b"not a FIT frame at all, nor its header", 1.0)
-        to_b.send(0x7001, b"last", 1.0)
-        got = [recv(None, 5.0) for _ in range(5)]
-        row = to_a._link._counts.handle.row[0]   # the plain ones, read by fs_recv
-        assert (row.op, row.rx_msgs) == (0x7001, 2)
+        to_b.send(0x7001, b"last", 1.0, b"hd")
+        assert read(memoryview(buf), 5.0) == 5 and buf[:5] == b"plain"
+        got = [read(memoryview(buf), 5.0) for _ in range(4)] + [read(None, 5.0)]
+        row = to_a._link._counts.handle.row[0]   # the plain ones, read in C
+        assert (row.op, row.rx_msgs) == (0x7001, 3)
         assert [None if g is None else (g[0], bytes(g[1])) for g in got] == \
-            [(0x7001, b"plain"), (0x7002, b"odd"), (0x7003, big), None, (0x7001, b"last")]
-        assert recv(None, 0) is None
+            [(0x7001, b"hdlonger than eight"), (0x7002, b"odd"), (0x7003, big), None,
+             (0x7001, b"hdlast")]
+        assert read(None, 0) is None
         snap = b.counters.snapshot()
         rx = snap["links"][a.id]
         assert {op: row["rx_msgs"] for op, row in rx.items()} == \
-            {"op_0x7001": 2, "op_0x7002": 1, "op_0x7003": 1}
+            {"op_0x7001": 3, "op_0x7002": 1, "op_0x7003": 1}
         assert snap["errors"]["malformed"] == 1
     finally:
         a.close()
