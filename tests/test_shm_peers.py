@@ -68,6 +68,25 @@ def server(how: str):
         shutil.rmtree(root, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def endpoints(tmp_path):
+    """Two shm endpoints of this process (p0.PID, p1.PID), closed at the end."""
+    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
+    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def channel_pair(a, b):
+    """A channel between a and b: (a's end, which sends to b; b's end)."""
+    to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
+    to_b.connect(to_a.address)
+    return to_b, to_a
+
+
 def call_dead(address: str, timeout: float = 5.0) -> float:
     """Call srv, which dies meanwhile: PeerUnreachable; returns the time it took."""
     with Endpoint(f"cli.{os.getpid()}.980", None) as ep:
@@ -170,11 +189,8 @@ def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(t
     are counted."""
     from fit_rpc.params import FIT_CALL_COPY_BYTES
 
-    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
-    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
-    try:
-        to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
-        to_b.connect(to_a.address)
+    with endpoints(tmp_path) as (a, b):
+        to_b, to_a = channel_pair(a, b)
         big = os.urandom(FIT_CALL_COPY_BYTES + 100)
         to_b.send(0x7001, b"plain", 1.0)
         to_b._link.send(header.pack(header.ONEWAY, 0x7002, 0, 3, err=5) + b"odd", 1.0)
@@ -197,9 +213,6 @@ def test_a_channels_messages_are_read_natively_and_what_is_not_plain_is_parsed(t
         tx = a.counters.snapshot()["links"][b.id]
         assert {op: row["tx_msgs"] for op, row in tx.items()} == {"op_0x7001": 2, "op_0x7003": 1}
         assert tx["op_0x7001"]["tx_bytes"] == 2 * header.HEADER_SIZE + len(b"plain") + len(b"again")
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_path):
@@ -208,11 +221,9 @@ def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_p
     and the message counted in C (ShmSending.post, fitserve.h: fs_post). The peer
     reads every one whole, in order, and both ends count the same, also once the
     link is closed."""
-    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
-    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
-    got = []
-    b.on(0x7001, lambda m: got.append(bytes(m.payload)))
-    try:
+    with endpoints(tmp_path) as (a, b):
+        got = []
+        b.on(0x7001, lambda m: got.append(bytes(m.payload)))
         a.add_peer(b.id, b.address)
         assert not a.transport.post(b.id, 0x7001, b"none", 1.0)   # no link yet: not sent
         for k in range(5):
@@ -227,9 +238,6 @@ def test_a_one_way_message_on_a_link_that_is_up_is_posted_and_counted_in_c(tmp_p
         rx = b.counters.snapshot()["links"][a.id]["op_0x7001"]
         assert (tx["tx_msgs"], tx["tx_bytes"]) == (6, 6 * (header.HEADER_SIZE + 2))
         assert (rx["rx_msgs"], rx["rx_bytes"]) == (tx["tx_msgs"], tx["tx_bytes"])
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
@@ -240,11 +248,8 @@ def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
     from fit_rpc.errors import MessageTooLarge
     from fit_rpc.params import FIT_MAX_PAYLOAD_BYTES
 
-    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
-    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
-    try:
-        to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
-        to_b.connect(to_a.address)
+    with endpoints(tmp_path) as (a, b):
+        to_b, to_a = channel_pair(a, b)
         send = to_b.sender(0x7001, 0.05, b"hd")
         send(b"one")
         send(memoryview(b"two"))
@@ -268,9 +273,6 @@ def test_a_channels_sender_posts_in_c_and_otherwise_sends(tmp_path):
         assert tx["tx_msgs"] == 2 + big
         rx = b.counters.snapshot()["links"][a.id]["op_0x7001"]
         assert (rx["rx_msgs"], rx["rx_bytes"]) == (tx["tx_msgs"], tx["tx_bytes"])
-    finally:
-        a.close()
-        b.close()
 
 
 def test_a_channels_reader_reads_in_one_native_call_and_otherwise_as_recv(tmp_path):
@@ -282,11 +284,8 @@ def test_a_channels_reader_reads_in_one_native_call_and_otherwise_as_recv(tmp_pa
     counted once."""
     from fit_rpc.params import FIT_CALL_COPY_BYTES
 
-    a = Endpoint(f"p0.{os.getpid()}", f"shm://{tmp_path}/a.fit")
-    b = Endpoint(f"p1.{os.getpid()}", f"shm://{tmp_path}/b.fit")
-    try:
-        to_b, to_a = a.channel(b.id, 1.0), b.channel(a.id, 1.0)
-        to_b.connect(to_a.address)
+    with endpoints(tmp_path) as (a, b):
+        to_b, to_a = channel_pair(a, b)
         read = to_a.reader(0x7001, 2)   # (a 2-byte head before the bytes it copies)
         buf = bytearray(8)
         assert read(memoryview(buf), 0.01) is None
@@ -310,6 +309,3 @@ def test_a_channels_reader_reads_in_one_native_call_and_otherwise_as_recv(tmp_pa
         assert {op: row["rx_msgs"] for op, row in rx.items()} == \
             {"op_0x7001": 3, "op_0x7002": 1, "op_0x7003": 1}
         assert snap["errors"]["malformed"] == 1
-    finally:
-        a.close()
-        b.close()
