@@ -18,11 +18,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/timerfd.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,40 +113,22 @@ static __thread unsigned lost_slices;     /* slices lost, FR_SHORT_YIELDS apart 
 static __thread unsigned short_yields;    /* short yields since the last slice lost */
 
 static __thread int peer_pid;          /* fr_waiting_for's: whom this thread's spins wait for */
-static __thread int peer_fd = -1;      /* its /proc/<pid>/stat, kept open (closed when the
-                                          thread ends: peer_key) ... */
-static __thread int peer_fd_pid;       /* ... for this pid */
 static __thread uint64_t next_peer_look;
-static pthread_key_t peer_key;         /* its value: the thread's peer_fd + 1 */
-static pthread_once_t peer_key_once = PTHREAD_ONCE_INIT;
-
-static void close_peer_fd(void *fd_plus_1) {
-    close((int)(intptr_t)fd_plus_1 - 1);
-}
-
-static void make_peer_key(void) {
-    pthread_key_create(&peer_key, close_peer_fd);
-}
 
 void fr_waiting_for(int pid) {
     peer_pid = pid;
 }
 
 /* Whether the process this thread waits for is runnable on this very CPU, queued
- * behind it (/proc/<pid>/stat: state R, and the CPU it is on). */
+ * behind it (/proc/<pid>/stat: state R, and the CPU it is on). The file is opened
+ * for each look (2 us), not kept: a monitor's descriptors stay what they were. */
 static int peer_behind(void) {
-    if (peer_fd_pid != peer_pid) {
-        if (peer_fd >= 0)
-            close(peer_fd);
-        char path[40];
-        snprintf(path, sizeof path, "/proc/%d/stat", peer_pid);
-        peer_fd = open(path, O_RDONLY | O_CLOEXEC);
-        peer_fd_pid = peer_pid;
-        pthread_once(&peer_key_once, make_peer_key);
-        pthread_setspecific(peer_key, peer_fd >= 0 ? (void *)(intptr_t)(peer_fd + 1) : NULL);
-    }
-    char buf[1024];
-    ssize_t n = peer_fd < 0 ? -1 : pread(peer_fd, buf, sizeof buf - 1, 0);
+    char path[40], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", peer_pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0)
+        close(fd);
     if (n <= 0)
         return 0;
     buf[n] = 0;
