@@ -138,11 +138,11 @@ class FitPath:
         try:
             if self.rx or self.released:   # (looked at once the channel is ours)
                 return None
-            most = PEER_CHECK_S
-            if deadline is not None and deadline - time.monotonic() < most:
-                most = deadline - time.monotonic()
-                if most <= 0:
-                    return None
+            most = PEER_CHECK_S if deadline is None else deadline - time.monotonic()
+            if most > PEER_CHECK_S:
+                most = PEER_CHECK_S
+            elif most <= 0:
+                return None
             got = self._read_msg(view if view is None or want == len(view) else view[:want],
                                  most)
             if type(got) is int:

@@ -87,7 +87,11 @@ class Receiving:
             return 0 if path is None or self._broken else path.pending()
 
     def _recv(self, want: int, flags: int, view: memoryview | None) -> Any:
-        """recv (view None: returns bytes) or recv_into (returns the count)."""
+        """recv (view None: returns bytes) or recv_into (returns the count). A plain
+        blocking recv on a healthy connection tries its path's fast lane first
+        (datapath.py: take_next), straight from here, not a frame deeper: on a core
+        shared with another process every frame counts (docs/evaluation.md); else,
+        or if the lane says None, _recv_some."""
         if self._dead or self._gone:
             raise err(errno.EBADF)
         if flags & _UNKNOWN:
@@ -100,26 +104,25 @@ class Receiving:
             lowat = self._opts.get(RCVLOWAT)   # (sockopts.py)
             if lowat and lowat > 1:
                 return self._recv_all(want, view, min(lowat, want))
-        return self._recv_some(want, flags, view)
+        path = self._path
+        if flags or path is None or not self._lanes or self._timeout == 0.0 or (
+                self._pending is not None or self._error or self._eof or self._shut_rd
+                or self._broken):
+            return self._recv_some(want, flags, view)
+        deadline = self._deadline()
+        got = path.take_next(want, view, deadline)   # (None: take() and the wait say)
+        return got if got is not None else self._recv_some(want, 0, view, deadline)
 
     def _recv_some(self, want: int, flags: int, view: memoryview | None,
                    deadline: float | None = _OWN_DEADLINE) -> Any:
         """What is there, up to `want` (waiting, as the timeout says, for something; or
-        until `deadline`, a caller's)."""
+        until `deadline`, a caller's): taken under the stub's lock, else waited for."""
         if self._pending is not None:   # a non-blocking connect not settled yet
             self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
         if deadline == _OWN_DEADLINE:
             deadline = self._deadline()
-        lock, pumped, path = self._lock, False, self._path
-        # a blocking recv's fast lane: its path's (datapath.py: take_next)
-        lane = None if flags or self._timeout == 0.0 or path is None or not self._lanes \
-            else path.take_next
+        lock, pumped = self._lock, False
         while True:
-            if lane is not None and not (self._error or self._eof or self._shut_rd
-                                         or self._broken or self._dead):
-                got = lane(want, view, deadline)   # (None: take() and the wait say)
-                if got is not None:
-                    return got
             lock.acquire()   # (not `with`: a hot path, and `with` costs 0.25 us more here)
             try:
                 got = self._take(want, view, peek=bool(flags & _PEEK))
