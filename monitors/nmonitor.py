@@ -118,6 +118,7 @@ class NMonitor(PlaneLoop, SkeletonOps, SkeletonLifecycle, Monitor):
         self.ep.on_peer_gone.extend((self._board_gone, self._home_gone, self.memory.forget))
         self.ep.on_peer_gone.append(self._forget_peer)
         self.stale: set[int] = set()       # fds closed during this poll round: skip their events
+        self.closing: list[socket.socket] = []   # ... whose kernel close waits for the answer
         self.connector = Connector(self, [*self.config["nics"], self.rack["loopback"]],
                                    self.memory.m_ids,
                                    {pair for pair in ALLOWED if pair[1] != socket.SO_ERROR})

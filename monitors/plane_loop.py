@@ -87,9 +87,12 @@ class PlaneLoop:
                 batch = 1 if plane_reads_inbox else _INBOX_BATCH   # too: what follows may
                 while served < batch and ep.serve(0):             # be its (N_CONNECT...)
                     served += 1
+            if self.closing:
+                self.close_sockets()
             now = clock()
             if now >= next_tick:
                 if self._tick():
+                    self.close_sockets()
                     return
                 next_tick = now + MONITOR_IDLE_CHECK_S
             if n or served or plane.inbox:
@@ -103,6 +106,13 @@ class PlaneLoop:
             if ep.arm():   # idle after the spin: sleep on the inbox and the sockets
                 self.epoll.poll(max(0.0, next_tick - now))   # (level-triggered: the
                 ep.disarm()                                   # plane reads the events)
+
+    def close_sockets(self) -> None:
+        """The kernel sockets skeletons let go of (skeleton_lifecycle.py: _close_socket),
+        closed now that what asked for it is answered."""
+        socks, self.closing = self.closing, []
+        for sock in socks:
+            sock.close()
 
     def _plane_events(self, n: int, bell: int) -> None:
         """What the data plane handed back from one run: epoll events of what is not

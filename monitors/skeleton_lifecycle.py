@@ -178,10 +178,13 @@ class SkeletonLifecycle:
         skel.socks.remove(sock)
 
     def _close_socket(self, sock: socket.socket) -> None:
+        """Watched no more now; closed by the loop once the message in hand is answered
+        (plane_loop.py: close_sockets): a TCP close sends its FIN, and wakes its peer,
+        on this thread, and a stub's close() need not wait for that."""
         self._mask(sock.fileno(), 0)
         self.by_fd.pop(sock.fileno(), None)
         self.stale.add(sock.fileno())   # (its events of this round are skipped)
-        sock.close()
+        self.closing.append(sock)
 
     def closed(self, skel: Skeleton) -> None:
         """The end of a skeleton: kernel sockets closed, rings back to DRAM."""
