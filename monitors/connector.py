@@ -102,10 +102,9 @@ class Connector:
             return
         skel = self.net.new(owner, [sock], m.sk)
         skel.stub = m.stub
-        buffers = {"mode": MODES[m.mode], "home": self.homes[m.home], "window": m.window,
-                   "rbuf": [m.rbuf, m.rbuf_size], "tbuf": [m.tbuf, m.tbuf_size]}
-        try:
-            self.net.start(skel, buffers)
+        try:   # (checked by the plane: skelconnect.h)
+            self.net.start_checked(skel, MODES[m.mode], self.homes[m.home],
+                                   (m.rbuf, m.rbuf_size), (m.tbuf, m.tbuf_size), m.window)
         except Exception as exc:   # answered connected already: the socket breaks at once
             if not isinstance(exc, OSError):
                 self.net.log.exception("skeleton %d of %s did not start", skel.sk, owner)

@@ -43,6 +43,7 @@ from native import skelpath
 from splitrack.params import STUB_PUSH_PATIENT_S, STUB_PUSH_TIMEOUT_S
 
 _RESET = struct.pack("ii", 1, 0)   # SO_LINGER on, 0 s: close() sends RST
+_PATHS = {"dma": Dma, "ddio": Ddio}   # a buffers' mode -> its data path
 
 
 class SkeletonLifecycle:
@@ -80,9 +81,9 @@ class SkeletonLifecycle:
         self.closed(skel)
 
     def start(self, skel: Skeleton, buffers: dict[str, Any]) -> None:
+        """Checked first: a stub's buffers, as its request names them."""
         mode = need(buffers, "mode", str)
-        kinds = {"dma": Dma, "ddio": Ddio}
-        if mode not in kinds:
+        if mode not in _PATHS:
             raise OSError(errno.EINVAL, f"no data path {mode!r} (dma, ddio)")
         home = need(buffers, "home", str)
         if home not in self.memory.m_ids:
@@ -93,11 +94,18 @@ class SkeletonLifecycle:
             if len(ring) != 2 or not all(type(v) is int for v in ring) or ring[0] < 0 \
                     or ring[1] <= 0:
                 raise OSError(errno.EINVAL, f"a ring is [start, size], not {list(ring)!r}")
+        self.start_checked(skel, mode, home, rbuf, tbuf, need(buffers, "window", int))
+
+    def start_checked(self, skel: Skeleton, mode: str, home: str, rbuf: tuple[int, int],
+                      tbuf: tuple[int, int], window: int) -> None:
+        """start() of buffers checked already: by start(), or by the data plane's connect,
+        which takes a request only for a home its sender's grant names and rings the
+        nMonitor would take (native/skelconnect.h)."""
         pcomponent, _, pid = skel.owner.partition(".")
-        path = kinds[mode](self, skel.c, int(pid), pcomponent, home, rbuf, tbuf)
+        path = _PATHS[mode](self, skel.c, int(pid), pcomponent, home, rbuf, tbuf)
         rx, tx = self.proxy.rings()
         self.connector.dram_changed()
-        skel.start(rx, tx, path, need(buffers, "window", int))
+        skel.start(rx, tx, path, window)
 
     # ---- what skeletons call (skeleton.Net) ---------------------------------------------
     def push(self, skel: Skeleton, op: int, payload: bytes) -> None:
