@@ -95,7 +95,8 @@ class Connector:
     def made(self, i: int) -> None:
         """The plane connected and answered (its CONNECTED event i): the skeleton."""
         m = self.plane.made(i)
-        sock = socket.socket(fileno=m.fd)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, m.fd)   # (named: not
+        #                                                           asked of the kernel)
         owner = self.net.peer_names.get(m.peer)
         if owner is None:   # its process ended since (a push found its ring gone)
             sock.close()
@@ -112,9 +113,8 @@ class Connector:
             return
         if m.pending:
             self._pending(skel, None if m.timeout < 0 else m.timeout)
-        else:
+        else:   # (start() watched it already)
             self.net.counts["connected"] += 1
-            self.net.watch(skel)
 
     # ---- grants ---------------------------------------------------------------------------
     def granted(self, peer: str, inbox: str) -> None:

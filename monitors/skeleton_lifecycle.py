@@ -210,9 +210,11 @@ class SkeletonLifecycle:
         if skel.rx is not None:
             self.proxy.free(skel.rx, skel.tx)
             self.connector.dram_changed()
-        if skel.path is not None:
+        if skel.path is not None and skel.trace is None:
+            skel.path.close()   # its rings' dDMA mappings are released
+        elif skel.path is not None:
             with tracing.within(skel.trace):
-                skel.path.close()   # its rings' dDMA mappings are released
+                skel.path.close()
         del self.skels[skel.sk]
         if skel.parent is not None:
             skel.parent.waiting.discard(skel.sk)
