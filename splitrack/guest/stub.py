@@ -41,6 +41,7 @@ In a traced process (`splitrack trace`, fit_rpc/tracing.py), each socket call
 Untraced, the class is as written here.
 """
 
+import _socket
 import errno
 import operator
 import os
@@ -69,6 +70,7 @@ from splitrack.guest.sockargs import err, ipv4, timeout_value, warn_host_socket
 from splitrack.guest.sockopts import RCVTIMEO, Options
 
 _std = _socket_module.socket          # the stdlib class, whatever is installed later
+_socketpair = _socket.socketpair
 AF_INET, SOCK_STREAM = _socket_module.AF_INET, _socket_module.SOCK_STREAM
 SOCK_DGRAM = _socket_module.SOCK_DGRAM
 _TYPE_FLAGS = _socket_module.SOCK_NONBLOCK | _socket_module.SOCK_CLOEXEC
@@ -126,7 +128,8 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
             self._timeout = _socket_module.getdefaulttimeout()
             handles.adopt(self, fileno, state)
             return
-        bell, self._bell = _socket_module.socketpair()
+        bell, self._bell = _socketpair()   # (the C one: socket.py's would wrap each end in
+        #                                    socket.socket, which is this class by now)
         bell.setsockopt(_socket_module.SOL_SOCKET, _socket_module.SO_SNDBUF, 1)   # (the least)
         bell.setblocking(False)
         self._own, self._fd = bell, bell.fileno()   # the connection's own (handles.py)
