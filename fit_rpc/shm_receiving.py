@@ -166,6 +166,11 @@ class ShmReceiving:
             return known, None
         return self._gen, _ring_list(self.inbound)
 
+    def inbox_bell(self) -> Any:
+        """The inbox's bell word (a uint32_t *), whose FR_BELL_CPU word a native data
+        plane that waits on the inbox itself keeps up to date (native/fitring.h)."""
+        return self.bell.word
+
     # ---- wait sets ------------------------------------------------------------------------
     def _inbox_set(self) -> tuple[WaitSet, list[Link]]:
         """The inbound rings and their links, in order; those of links whose message a

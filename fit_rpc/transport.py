@@ -97,10 +97,11 @@ Contract:
                      dict holds goes into the reply, for map_region
     map_region(peer, answer, size) -> mmap
                      the region `peer` granted us (answer: its reply)
-    inbox_rings(), out_ring(peer), link_closed, serve_natively(native)
-                     shm only, for a native data plane that reads the inbound
+    inbox_rings(), out_ring(peer), link_closed, serve_natively(native),
+    inbox_bell()     shm only, for a native data plane that reads the inbound
                      rings and writes a peer's ring itself, or is the inbox's
-                     wait (shm_transport.py); Endpoint.rings() is None on a
+                     wait, and says where it waits on the inbox's bell word
+                     (shm_transport.py); Endpoint.rings() is None on a
                      transport without them
     count            a callable the endpoint sets: count(name) bumps an error counter
     peer_gone        a callable the endpoint sets: peer_gone(id) when a peer's

@@ -107,6 +107,7 @@ class NMonitor(PlaneLoop, SkeletonOps, SkeletonLifecycle, Monitor):
         self.rings = self.ep.rings()       # shm: the plane reads the inbox itself (zmq: None)
         if self.rings is not None:
             self.rings.link_closed = self._link_closed
+            self.plane.set_bell(self.rings.inbox_bell())
         self._ring_gen = -1                # the inbox rings the plane has (their generation)
         self._unvouched = False            # ... some not vouched for yet: look again
         self._peer_nos: dict[str, int] = {}   # the plane's numbers for peers (processes)

@@ -173,8 +173,12 @@ void fr_commit(fr_ring *r, uint32_t n) {
     r->reserved = r->skip = 0;
     __atomic_store_n(&r->ctl->head, r->pos, __ATOMIC_RELEASE);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (r->peer_bell && __atomic_load_n(r->peer_bell, __ATOMIC_RELAXED))
+    if (!r->peer_bell)
+        return;
+    if (__atomic_load_n(r->peer_bell, __ATOMIC_RELAXED))
         fr_ring_efd(r->peer_efd);
+    else   /* awake: where did it begin its wait? (fitring.h: FR_BELL_CPU) */
+        fr_note_peer_cpu(__atomic_load_n(r->peer_bell + FR_BELL_CPU, __ATOMIC_RELAXED));
 }
 
 int fr_send2(fr_ring *r, const char *a, uint32_t na, const char *b, uint32_t nb) {

@@ -46,6 +46,16 @@
  * A producer that waits for space sets the ring's `want_space`; the consumer
  * that frees space then rings the producer's eventfd.
  *
+ * Where the consumer waits. The word after a bell word (FR_BELL_CPU, on the
+ * same line) is the CPU, plus one, on which its consumer last began a wait
+ * (fr_wait, fr_published_cpu): 0 if never. A producer that commits while the
+ * bell is down (the consumer is awake: spinning, or at work) and finds that
+ * CPU to be its own learns that the consumer is queued behind it on this
+ * CPU; if this thread then waits for that consumer's answer (a call:
+ * fr_waiting_for), its spin stops at once (fr_spin_yield): it sleeps, and the
+ * consumer runs, rather than spin while the kernel keeps the CPU for it. A
+ * stale word (the consumer moved since its wait began) costs one early sleep.
+ *
  * The interconnect model (the rack spec's [fabric], fit_rpc/fabric.py). The
  * connector may give each ring of a segment a model (fr_set_model, before it
  * hands the segment over): a latency and a bandwidth. Each side copies it into
@@ -98,6 +108,7 @@
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
                                      from sleep, timer slack off, is ~50 us late on a VM) */
 #define FR_NEVER 0xFFFFFFFFFFFFFFFF  /* a due time: nothing is published */
+#define FR_BELL_CPU 1             /* bell[FR_BELL_CPU]: its consumer's CPU + 1 (a wait's) */
 
 /* The shared part of one ring: each position on a cache line of its own. */
 typedef struct {
@@ -269,8 +280,20 @@ uint64_t fr_now_ns(void);
  * not hand it the CPU while the kernel deems it has had more than its share
  * (its last turn was long), so the spin only keeps it waiting. With a core kept
  * busy a connect()'s caller spun 120-180 us so, its nComponent queued behind
- * it (docs/evaluation.md). */
+ * it (docs/evaluation.md). And a call's spin (a peer known: fr_waiting_for)
+ * stops at once, once, after this thread committed a message whose consumer,
+ * awake, last began a wait on this CPU (FR_BELL_CPU): it waits behind this
+ * thread. (A FIT shortcut's reader spins on: a yield does hand its peer the
+ * CPU, and a sleep made its round trips longer.) */
 int fr_spin_yield(uint64_t spun_ns);
+
+/* A consumer about to wait says on which CPU (its bell's FR_BELL_CPU word),
+ * as fr_wait does; for a loop that spins with fr_spin_yield itself. */
+void fr_published_cpu(uint32_t *bell);
+
+/* (fr_commit's) The consumer of what this thread just committed is awake, and
+ * began its last wait on CPU cpu1 - 1 (0: unknown): fr_spin_yield's to know. */
+void fr_note_peer_cpu(uint32_t cpu1);
 
 /* The process this thread's spins wait for from now on (its pid; 0: none known). */
 void fr_waiting_for(int pid);

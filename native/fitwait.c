@@ -114,9 +114,20 @@ static __thread unsigned short_yields;    /* short yields since the last slice l
 
 static __thread int peer_pid;          /* fr_waiting_for's: whom this thread's spins wait for */
 static __thread uint64_t next_peer_look;
+static __thread int peer_here;   /* the consumer of this thread's last commit waits behind it */
 
 void fr_waiting_for(int pid) {
     peer_pid = pid;
+}
+
+void fr_note_peer_cpu(uint32_t cpu1) {
+    peer_here = cpu1 && (int)cpu1 - 1 == sched_getcpu();
+}
+
+void fr_published_cpu(uint32_t *bell) {
+    int cpu = sched_getcpu();
+    if (cpu >= 0 && __atomic_load_n(bell + FR_BELL_CPU, __ATOMIC_RELAXED) != (uint32_t)cpu + 1)
+        __atomic_store_n(bell + FR_BELL_CPU, (uint32_t)cpu + 1, __ATOMIC_RELAXED);
 }
 
 /* Whether the process this thread waits for is runnable on this very CPU, queued
@@ -142,6 +153,10 @@ static int peer_behind(void) {
 }
 
 int fr_spin_yield(uint64_t spun_ns) {
+    if (peer_here && peer_pid > 0) {   /* a call's answer comes from a process queued */
+        peer_here = 0;                    /* behind it */
+        return 0;
+    }
     uint64_t t = fr_now_ns();
     if (t < no_spin_until)
         return 0;
@@ -214,6 +229,7 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
     int i, contended = 0;
     if (nfds > 16)
         nfds = 16;
+    fr_published_cpu(bell);
     for (;;) {
         for (;;) {   /* spin: for spin_ns, and whenever a due time is near */
             if (n > 0 && (i = look(rings, n, start, &due)) >= 0)

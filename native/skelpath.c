@@ -334,6 +334,8 @@ int kp_run(kp_plane *kp, int64_t spin_ns, uint64_t until_ns, kp_event *out, int 
     if (max > KP_MAX_EVENTS)
         max = KP_MAX_EVENTS;   /* (made[] has that many) */
     kp->inbox = kp->truncated;   /* rings past KP_MAX_RINGS: Python's serve() reads them */
+    if (kp->bell)
+        fr_published_cpu(kp->bell);
     for (;;) {
         int work = read_inbox(kp, out, max, &nout);
         int room = max - nout < 64 ? max - nout : 64;

@@ -137,6 +137,8 @@ typedef struct {
     kp_ops ops;
     uint32_t inbox;           /* out: kp_run stopped at a message for Python */
     uint32_t truncated;       /* more inbox rings than KP_MAX_RINGS: Python reads the rest */
+    uint32_t *bell;           /* the inbox's bell word (NULL: none), where kp_run says on
+                                 which CPU it waits (fitring.h: FR_BELL_CPU) */
     uint64_t messages;        /* messages it read off the inbox rings, in all */
     uint64_t kernel_events;   /* kernel events of fast connections it handled */
     uint64_t handed_back;     /* connections' events it handed back (not KP_EVENT) */

@@ -74,6 +74,12 @@ class Plane:
     def inbox(self) -> bool:
         return bool(self.kp.inbox)
 
+    def set_bell(self, word: Any) -> None:
+        """The inbox's bell word (native.fitring's uint32_t *), where kp_run says on
+        which CPU it waits (fitring.h: FR_BELL_CPU)."""
+        self._bell_word = word   # (kept alive while the plane points at it)
+        self.kp.bell = ffi.cast("uint32_t *", int(fitring.ffi.cast("uintptr_t", word)))
+
     def stats(self) -> dict[str, int]:
         """What it did so far: messages read off the inbox, kernel events of its
         connections, their events it handed back, and the N_CONNECTs it answered

@@ -303,6 +303,45 @@ def test_a_long_spin_stops_when_its_peer_waits_for_its_cpu(tmp_path, where):
         assert (long, short) == ("1", "1")
 
 
+CONSUMER_HERE = """
+import os, sys
+from native.fitring import Bell, Segment, lib
+cpu = int(sys.argv[1])
+os.sched_setaffinity(0, {cpu})
+seg, fd = Segment.create(4096)
+bell = Bell()
+word = Bell.peer_word(bell.page_fd)
+producer = seg.ring(0, word.ptr, bell.efd, word)
+lib.fr_published_cpu(bell.word)   # the consumer began a wait here (as fr_wait does)
+published = bell.word[lib.FR_BELL_CPU]
+
+def after_commit(where, asleep=0, peer=os.getppid()):
+    bell.word[lib.FR_BELL_CPU] = where + 1
+    bell.word[0] = asleep
+    producer.send(b"request")
+    lib.fr_waiting_for(peer)
+    first, second = lib.fr_spin_yield(0), lib.fr_spin_yield(0)
+    lib.fr_waiting_for(0)
+    bell.word[0] = 0
+    return f"{first}{second}"
+
+print(published - 1 == cpu, after_commit(cpu), after_commit(cpu + 1), after_commit(cpu, 1),
+      after_commit(cpu, peer=0))
+"""
+
+
+def test_a_call_sleeps_at_once_when_its_answerer_waits_behind_it(tmp_path):
+    """fitring.h, where the consumer waits: a waiter says on which CPU it began its
+    wait (FR_BELL_CPU), and a call whose request found its consumer awake and last
+    waiting on the caller's own CPU stops its spin at once, once -- not another CPU,
+    nor a consumer asleep (rung instead), nor a wait that answers no call."""
+    cpu = min(os.sched_getaffinity(0))
+    proc = subprocess.run([sys.executable, "-c", CONSUMER_HERE, str(cpu)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "01", "11", "11", "11"]
+
+
 def test_the_peer_look_leaves_no_descriptor_behind_a_thread():
     """fr_spin_yield's look at the peer opens its /proc file for that look only: a
     program whose short threads each wait for a reply, or a monitor whose threads
