@@ -52,9 +52,10 @@
  * bell is down (the consumer is awake: spinning, or at work) and finds that
  * CPU to be its own learns that the consumer is queued behind it on this
  * CPU; if this thread then waits for that consumer's answer (a call:
- * fr_waiting_for), its spin stops at once (fr_spin_yield): it sleeps, and the
- * consumer runs, rather than spin while the kernel keeps the CPU for it. A
- * stale word (the consumer moved since its wait began) costs one early sleep.
+ * fr_waiting_for) and its first yield does not hand it the CPU, its spin stops
+ * (fr_spin_yield): it sleeps, and the consumer runs, rather than spin while the
+ * kernel keeps the CPU for it. A stale word (the consumer moved since its wait
+ * began) costs at most one early sleep.
  *
  * The interconnect model (the rack spec's [fabric], fit_rpc/fabric.py). The
  * connector may give each ring of a segment a model (fr_set_model, before it
@@ -104,6 +105,8 @@
 #define FR_NO_SPIN_MAX_NS 1000000000  /* long each time that loses a slice too, up to 1 s */
 #define FR_PEER_AFTER_NS 20000   /* a spin this long looks where its peer is ... */
 #define FR_PEER_EVERY_NS 20000   /* ... and again this often (fr_spin_yield) */
+#define FR_HANDED_NS 1500         /* a yield back sooner ran nobody else (a switch there
+                                     and back costs more) */
 #define FR_DUE_BYTES 8            /* a modelled ring's record: its due time after the mark */
 #define FR_DUE_SPIN_NS 100000     /* a waiter this close to a due time spins to it (a wake-up
                                      from sleep, timer slack off, is ~50 us late on a VM) */
@@ -281,10 +284,12 @@ uint64_t fr_now_ns(void);
  * (its last turn was long), so the spin only keeps it waiting. With a core kept
  * busy a connect()'s caller spun 120-180 us so, its nComponent queued behind
  * it (docs/evaluation.md). And a call's spin (a peer known: fr_waiting_for)
- * stops at once, once, after this thread committed a message whose consumer,
- * awake, last began a wait on this CPU (FR_BELL_CPU): it waits behind this
- * thread. (A FIT shortcut's reader spins on: a yield does hand its peer the
- * CPU, and a sleep made its round trips longer.) */
+ * stops after its first yield, if that yield came back within FR_HANDED_NS
+ * (nobody ran), after this thread committed a message whose consumer, awake,
+ * last began a wait on this CPU (FR_BELL_CPU): it waits behind this thread,
+ * and the kernel did not hand it the CPU. Where a yield does hand it over (a
+ * FIT shortcut's peer, an answer in C), sleeping at once made round trips
+ * 1-2 us longer with a core busy, so a yield is tried first. */
 int fr_spin_yield(uint64_t spun_ns);
 
 /* A consumer about to wait says on which CPU (its bell's FR_BELL_CPU word),

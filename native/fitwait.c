@@ -153,10 +153,8 @@ static int peer_behind(void) {
 }
 
 int fr_spin_yield(uint64_t spun_ns) {
-    if (peer_here && peer_pid > 0) {   /* a call's answer comes from a process queued */
-        peer_here = 0;                    /* behind it */
-        return 0;
-    }
+    int behind = peer_here && peer_pid > 0;   /* a call's answerer queued behind it? */
+    peer_here = 0;
     uint64_t t = fr_now_ns();
     if (t < no_spin_until)
         return 0;
@@ -167,6 +165,8 @@ int fr_spin_yield(uint64_t spun_ns) {
     }
     sched_yield();
     uint64_t now = fr_now_ns(), held = now - t;
+    if (behind && held < FR_HANDED_NS)
+        return 0;   /* the yield did not hand it the CPU (it had its share): sleep */
     if (held < FR_CONTENDED_NS) {
         held_in_a_row = 0;
         if (++short_yields >= FR_SHORT_YIELDS)
