@@ -29,7 +29,7 @@
                                                                recv of them without the
                                                                interpreter: EXTCACHE built in)
     rackmem_ffi    native/rackmem.h      -> native._rackmem   (a program's heap in rack memory:
-                   native/pager.c                              the userfaultfd pager and the
+                   native/pager.c, pager_link.c, pager_say.c   the userfaultfd pager and the
                    native/rackalloc.c                          allocator CPython uses, hooked in
                    native/rackpython.c                         by rackpython.c; EXTCACHE,
                                                                FITRING and fitcall.c built in)
@@ -96,7 +96,8 @@ fitring_ffi = _ffi("fitring", ["pthread"], also=("fitcall", "fitserve", "xcmiss"
                    sources=(*EXTCACHE, *FITRING[1:]))
 stubpath_ffi = _ffi("stubpath", ["pthread"], also=("fastrecv",), sources=EXTCACHE)
 rackmem_ffi = _ffi("rackmem", ["pthread"], own_source=False,
-                   sources=("pager", "rackalloc", "rackpython", *EXTCACHE, *FITRING, "fitcall"))
+                   sources=("pager", "pager_link", "pager_say", "rackalloc", "rackpython",
+                            *EXTCACHE, *FITRING, "fitcall"))
 
 
 def _guest() -> FFI:

@@ -12,60 +12,26 @@
  *   (a miss asks it); otherwise a miss is a zero-fill with no message.
  */
 #define _GNU_SOURCE
-#include "rackmem.h"
+#include "pager.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "extcache.h"
-#include "fitcall.h"
 #include "fitheader.h"
-#include "fitring.h"
-#include "kernel_poll.h"
 
-#define PAGE 4096u
-#define RESIDENT 1u
-#define DIRTY 2u
-#define TOUCHED 4u
-#define FAULT_AROUND 16   /* pages a first write to a fresh page brings in at once */
-
-/* fit_rpc/header.py and ops.py; fit_rpc/pages.py's MISS and WRITEBACK layouts */
-#define FIT_MAGIC 0x5446
-#define FIT_VERSION 2
-#define FIT_REQUEST 1
-#define FIT_REPLY 2
-#define OP_M_ALLOC 0x0401
-#define OP_M_MISS 0x0403
-#define OP_M_WRITEBACK 0x0404
-
-typedef struct __attribute__((packed)) { uint32_t pid; uint64_t vpage; uint32_t vpid;
-                                         uint64_t vvpage; } miss_req;
-typedef struct __attribute__((packed)) { uint32_t pid, n; } writeback_req;
-
-static struct {
-    rm_config c;
-    int uffd, mem;                  /* the userfaultfd; /proc/self/mem */
-    uint8_t *state;                 /* per heap page */
-    pthread_mutex_t pg_lock, link_lock;
-    uint64_t reserved;              /* bytes from base reserved at the home */
-    uint32_t seq;
-    char *out, *req, *zero, *victim;
-    rm_stats st;
-    int started;
-} R = {.pg_lock = PTHREAD_MUTEX_INITIALIZER, .link_lock = PTHREAD_MUTEX_INITIALIZER};
+PAGER_OWN pager_state R = {.pg_lock = PTHREAD_MUTEX_INITIALIZER,
+                           .link_lock = PTHREAD_MUTEX_INITIALIZER};
 
 uint64_t rm_base(void) { return R.c.base; }
 
@@ -79,125 +45,6 @@ uint64_t rm_reserve(void) { return R.c.reserve; }
  * gives rack pages to rm_release (native/preload_memory.c). */
 static inline int advise(void *addr, size_t len, int advice) {
     return (int)syscall(SYS_madvise, addr, len, advice);
-}
-
-/* fatal()'s message, formatted by hand: libc's printf may read state of its own that
- * lies in the heap (a printf specifier registered, a locale set after the heap went
- * on), whose faults only this thread serves. Knows %s, %u, %#x and %#lx. */
-static void format(char *out, size_t cap, const char *fmt, va_list ap) {
-    char *end = out + cap - 1;
-    for (; *fmt && out < end; fmt++) {
-        if (*fmt != '%') {
-            *out++ = *fmt;
-            continue;
-        }
-        char digits[24];
-        const char *text = digits;
-        int hex = fmt[1] == '#', is_long = fmt[1 + hex] == 'l';
-        fmt += hex + is_long + 1;
-        if (*fmt == 's') {
-            text = va_arg(ap, const char *);
-        } else {
-            unsigned long v = is_long ? va_arg(ap, unsigned long) : va_arg(ap, unsigned);
-            char *d = digits + sizeof digits;
-            *--d = 0;
-            do *--d = "0123456789abcdef"[v % (hex ? 16 : 10)]; while ((v /= hex ? 16 : 10));
-            if (hex) { *--d = 'x'; *--d = '0'; }
-            text = d;
-        }
-        while (*text && out < end)
-            *out++ = *text++;
-    }
-    *out = 0;
-}
-
-/* One line on stderr: "splitrack: rack memory: " and the message. */
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...) {
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    format(line, sizeof line, fmt, ap);
-    va_end(ap);
-    static const char head[] = "splitrack: rack memory: ";
-    struct iovec parts[] = {{(void *)head, sizeof head - 1}, {line, strlen(line)}, {"\n", 1}};
-    syscall(SYS_writev, 2, parts, 3);   /* (the kernel's, not an interposer's) */
-}
-
-/* say(), then end the program (errno strings: strerrordesc_np's, never a locale's) */
-#define fatal(...) do { say(__VA_ARGS__); _exit(RM_EXIT_STATUS); } while (0)
-
-/* ---- FIT calls to the mComponents (under link_lock) ------------------------ */
-
-/* One request to homes[h], its reply's payload in R.out + HEADER_BYTES (*len bytes).
- * Returns 0, the reply's error (negative errno), or fails the program if the
- * mComponent is gone or silent. */
-static int call(uint32_t h, uint16_t op, const char *payload, uint32_t n, uint32_t *len) {
-    fr_ring *tx = R.c.tx[h], *rx = R.c.rx[h];
-    fit_header head = {FIT_MAGIC, FIT_VERSION, FIT_REQUEST, op, 0, ++R.seq, n, 0, 0};
-    uint32_t got = 0, cap = HEADER_BYTES + PAGE * 2;
-    int64_t left = R.c.timeout_ns;
-    int rc = fr_call(tx, (const char *)&head, HEADER_BYTES, payload, n, (fr_ring *const *)&rx, 1,
-                     0, R.c.bell, R.c.efd, &R.c.hup[h], 1, R.c.spin_ns, left, R.out, cap, &got);
-    if (rc == FC_UNSENT) {
-        if (fr_wait_space(tx, HEADER_BYTES + n, R.c.efd, R.c.spin_ns, left) < 0)
-            fatal("mComponent %u takes no requests (its ring stayed full)", h);
-        rc = fr_call(tx, (const char *)&head, HEADER_BYTES, payload, n,
-                     (fr_ring *const *)&rx, 1, 0, R.c.bell, R.c.efd, &R.c.hup[h], 1,
-                     R.c.spin_ns, left, R.out, cap, &got);
-    }
-    for (int woken = 0; rc == FC_SENT; woken++) {   /* a wake-up with nothing: wait on */
-        struct pollfd p = {R.c.hup[h], POLLIN, 0};
-        struct timespec now = {0, 0};
-        if (kernel_ppoll(&p, 1, &now) > 0 || woken > 1000)
-            fatal("mComponent %u is gone or silent (op %#x, page fault of pid %u)", h, op,
-                  R.c.pid);
-        rc = fr_call(NULL, NULL, 0, NULL, 0, (fr_ring *const *)&rx, 1, 0, R.c.bell, R.c.efd,
-                     &R.c.hup[h], 1, R.c.spin_ns, left, R.out, cap, &got);
-    }
-    if (rc < 0)
-        fatal("the link to mComponent %u broke (%s)", h, strerrordesc_np(-rc));
-    fit_header *back = (fit_header *)R.out;
-    if (got < HEADER_BYTES || back->magic != FIT_MAGIC || back->kind != FIT_REPLY ||
-        back->seq != head.seq || back->length != got - HEADER_BYTES)
-        fatal("mComponent %u answered op %#x with a malformed reply", h, op);
-    *len = back->length;
-    return back->err ? -(int)back->err : 0;
-}
-
-static void writeback(uint32_t home, uint32_t pid, uint64_t vpage, const char *line) {
-    writeback_req w = {pid, 1};
-    memcpy(R.req, &w, sizeof w);
-    memcpy(R.req + sizeof w, line, PAGE);
-    memcpy(R.req + sizeof w + PAGE, &vpage, sizeof vpage);
-    uint32_t len;
-    pthread_mutex_lock(&R.link_lock);
-    int rc = call(home, OP_M_WRITEBACK, R.req, sizeof w + PAGE + sizeof vpage, &len);
-    pthread_mutex_unlock(&R.link_lock);
-    if (rc < 0)
-        fatal("write-back of page %#lx to mComponent %u: %s", (unsigned long)vpage, home,
-              strerrordesc_np(-rc));
-}
-
-int rm_grow(uint64_t upto) {
-    int rc = 0;
-    pthread_mutex_lock(&R.link_lock);
-    while (rc == 0 && R.reserved < upto) {
-        if (R.reserved + R.c.chunk > R.c.reserve) { rc = -ENOMEM; break; }
-        char json[160];
-        int n = snprintf(json + 4, sizeof json - 4,
-                         "{\"pid\":%u,\"start\":%llu,\"length\":%llu}", R.c.pid,
-                         (unsigned long long)(R.c.base + R.reserved),
-                         (unsigned long long)R.c.chunk);
-        uint32_t u = (uint32_t)n, len;
-        memcpy(json, &u, 4);
-        rc = call(R.c.home, OP_M_ALLOC, json, 4 + u, &len);
-        if (rc == 0)
-            R.reserved += R.c.chunk;
-    }
-    R.st.reserved = R.reserved;
-    pthread_mutex_unlock(&R.link_lock);
-    return rc;
 }
 
 /* ---- the pages ---------------------------------------------------------------- */
@@ -268,7 +115,7 @@ static void zero_fill_ahead(uint64_t addr) {
             break;
         }
         if (v.pid)
-            writeback(v.home, v.pid, v.vpage, R.victim);
+            pager_writeback(v.home, v.pid, v.vpage, R.victim);
         xc_miss_end(R.c.xc, R.c.slot, R.c.pid, a / PAGE, R.c.home, NULL, 1);
         *s = RESIDENT | TOUCHED | DIRTY;
         R.st.zero_fills++;
@@ -311,7 +158,7 @@ static int fill(uint64_t vpage, uint32_t home, const char *data, int fetch, int 
         return rc;
     int piggyback = fetch && v.pid && v.home == home;
     if (v.pid && !piggyback)
-        writeback(v.home, v.pid, v.vpage, R.victim);
+        pager_writeback(v.home, v.pid, v.vpage, R.victim);
     *bytes = data;
     if (fetch) {
         miss_req m = {R.c.pid, vpage, piggyback ? v.pid : 0, piggyback ? v.vpage : 0};
@@ -320,7 +167,7 @@ static int fill(uint64_t vpage, uint32_t home, const char *data, int fetch, int 
             memcpy(R.req + sizeof m, R.victim, PAGE);
         uint32_t len;
         pthread_mutex_lock(&R.link_lock);
-        rc = call(home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
+        rc = pager_call(home, OP_M_MISS, R.req, sizeof m + (piggyback ? PAGE : 0), &len);
         pthread_mutex_unlock(&R.link_lock);
         if (rc == 0 && len != PAGE)
             rc = -EPROTO;
@@ -363,7 +210,7 @@ static void serve_miss(uint64_t addr, int write) {
 static void serve(const struct uffd_msg *m) {
     uint64_t addr = m->arg.pagefault.address & ~(uint64_t)(PAGE - 1);
     if (addr < R.c.base || addr - R.c.base >= R.reserved) {
-        say("access to %#lx, which the rack heap never handed out",
+        pager_say("access to %#lx, which the rack heap never handed out",
             (unsigned long)m->arg.pagefault.address);
         signal(SIGSEGV, SIG_DFL);
         kill(getpid(), SIGSEGV);

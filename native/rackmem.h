@@ -6,8 +6,9 @@
  * The rack heap is one reserved range of the process's address space,
  * registered with userfaultfd (missing and write-protect faults). Two parts:
  *
- *   pager.c      the fault handler, a thread of the program: a missing page is
- *                an extCache miss (the line protocol of extcache.h: a zero-fill
+ *   pager.c      the fault handler, a thread of the program (its FIT calls in
+ *                pager_link.c, its line on stderr in pager_say.c: pager.h): a
+ *                missing page is an extCache miss (the line protocol of extcache.h: a zero-fill
  *                if the page was never there, else M_MISS to its home, a dirty
  *                victim piggybacked or written back); the line is then copied
  *                into the page, write-protected unless the fault was a write,
