@@ -229,8 +229,8 @@ def spin_yield(spun_s: float) -> bool:
     """Yield the CPU once while spinning (for spun_s so far): False once the CPU is
     contended (stop spinning and sleep): another task held it FR_CONTENDED_SLICE_NS
     or more in one yield, or FR_CONTENDED_NS or more in each of FR_CONTENDED_TURNS
-    yields of this thread in a row, or a spin past FR_CROWD_AFTER_NS finds more
-    tasks runnable than CPUs (fitring.h says why)."""
+    yields of this thread in a row, or the process a call awaits is queued behind
+    this thread on its CPU (fitring.h: fr_spin_yield says how, and why)."""
     return bool(lib.fr_spin_yield(int(spun_s * 1e9)))
 
 
