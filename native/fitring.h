@@ -300,6 +300,12 @@ void fr_published_cpu(uint32_t *bell);
  * began its last wait on CPU cpu1 - 1 (0: unknown): fr_spin_yield's to know. */
 void fr_note_peer_cpu(uint32_t cpu1);
 
+/* A wait on a kernel descriptor's readability (a pipe shortcut's), spun as a ring's
+ * is: polled without sleeping until fd is readable (1: or hung up, or an error:
+ * the caller's read says which) or spin_ns have passed or the CPU is contended
+ * (fr_spin_yield; 0). One native call where a loop of Python calls was. */
+int fr_spin_readable(int fd, int64_t spin_ns);
+
 /* The process this thread's spins wait for from now on (its pid; 0: none known). */
 void fr_waiting_for(int pid);
 

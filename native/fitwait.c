@@ -190,6 +190,19 @@ int fr_spin_yield(uint64_t spun_ns) {
     return 0;
 }
 
+int fr_spin_readable(int fd, int64_t spin_ns) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    struct timespec now = {0, 0};
+    uint64_t t0 = fr_now_ns();
+    for (;;) {
+        if (kernel_ppoll(&p, 1, &now) != 0)
+            return 1;   /* readable, hung up, or an error: the caller's read says */
+        uint64_t spun = fr_now_ns() - t0;
+        if ((int64_t)spun >= spin_ns || !fr_spin_yield(spun))
+            return 0;
+    }
+}
+
 /* Sleep on efd and the fds' hang-ups until `until` (FR_NEVER: no limit; exact:
  * a due time, slept to without the thread's timer slack, 50 us by default);
  * 0 when the time came, 1 when the eventfd was rung, 2 + k when fds[k] hung

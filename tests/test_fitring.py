@@ -8,6 +8,7 @@ import collections
 import errno
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -342,6 +343,20 @@ def test_a_call_sleeps_when_its_answerer_waits_behind_it(tmp_path):
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "True", "11", "11", "11"]
+
+
+def test_a_spin_on_a_descriptor_says_when_it_is_readable():
+    """fr_spin_readable (a pipe shortcut's wait): 0 when nothing came within its spin,
+    1 once a byte waits, and 1 once the other end hung up (the read says EOF)."""
+    a, b = socket.socketpair()
+    with a, b:
+        assert lib.fr_spin_readable(a.fileno(), 50_000) == 0
+        b.send(b"x")
+        assert lib.fr_spin_readable(a.fileno(), 50_000) == 1
+        assert a.recv(1) == b"x"
+        b.close()
+        assert lib.fr_spin_readable(a.fileno(), 50_000) == 1
+        assert a.recv(1) == b""
 
 
 def test_the_peer_look_leaves_no_descriptor_behind_a_thread():

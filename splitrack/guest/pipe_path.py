@@ -20,10 +20,11 @@ import termios
 import time
 from typing import Any
 
-from native.fitring import spin_yield
+from native.fitring import lib as _fitring
 from splitrack.params import PEER_CHECK_S, SHORTCUT_PIPE_BYTES
 
 _std = _socket.socket  # the kernel's socket type (C), whatever socket.socket is made later
+_spin_readable = _fitring.fr_spin_readable
 
 
 class PipePath:
@@ -95,12 +96,8 @@ class PipePath:
         waiter does: a sleep and a wake-up across cores cost more than a round trip);
         inline, the process's inbox is looked at between slices (a listener of this
         process may have a shortcut connection waiting)."""
-        start = time.monotonic()
-        while (spun := time.monotonic() - start) < spin_s:
-            if poller.poll(0):
-                return True
-            if not spin_yield(spun):
-                break   # another task wants this CPU: sleep
+        if spin_s and poller is self.readable and _spin_readable(self.fd, int(spin_s * 1e9)):
+            return True   # (a writer never spins: wait_writable)
         while True:
             if poller.poll(_ms(deadline, PEER_CHECK_S)):
                 return True
