@@ -19,6 +19,12 @@ Interface:
                                               past its `skip` head bytes where it fits
                                               (the count; shm only: one native call a
                                               message), else what recv() gives
+    ch.lane() -> end | None                   for a reader of many that reads in C
+                                              itself: the shm end, whose `caller` (None
+                                              until attached) fs_recv_into takes, as
+                                              reader()'s read does; None elsewhere
+    ch.landed(k) -> (op, payload) | None      what read() says when fs_recv_into on
+                                              the lane's caller copied nothing (k <= 0)
     ch.fileno(), ch.arm(), ch.disarm()        readiness, as an endpoint's (transport.py)
     ch.pending()                              whether a message waits (recv(0) would get it)
     ch.close()
@@ -120,6 +126,12 @@ class Channel:
             return reader(op, skip, self._parsed, self.recv)
         recv = self.recv
         return lambda view, timeout_s: recv(timeout_s)
+
+    def lane(self) -> Any:
+        return self._link if hasattr(self._link, "landed") else None
+
+    def landed(self, k: int) -> tuple[int, memoryview] | None:
+        return self._link.landed(k, self._parsed, self.recv)
 
     def _parsed(self, frame: bytes) -> tuple[int, memoryview] | None:
         """A frame the transport did not read: (op, payload), counted (and its trace

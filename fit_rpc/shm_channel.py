@@ -58,7 +58,8 @@ class ShmChannel:
         self._ws: WaitSet | None = None
         self._landing, self._landing_handle = landing(FIT_CALL_COPY_BYTES)   # recv() reads here
         self._counts = Counts()   # what post() and recv() count, in C
-        self._caller: Any = None   # its WaitSet's fs_caller, for reader() (no model)
+        self.caller: Any = None   # its WaitSet's fs_caller, for a reader that copies (no
+        #                           model): reader()'s, or a caller's own fs_recv_into
         self.waker = Waker(self.efd) if transport.fabric is not None else None
         self._peer_efd = -1
         self._closed = False
@@ -74,7 +75,7 @@ class ShmChannel:
                  self._counts.handle)
         self._ws = ws
         if self.waker is None:   # (a model's due times are recv()'s to wait for)
-            self._caller = ws.caller()
+            self.caller = ws.caller()
         self._attached.set()
         os.eventfd_write(self.efd, 1)   # whoever sleeps on it looks again
 
@@ -166,24 +167,28 @@ class ShmChannel:
         for the landing, a broken ring, an end not attached yet or one with a fabric
         model: general(), the caller's recv(), says what is there (0: does not wait
         again)."""
-        landing, recv, landed = self._landing, lib.fs_recv_into, lib.FS_LANDED
-        null, from_buffer = ffi.NULL, ffi.from_buffer
+        recv, null, from_buffer = lib.fs_recv_into, ffi.NULL, ffi.from_buffer
 
         def read(view: Any, timeout_s: float) -> Any:
-            c = self._caller
+            c = self.caller
             if c is None:
                 return general(timeout_s)
             k = recv(c, int(timeout_s * 1e9) if timeout_s > 0 else 0, op, skip,
                      null if view is None else from_buffer("char[]", view, True),
                      0 if view is None else len(view))
-            if k > 0:
-                return k
-            if k != landed:
-                return general(0)
-            if c.plain:
-                return c.op, memoryview(landing[HEADER_SIZE:c.len].tobytes())
-            return parsed(bytes(landing[:c.len]))
+            return k if k > 0 else self.landed(k, parsed, general)
         return read
+
+    def landed(self, k: int, parsed: Callable[[bytes], Any], general: Callable[[float], Any]
+               ) -> Any:
+        """What an fs_recv_into on `caller` that copied nothing (k <= 0) read, as
+        reader()'s read says it: (op, payload), parsed(frame), or general(0)."""
+        c = self.caller
+        if k != lib.FS_LANDED or c is None:
+            return general(0)
+        if c.plain:
+            return c.op, memoryview(self._landing[HEADER_SIZE:c.len].tobytes())
+        return parsed(bytes(self._landing[:c.len]))
 
     def counted(self) -> list[tuple[int, int, int, int, int]]:
         """What post() and recv() counted since the last call (transport.py)."""

@@ -27,6 +27,7 @@ import psutil
 
 from fit_rpc import Op
 from fit_rpc.netpath import SK, SK_ERR, SK_N
+from native.fitring import ffi, lib
 from splitrack.params import (
     PEER_CHECK_S,
     SHORTCUT_FIT_WINDOW_BYTES,
@@ -40,6 +41,7 @@ from splitrack.rundir import identify
 
 PEER_CLOSED = -1       # STUB_CLOSED's value when a FIT peer closed (not only SHUT_WR)
 _SC_DATA, _SC_CREDIT = int(Op.STUB_SC_DATA), int(Op.STUB_SC_CREDIT)   # plain ints: faster
+_recv_into, _from_buffer = lib.fs_recv_into, ffi.from_buffer
 # Credit goes back once this much was read: the same share of the window as on the
 # ordinary path. (A credit that comes ahead of an answer costs its reader a wake-up.)
 _FIT_CREDIT_BYTES = SHORTCUT_FIT_WINDOW_BYTES * SOCKET_CREDIT_BYTES // SOCKET_BUFFER_BYTES
@@ -70,6 +72,7 @@ class FitPath:
         # what the stub sent before close() still leaves, as a closed skeleton's does
         self.channel = self.rt.channel(peer, SKELETON_LINGER_S)
         self._read_msg = self.channel.reader(_SC_DATA, SK.size)   # (its recv, bound once)
+        self._lane = self.channel.lane()   # (shm: take_next's copy is its own native call)
         self.reading = threading.Lock()
         self.released = False
         self.rx: deque[memoryview] = deque()   # received chunks, in order
@@ -131,7 +134,10 @@ class FitPath:
         general way to look: anything else (delivered, as _read does), nothing within
         PEER_CHECK_S (the inbox pumped, the peer checked), another reader, the
         deadline past. Without the bell, take() and the stub's lock: half of a round
-        trip's Python (docs/evaluation.md)."""
+        trip's Python (docs/evaluation.md). Into a view on shm, fs_recv_into is called
+        from here, not through the reader's closure, and let_go's common case is in
+        line: with both ends on one core, those two frames (and _recv's _deadline)
+        were 1 us of a round trip's 10.4 (docs/evaluation.md)."""
         if not self.reading.acquire(False):   # (not blocking: a keyword costs here)
             return None   # the inbox thread reads the channel, or another waiter does
         credit = 0
@@ -143,8 +149,15 @@ class FitPath:
                 most = PEER_CHECK_S
             elif most <= 0:
                 return None
-            got = self._read_msg(view if view is None or want == len(view) else view[:want],
-                                 most)
+            lane = self._lane
+            c = None if lane is None or view is None else lane.caller
+            if c is not None:
+                k = _recv_into(c, int(most * 1e9), _SC_DATA, SK.size,
+                               _from_buffer("char[]", view, True), want)
+                got = k if k > 0 else self.channel.landed(k)
+            else:
+                got = self._read_msg(view if view is None or want == len(view) else view[:want],
+                                     most)
             if type(got) is int:
                 k = got
             elif got is None:   # a slice went by: the inbox's turn; is the peer alive?
@@ -166,7 +179,9 @@ class FitPath:
             if self.unacked_next >= _FIT_CREDIT_BYTES:
                 credit, self.unacked_next = self.unacked_next, 0
         finally:
-            self.let_go()
+            self.reading.release()   # (let_go's, in line)
+            if self.released:
+                self._close_unread()
         if credit:
             with self.stub.lock:   # (the channel's sends are the lock's)
                 self._tell(_SC_CREDIT, SK_N.pack(self.peer_stub, credit))
@@ -296,7 +311,13 @@ class FitPath:
         """Release `reading` -- and close the channel, if the path was released
         meanwhile (whoever then takes `reading` closes it; nobody gives it back)."""
         self.reading.release()
-        if self.released and self.reading.acquire(blocking=False):
+        if self.released:
+            self._close_unread()
+
+    def _close_unread(self) -> None:
+        """The path was released while `reading` was held: whoever takes it now
+        closes the channel."""
+        if self.reading.acquire(blocking=False):
             self.channel.close()
 
     def check_peer(self) -> bool:

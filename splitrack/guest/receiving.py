@@ -20,7 +20,7 @@ import socket
 from typing import Any
 
 from splitrack.guest.sockargs import err, scatter
-from splitrack.guest.sockopts import RCVLOWAT
+from splitrack.guest.sockopts import RCVLOWAT, RCVTIMEO
 
 _PEEK, _DONTWAIT, _WAITALL = (int(f) for f in (   # plain ints: IntFlag is slow
     socket.MSG_PEEK, socket.MSG_DONTWAIT, socket.MSG_WAITALL))
@@ -109,7 +109,8 @@ class Receiving:
                 self._pending is not None or self._error or self._eof or self._shut_rd
                 or self._broken):
             return self._recv_some(want, flags, view)
-        deadline = self._deadline()
+        deadline = None if self._timeout is None and RCVTIMEO not in self._opts else (
+            self._deadline())   # (None: never; in line, a frame fewer)
         got = path.take_next(want, view, deadline)   # (None: take() and the wait say)
         return got if got is not None else self._recv_some(want, 0, view, deadline)
 
