@@ -56,6 +56,7 @@ _fr_taken = stubpath.lib.fr_taken
 os.register_at_fork(after_in_child=_QUICK.clear)   # (a child's sockets are its parent's)
 _FR_RECV = int(stubpath.ffi.cast("uintptr_t", stubpath.ffi.addressof(stubpath.lib, "fr_recv")))
 _SOCK_NONBLOCK = int(socket.SOCK_NONBLOCK)
+_DONTWAIT = int(socket.MSG_DONTWAIT)   # (a plain int: an IntFlag's | is Python calls)
 _STRUCTS = {(socket.SOL_SOCKET, socket.SO_LINGER), (socket.SOL_SOCKET, socket.SO_RCVTIMEO),
             (socket.SOL_SOCKET, socket.SO_SNDTIMEO), (socket.IPPROTO_TCP, socket.TCP_INFO),
             (socket.IPPROTO_TCP, socket.TCP_CONGESTION)}   # options that are not an int
@@ -272,7 +273,7 @@ def _own_flags(fd: int, handle: Any, flags: int) -> int:
     """A call on a Python program's socket object's descriptor (own_fds.py) waits only
     if the object has no timeout: CPython makes the descriptor non-blocking otherwise."""
     if fd not in _HANDLES and handle.gettimeout() is not None:
-        return flags | socket.MSG_DONTWAIT
+        return flags | _DONTWAIT
     return flags
 
 

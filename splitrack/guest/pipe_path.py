@@ -25,6 +25,8 @@ from splitrack.params import PEER_CHECK_S, SHORTCUT_PIPE_BYTES
 
 _std = _socket.socket  # the kernel's socket type (C), whatever socket.socket is made later
 _spin_readable = _fitring.fr_spin_readable
+_DONTWAIT, _PEEK = int(socket.MSG_DONTWAIT), int(socket.MSG_PEEK)   # plain ints: an IntFlag's
+_SEND = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)               # | is 3 Python calls
 
 
 class PipePath:
@@ -43,9 +45,10 @@ class PipePath:
         self.readable.register(self.fd, select.POLLIN)
         self.writable = select.poll()
         self.writable.register(self.fd, select.POLLOUT)
+        self.spin_s = self.stub.runtime.spin_s   # (rack.poll_us: fixed for the process)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
-        flags = socket.MSG_DONTWAIT | (socket.MSG_PEEK if peek else 0)
+        flags = _DONTWAIT | _PEEK if peek else _DONTWAIT
         try:   # the stub's own socket object holds the fd: the kernel's recv on it
             data = self.sock.recv(want, flags) if view is None else None
             n = len(data) if view is None else self.sock.recv_into(view, want, flags)
@@ -62,13 +65,13 @@ class PipePath:
         wait for the pipe, then take() -- not take() first, whose nothing is an
         exception, then the stub's wait. None: the deadline passed, or EOF (take()
         set it), for the general way to say."""
-        if not self._wait(self.readable, deadline, self.stub.runtime.spin_s):
+        if not self._wait(self.readable, deadline, self.spin_s):
             return None
         return self.take(want, view, False)
 
     def put(self, chunk: memoryview) -> int:
         try:
-            return self.sock.send(chunk, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            return self.sock.send(chunk, _SEND)
         except BlockingIOError:
             return 0
 
@@ -85,7 +88,7 @@ class PipePath:
         pass   # a pipe carries its own bytes; nothing comes through the inbox
 
     def wait_readable(self, deadline: float | None) -> bool:
-        return self._wait(self.readable, deadline, self.stub.runtime.spin_s) or \
+        return self._wait(self.readable, deadline, self.spin_s) or \
             self.stub.readable()
 
     def wait_writable(self, deadline: float | None) -> bool:
