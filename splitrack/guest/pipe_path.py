@@ -46,6 +46,7 @@ class PipePath:
         self.writable = select.poll()
         self.writable.register(self.fd, select.POLLOUT)
         self.spin_s = self.stub.runtime.spin_s   # (rack.poll_us: fixed for the process)
+        self.spin_ns = int(self.spin_s * 1e9)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         flags = _DONTWAIT | _PEEK if peek else _DONTWAIT
@@ -65,7 +66,8 @@ class PipePath:
         wait for the pipe, then take() -- not take() first, whose nothing is an
         exception, then the stub's wait. None: the deadline passed, or EOF (take()
         set it), for the general way to say."""
-        if not self._wait(self.readable, deadline, self.spin_s):
+        if not (self.spin_ns and _spin_readable(self.fd, self.spin_ns)) and not self._wait(
+                self.readable, deadline, 0.0):   # (_wait's spin, in line: a frame fewer)
             return None
         return self.take(want, view, False)
 
