@@ -5,6 +5,11 @@ its state is the endpoint's (transport, counters, _handlers, vouch).
 Interface:
     serve(timeout) -> bool         one inbound message handled, waiting up to
                                    `timeout` s (None: forever)
+    serve_pushed(op, word, timeout) -> int   serve() for a reader waiting for one
+                                   kind of push: a plain ONEWAY op whose payload is
+                                   (word, value), from a sender vouched for, is
+                                   released with no handler run: value; anything
+                                   else served as serve() does: 0; nothing: -1
     serve_forever(tick, every_s)   until tick() returns True
     Message, Handler               what a handler sees, and what it is:
                                    handler(msg) -> payload | None
@@ -76,6 +81,29 @@ class Serving:
             return False
         self._dispatch(arrival)
         return True
+
+    def serve_pushed(self, op: int, word: int, timeout: float | None) -> int:
+        """serve() for a reader that waits for one kind of message (a stub's blocking
+        recv, its STUB_DATA: splitrack/guest/nic_path.py). If the next inbound one is a
+        plain ONEWAY `op` of two uint32 words whose first is `word`, from a sender
+        vouched for (as _dispatch checks), it is released and counted, no handler run,
+        and its second word returned; any other message is served as serve() serves it:
+        0; -1: none came within `timeout`. (The handler's layers were half of a DDIO
+        round trip's Python: docs/evaluation.md.)"""
+        arrival = self.transport.recv_inbound(timeout)
+        if arrival is None:
+            return -1
+        head, link = arrival.head, arrival.link
+        if head is not None and head[1] == op and head[0] == ONEWAY and (
+                link is None or self.vouch is None or link.verdict):
+            frame = arrival.frames[0]
+            if len(frame) == HEADER_SIZE + _PUSHED.size:
+                got, value = _PUSHED.unpack_from(frame, HEADER_SIZE)
+                if got == word:
+                    self.transport.done(arrival)
+                    return value
+        self._dispatch(arrival)
+        return 0
 
     def serve_forever(self, tick: Callable[[], bool] = lambda: False,
                       every_s: float = 0.1) -> None:
@@ -184,6 +212,7 @@ class Serving:
 
 
 _UNTRACED = object()   # _dispatch: no trace context to restore
+_PUSHED = struct.Struct("<II")   # serve_pushed's payload: two words
 
 
 def _salvage(frames: list) -> tuple[int, int, int]:

@@ -5,6 +5,7 @@ import contextlib
 import errno
 import os
 import signal
+import struct
 import threading
 import time
 
@@ -171,6 +172,36 @@ def test_a_call_that_serves_nothing_serves_nothing_while_it_looks_its_peer_up(ra
     assert a.serve(1) and ran == [b"waiting"]
     a.close()
     b.close()
+
+
+def test_serve_pushed_takes_its_own_push_and_serves_the_rest(rack):
+    """serve_pushed (a stub's blocking recv of its STUB_DATA): a plain one-way op of
+    (word, value) is taken with no handler run, and counted; a push of another word
+    or op, or another layout, is served as serve() serves it; nothing: -1."""
+    a, b = rack.endpoint(serve=True), rack.endpoint(serve=True)
+    served = []
+    a.on(Op.STUB_DATA, lambda msg: served.append(bytes(msg.payload)))
+    try:
+        mine, other = struct.pack("<II", 7, 99), struct.pack("<II", 8, 5)
+        def pushed() -> int:   # (-1 also when woken for a new link: look again)
+            deadline = time.monotonic() + 5
+            while (got := a.serve_pushed(Op.STUB_DATA, 7, 1)) < 0:
+                assert time.monotonic() < deadline
+            return got
+
+        b.send(a.id, Op.STUB_DATA, mine)
+        assert pushed() == 99 and served == []
+        for payload in (other, mine + b"x"):
+            b.send(a.id, Op.STUB_DATA, payload)
+            assert pushed() == 0 and served[-1] == payload
+        b.send(a.id, Op.STUB_SENT, mine)   # another op, the same words: served (no
+        assert pushed() == 0 and len(served) == 2   # handler here: ENOSYS, counted)
+        assert a.serve_pushed(Op.STUB_DATA, 7, 0.05) == -1
+        link = a.counters.snapshot()["links"][b.id]
+        assert link["STUB_DATA"]["rx_msgs"] == 3
+    finally:
+        a.close()
+        b.close()
 
 
 def test_monitor_to_monitor_calls_are_counted_per_link(client):

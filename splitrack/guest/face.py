@@ -20,7 +20,9 @@ With the stub's lock held (as a path's methods run), unless it says otherwise:
     readable(), can_send()              the waits' tests
     park_readable(t), park_writable(t)  the waits' sleeps (unlocked)
     pushed(op, payload)   a push for this socket (unlocked: it takes the lock)
-    option(level, opt), runtime, lock, path, ncomponent, dead
+    holds(path)           path is its data path still (not closed, not replaced)
+    option(level, opt), runtime, lock, path, ncomponent, dead, id (the runtime's for it,
+    which every push to it starts with)
 and the runtime's (unlocked): sync_bell(went_exact), component_gone(), close_connection(),
 after_fork().
 """
@@ -33,10 +35,12 @@ from splitrack.guest import handles, own_fds
 
 
 class StubFace:
-    __slots__ = ("_s", "readable", "can_send", "wake", "wake_senders", "drained", "pushed")
+    __slots__ = ("_s", "id", "readable", "can_send", "wake", "wake_senders", "drained",
+                 "pushed")
 
     def __init__(self, stub: Any):
         self._s = stub   # (the connection's state is shared by all its handles)
+        self.id = stub._id   # the runtime's for it: every push to it starts with it
         # What runs for every message, bound once (a layer of Python less each time):
         self.readable = stub._readable   # the waits' tests
         self.can_send = stub._can_send
@@ -70,6 +74,11 @@ class StubFace:
     def dead(self) -> bool:
         """Closed: its path is released, or about to be."""
         return self._s._dead
+
+    def holds(self, path: Any) -> bool:
+        """(lock held) `path` is its data path still: not closed, not replaced."""
+        s = self._s
+        return not s._dead and s._path is path
 
     def option(self, level: int, opt: int) -> int | None:
         """The value the program set for a socket option (None: never set)."""

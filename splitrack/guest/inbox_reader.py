@@ -28,10 +28,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from fit_rpc import Op
 from native.fitring import spin_yield
 from splitrack.guest import handles
 from splitrack.params import PEER_CHECK_S, STUB_FOLLOWER_SLICE_S, STUB_LEADER_SLICE_S
 
+_STUB_DATA = int(Op.STUB_DATA)
 _INBOX_BATCH = 64   # a drain (the inbox thread's, a polled wait's) serves at most this many
 
 
@@ -74,20 +76,25 @@ class InboxReading:
                 park(left if self.threaded else _slice(left, STUB_FOLLOWER_SLICE_S))
         return True
 
-    def serve_next(self, deadline: float | None) -> bool:
+    def next_data(self, stub: int, deadline: float | None) -> int:
         """A blocking recv's fast lane (nic_path.py: take_next): the inbox's next message
-        handed out by this thread, waiting for it a slice at most; whether one was.
-        False at once if another thread reads the inbox (or the inbox thread does), or
-        anything the general wait does first is due (a check of the components, a
-        dropped handle, a polled wait left behind)."""
+        handed out by this thread, waiting for it a slice at most -- taken here, with no
+        handler, if it is stub `stub`'s STUB_DATA (Endpoint.serve_pushed): the bytes it
+        announces; 0: another message was handed out; -1: none came, or not now (another
+        thread reads the inbox, or the inbox thread does, or anything the general wait
+        does first is due: a check of the components, a dropped handle, a polled wait
+        left behind)."""
         now = time.monotonic()
         if (handles.DROPPED or self._polling or self.threaded or now >= self._next_check
                 or not self._inbox_lock.acquire(False)):
-            return False
+            return -1
         try:
-            left = None if deadline is None else deadline - now
-            return (left is None or left > 0) and self.inbox.serve(
-                _slice(left, STUB_LEADER_SLICE_S))
+            most = STUB_LEADER_SLICE_S   # (_slice's, in line)
+            if deadline is not None and deadline - now < most:
+                most = deadline - now
+                if most <= 0:
+                    return -1
+            return self.inbox.serve_pushed(_STUB_DATA, stub, most)
         finally:
             self._inbox_lock.release()
 

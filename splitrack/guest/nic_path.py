@@ -148,7 +148,8 @@ class NicPath:
         if view is None and k < len(out):
             del out[k:]
         if not peek:
-            self._give_credit()
+            if _credit_due(c, SOCKET_CREDIT_BYTES):   # (most reads: no credit due yet)
+                self._give_credit()
             if c.rhead == c.rtail:
                 self.stub.drained()
         return k if view is not None else bytes(out)
@@ -162,12 +163,23 @@ class NicPath:
         held back may be sent first (packing), another thread reads the inbox,
         nothing came, or it was not for this socket."""
         c = self.c
-        if c.held or c.rtail != c.rhead or not self.rt.serve_next(deadline):
+        if c.held or c.rtail != c.rhead:
             return None   # (bytes there already: take() first, the general way)
-        lock = self.stub.lock
+        stub = self.stub
+        n = self.rt.next_data(stub.id, deadline)   # (this socket's STUB_DATA: as pushed())
+        if n < 0:
+            return None
+        lock = stub.lock
         lock.acquire()   # (not `with`: the hot path)
         try:
-            return self.take(want, view, False)
+            if n:
+                if not stub.holds(self):
+                    return None   # closed meanwhile: those bytes are nobody's
+                c.rtail += n
+            got = self.take(want, view, False)
+            if c.rtail != c.rhead:
+                stub.wake()   # more than this recv took: another waiter may take the rest
+            return got
         finally:
             lock.release()
 

@@ -209,5 +209,5 @@ class Receiving:
 
     def _drained(self) -> None:
         """The path has no more buffered bytes: fileno() stops being readable."""
-        if not (self._eof or self._error or self._shut_rd):
-            self._hush()
+        if self._rung and not (self._eof or self._error or self._shut_rd):
+            self._hush()   # (looked at here first: rung, most often, it is not)
