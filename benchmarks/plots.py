@@ -62,7 +62,8 @@ COLORS = {"linux": "tab:gray", "ddio": "tab:blue", "dma": "tab:red", "pipe": "ta
           "fit": "tab:purple"}
 BASELINES = {"raw_zmq": ("raw pyzmq", "tab:olive", "s"),
              "relay_floor": ("relay floor", "black", "D"),
-             "raw_pipe": ("raw os.pipe", "yellowgreen", "^")}
+             "raw_pipe": ("raw os.pipe", "yellowgreen", "^"),
+             "raw_unix": ("raw AF_UNIX pair", "darkseagreen", "v")}
 SPREADS = ("p50; error bars: p10-p90 of the samples (RTT), "
            "the repetitions' range (throughput, one sample a repetition)")
 PAPER = "darkorange"   # the paper's figures: stars and dotted lines of this colour
@@ -208,7 +209,8 @@ def _shortcuts(ax: Axes, stats: dict[str, dict[int, Row]], size: int) -> None:
     bars = [(m, stats[f"rtt/{m}"][size], COLORS[m])
             for m in ("linux", "pipe", "fit", "ddio", "dma") if f"rtt/{m}" in stats]
     bars += [(label, stats[f"base/{b}"][size], color)
-             for b, (label, color, _) in BASELINES.items() if b != "relay_floor"]
+             for b, (label, color, _) in BASELINES.items()
+             if b != "relay_floor" and f"base/{b}" in stats]
     labels = [label for label, _, _ in bars]
     _bars(ax, *(list(column) for column in zip(*bars, strict=True)))
     for m, against, name in (("fit", "rtt/linux", "Linux"),

@@ -27,7 +27,9 @@ measured: it is the baseline.
 
 Baselines measured in the same run: Linux TCP loopback (the `linux` mode),
 raw pyzmq DEALER/ROUTER between two plain processes, raw os.pipe between two
-plain processes (raw_pipe.py), the relay floor (relay_floor.py: the rack's
+plain processes (raw_pipe.py; with the pipe mode, also the same echo over a
+Unix-domain stream pair, the pipe shortcut's own kernel object: its floor),
+the relay floor (relay_floor.py: the rack's
 process layout -- a TCP socket in one process, one shared-memory hop each way
 through FIT's rings to a second, waiting as FIT waits -- with no splitrack
 code; its echo RTT, and its send throughput, where a third process streams
@@ -146,6 +148,9 @@ def run(spec: Any = None, modes: tuple[str, ...] = MODES,
                     tx.add("relay_floor", size, tcp_client.tx(*addr["floor"], size,
                                                               s["seconds"])["MBps"])
                     base.add("raw_pipe", size, raw_pipe.measure(size, s["rounds"], warm))
+                    if "pipe" in modes:   # the pipe shortcut's kernel object: its floor
+                        base.add("raw_unix", size, raw_pipe.measure(size, s["rounds"], warm,
+                                                                    "unix"))
                     for m in modes:
                         if m not in on_rack:
                             record(m, size, tcp_client.run_plan(

@@ -10,7 +10,7 @@ JSON (--json FILE): {"bench": "tcp", "results": [{"mode", "size", "rtt_p50_us",
 "rtt_p99_us", "throughput_MBps", "msgs_per_s", "rx_throughput_MBps"}],
 "baselines": {"raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us",
 "raw_zmq_p50_us_by_size", "raw_pipe_p50_us_by_size", "relay_floor_p50_us_by_size",
-"relay_floor_tx_MBps_by_size"},
+"relay_floor_tx_MBps_by_size", "raw_unix_p50_us_by_size" (with the pipe mode)},
 "ddio_over_relay_floor": {size: ratio}, "connect": {"linux_p50_us", "rack_p50_us",
 "floor_p50_us", "ratio", "floor_ratio", "rack_over_floor", ...},
 "ncomponent_cpu": {"tx_core_s_per_GB", "rx_core_s_per_GB", "size", "tx_bytes",
@@ -62,7 +62,10 @@ def build_report(series: dict[str, Series], cpu: dict | None, scaling: list[dict
                       **{f"{name}_p50_us_by_size": {str(z): p50(base, name, z) for z in sizes}
                          for name in ("raw_zmq", "raw_pipe", "relay_floor")},
                       "relay_floor_tx_MBps_by_size": {str(z): p50(tx, "relay_floor", z)
-                                                      for z in sizes}},
+                                                      for z in sizes},
+                      **({"raw_unix_p50_us_by_size": {str(z): p50(base, "raw_unix", z)
+                                                      for z in sizes}}
+                         if "pipe" in modes else {})},
         "ddio_over_relay_floor": {str(z): round(rtt.summary("ddio", z)["p50"]
                                                 / base.summary("relay_floor", z)["p50"], 3)
                                   for z in sizes if "ddio" in modes},
@@ -105,9 +108,11 @@ def _targets(report: dict[str, Any], series: dict[str, Series],
             out.append(target(f"fit shortcut RTT / Linux at {z} B",
                               rtt.ratio(("fit", z), ("linux", z)), SHORTCUT_RTT))
         if "pipe" in modes:
+            pair = ratio_of(base.reps["raw_unix", z], base.reps["raw_pipe", z])["value"]
             out.append(target(f"pipe shortcut RTT / raw os.pipe at {z} B",
                               ratio_of(rtt.reps["pipe", z], base.reps["raw_pipe", z]),
-                              SHORTCUT_RTT))
+                              SHORTCUT_RTT,
+                              floor={"name": "raw AF_UNIX pair / raw os.pipe", "value": pair}))
     c = report["connect"]
     ratio = connect.ratio(("rack", 0), ("linux", 0))
     floor = connect.ratio(("floor", 0), ("linux", 0))
@@ -135,9 +140,10 @@ def print_table(report: dict[str, Any]) -> None:
     stats = report["stats"]
     print(f"TCP through the rack vs Linux ({st['reps']} repetitions, interleaved; "
           f"{st['rounds']} round trips each)")
-    print("echo round trip, µs (rtt/: per mode; base/: raw pyzmq, raw os.pipe and the relay "
-          "floor, no splitrack code):")
-    order = [*(f"rtt/{m}" for m in MODES), "base/raw_zmq", "base/relay_floor", "base/raw_pipe"]
+    print("echo round trip, µs (rtt/: per mode; base/: raw pyzmq, raw os.pipe, a raw AF_UNIX "
+          "stream pair and the relay floor, no splitrack code):")
+    order = [*(f"rtt/{m}" for m in MODES), "base/raw_zmq", "base/relay_floor", "base/raw_pipe",
+             "base/raw_unix"]
     print_stats(sorted((r for r in stats if r["series"] in order),
                        key=lambda r: (r["size"], order.index(r["series"]))), "series", 18)
     print("one-way throughput, the median [lowest..highest repetition] of each "

@@ -98,8 +98,9 @@ def add_parser(sub: Any) -> None:
               "default: 5")
     p = measuring("tcp", "the paper's TCP micro-benchmarks (echo RTT, throughput, connect, "
                          "nComponent CPU, NIC scaling; DDIO, DMA, pipe and FIT shortcuts) vs "
-                         "Linux TCP loopback, raw pyzmq, raw os.pipe and the relay and connect "
-                         "floors", "round trips per repetition (default: 1000; --quick: 300)",
+                         "Linux TCP loopback, raw pyzmq, raw os.pipe (and an AF_UNIX pair) and "
+                         "the relay and connect floors",
+                  "round trips per repetition (default: 1000; --quick: 300)",
                   "default: 5")
     figures(p, "a reduced sweep, about a minute", TCP_MODES, ",".join(TCP_MODES))
     p.add_argument("--sizes", type=argtypes.sizes,

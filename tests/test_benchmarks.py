@@ -223,6 +223,10 @@ def test_bench_tcp_quick_writes_the_documented_json_plot_and_summary(run_root, t
     for key in ("raw_zmq_p50_us", "raw_pipe_p50_us", "linux_tcp_p50_us"):
         assert baselines[key] > 0
     assert set(baselines["relay_floor_p50_us_by_size"]) == {"128", "4096"}
+    assert all(v > 0 for v in baselines["raw_unix_p50_us_by_size"].values())
+    pipe = next(t for t in report["targets"]
+                if t["name"] == "pipe shortcut RTT / raw os.pipe at 128 B")
+    assert pipe["floor"]["name"] == "raw AF_UNIX pair / raw os.pipe" and pipe["floor"]["value"] > 0
     assert set(baselines["relay_floor_tx_MBps_by_size"]) == {"128", "4096"}
     assert all(v > 0 for v in baselines["relay_floor_tx_MBps_by_size"].values())
     assert "relay floor tx MB/s" in stdout
