@@ -13,9 +13,9 @@ each way, as large as the shortcut's, non-blocking reads after poll() -- the
 shortcut's own way of waiting. (Blocking reads are bimodal here: ~5 us when
 the two processes share a core, ~50 us when they do not.) The shortcut itself
 is a Unix-domain stream pair, since a socket's one descriptor must select
-both readable and writable; on one core that pair's echo costs ~1.55 x the
-pipes' (docs/evaluation.md), so the target against raw os.pipe is reported with
-it as its floor.
+both readable and writable; its echo costs more than the pipes' (1.2-1.8 x on
+one core here: docs/evaluation.md), so the target against raw os.pipe is
+reported with it as its floor.
 """
 
 import fcntl
@@ -40,6 +40,8 @@ def measure(size: int, rounds: int, warmup: int, kind: str = "pipe") -> list[flo
 def _ends(kind: str) -> tuple[int, int, int, int]:
     """(to_child, from_parent, to_parent, from_child): the child reads to_child and
     writes from_child; the parent writes from_parent and reads to_parent."""
+    if kind not in ("pipe", "unix"):
+        raise ValueError(f"raw_pipe: kind {kind!r} is not 'pipe' or 'unix'")
     if kind == "unix":   # one stream pair, both ways (as the shortcut: SHORTCUT_PIPE_BYTES)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         for end in (parent, child):
