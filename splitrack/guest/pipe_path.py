@@ -45,8 +45,7 @@ class PipePath:
         self.readable.register(self.fd, select.POLLIN)
         self.writable = select.poll()
         self.writable.register(self.fd, select.POLLOUT)
-        self.spin_s = self.stub.runtime.spin_s   # (rack.poll_us: fixed for the process)
-        self.spin_ns = int(self.spin_s * 1e9)
+        self.spin_ns = int(self.stub.runtime.spin_s * 1e9)   # (rack.poll_us: the process's)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
         flags = _DONTWAIT | _PEEK if peek else _DONTWAIT
@@ -67,7 +66,7 @@ class PipePath:
         exception, then the stub's wait. None: the deadline passed, or EOF (take()
         set it), for the general way to say."""
         if not (self.spin_ns and _spin_readable(self.fd, self.spin_ns)) and not self._wait(
-                self.readable, deadline, 0.0):   # (_wait's spin, in line: a frame fewer)
+                self.readable, deadline):   # (the spin in line: a frame fewer)
             return None
         return self.take(want, view, False)
 
@@ -90,19 +89,18 @@ class PipePath:
         pass   # a pipe carries its own bytes; nothing comes through the inbox
 
     def wait_readable(self, deadline: float | None) -> bool:
-        return self._wait(self.readable, deadline, self.spin_s) or \
-            self.stub.readable()
+        if self.spin_ns and _spin_readable(self.fd, self.spin_ns):
+            return True
+        return self._wait(self.readable, deadline) or self.stub.readable()
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self._wait(self.writable, deadline, 0.0)   # the reader needs the CPU
+        return self._wait(self.writable, deadline)   # (no spin: the reader needs the CPU)
 
-    def _wait(self, poller: Any, deadline: float | None, spin_s: float) -> bool:
-        """poll() the pipe, after spinning on it for spin_s (rack.poll_us, as a FIT
-        waiter does: a sleep and a wake-up across cores cost more than a round trip);
-        inline, the process's inbox is looked at between slices (a listener of this
-        process may have a shortcut connection waiting)."""
-        if spin_s and poller is self.readable and _spin_readable(self.fd, int(spin_s * 1e9)):
-            return True   # (a writer never spins: wait_writable)
+    def _wait(self, poller: Any, deadline: float | None) -> bool:
+        """poll() the pipe; inline, the process's inbox is looked at between slices (a
+        listener of this process may have a shortcut connection waiting). A reader
+        spins on the pipe first, for rack.poll_us (fr_spin_readable, as a FIT waiter
+        spins: a sleep and a wake-up across cores cost more than a round trip)."""
         while True:
             if poller.poll(_ms(deadline, PEER_CHECK_S)):
                 return True
