@@ -128,9 +128,12 @@ class Channel:
         return lambda view, timeout_s: recv(timeout_s)
 
     def lane(self) -> Any:
+        """The link's end, for a reader of many that calls fs_recv_into on its `caller`
+        itself (shm; a frame fewer than reader()'s closure); None: reader() only."""
         return self._link if hasattr(self._link, "landed") else None
 
     def landed(self, k: int) -> tuple[int, memoryview] | None:
+        """What that fs_recv_into read when it copied nothing (k <= 0), as read() says."""
         return self._link.landed(k, self._parsed, self.recv)
 
     def _parsed(self, frame: bytes) -> tuple[int, memoryview] | None:
