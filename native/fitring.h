@@ -242,7 +242,10 @@ int fr_disarm(uint32_t *bell, int efd);
  * forever). A message published but not due is waited for until it is (the
  * model, above). Returns a ring index (>= 0), n + k when fds[k] hung up or
  * has data, -EAGAIN when woken with nothing due (a doorbell with nothing
- * behind it, or a message not yet due), or -ETIMEDOUT. Leaves the bell down. */
+ * behind it, or a message not yet due; a signal, too), -EINTR when a signal
+ * handler interrupted a native program's rack call that ends with EINTR (as
+ * Linux's would: native/preload.c, sr_signal_ends_call), or -ETIMEDOUT.
+ * Leaves the bell down. */
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns);
 

@@ -65,7 +65,8 @@ Interface:
 
 C return codes become exceptions in one place (ring.py's `ring_error`) and nowhere
 else: a ring its peer broke (-EBADMSG) raises RingBroken, a message no ring can
-hold (-EMSGSIZE) OSError(EMSGSIZE). A memoryview a ring hands out points into
+hold (-EMSGSIZE) OSError(EMSGSIZE), a signal that ends a native program's call
+in a wait (-EINTR) Interrupted. A memoryview a ring hands out points into
 shared memory: it is valid until consume() (or commit()), and its bytes may
 change if the peer misbehaves -- copy what must be kept.
 
@@ -83,12 +84,12 @@ import time
 from typing import Any
 
 from native.fitcounts import Counts
-from native.ring import Ring, RingBroken, ffi, lib
+from native.ring import Interrupted, Ring, RingBroken, ffi, lib
 from native.waitset import DUE_SPIN_NS, NEVER, SENT, TIMEOUT, UNSENT, WOKEN, WaitSet, Waker
 
-__all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "Counts", "RingBroken", "WOKEN",
-           "TIMEOUT", "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns", "landing",
-           "header_constants"]
+__all__ = ["Segment", "Ring", "Bell", "WaitSet", "Waker", "Counts", "RingBroken", "Interrupted",
+           "WOKEN", "TIMEOUT", "SENT", "UNSENT", "NEVER", "DUE_SPIN_NS", "spin_yield", "now_ns",
+           "landing", "header_constants"]
 
 _F_ADD_SEALS, _F_GET_SEALS = 1033, 1034
 _SEAL_SEAL, _SEAL_SHRINK, _SEAL_GROW, _SEAL_FUTURE_WRITE = 1, 2, 4, 16

@@ -15,6 +15,7 @@
 #include "fitring.h"
 #include "kernel_poll.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -235,6 +236,20 @@ static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int exact
     return rc > 0 ? 1 : rc;
 }
 
+/* A signal handler cut the sleep short: does the call the waiter is in end with EINTR?
+ * Only where splitrack's native interposer is loaded and says so (native/preload.c:
+ * sr_signal_ends_call, a native program's handler without SA_RESTART); elsewhere the
+ * interruption is a wake-up (a Python program's handlers run once the wait returns). */
+static int signal_ends_call(void) {
+    static int (*ends)(void);
+    static int looked;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        ends = (int (*)(void))dlsym(RTLD_DEFAULT, "sr_signal_ends_call");
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+    }
+    return ends && ends();
+}
+
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns) {
     uint64_t t0 = fr_now_ns(), due = FR_NEVER;
@@ -274,7 +289,7 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             return i;
         if (rc >= 2)
             return n + rc - 2;
-        if (err == EINTR)
+        if (err == EINTR && signal_ends_call())
             return -EINTR;
         if (rc != 0)
             return -EAGAIN;   /* rung, nothing due: the caller looks at what else changed */

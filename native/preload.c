@@ -31,6 +31,9 @@
  *   - exec(): rack descriptors are close-on-exec, but in a fork()ed child, whose
  *     new image takes those it kept open back from the parent (below);
  *   - exit(): every stub closes, so what was sent just before still leaves;
+ *   - signals stay the program's: the interpreter's start leaves its dispositions
+ *     as they were, and a handler without SA_RESTART ends the rack call it
+ *     interrupts with EINTR (sr_signal_ends_call, which native/fitwait.c asks);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages
  *     (preload_memory.c).
@@ -108,12 +111,26 @@ static void *need(void *lib, const char *symbol)
 }
 
 static const char SITE_CODE[] =
-    "import os, site, sys\n"
+    "import os, signal, site, sys\n"   /* (signal: its first import takes SIGINT; below) */
     "for d in reversed(os.environ.get('SPLITRACK_GUEST_SITE', '').split(os.pathsep)):\n"
     "    if d:\n"
     "        known = set(sys.path)\n"
     "        site.addsitedir(d)\n"
     "        sys.path[:] = [d] + [p for p in sys.path if p != d]\n";
+
+/* The program's signal dispositions, as they were before the interpreter started.
+ * Python's signal module takes SIGINT on its first import (KeyboardInterrupt), even
+ * with install_signal_handlers = 0; in a program whose interpreter is only the
+ * stub's, nothing would ever raise it: Ctrl-C would only cut the wait it came in,
+ * and the program go on, or end with its status and not SIGINT's. */
+static struct sigaction program_signals[NSIG];
+
+static void keep_program_signals(int save)
+{
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            sigaction(sig, save ? NULL : &program_signals[sig], save ? &program_signals[sig] : NULL);
+}
 
 /* Python starts in a thread of its own, so that no thread of the program keeps a
  * Python thread state (which `python_thread` takes for the interpreter's). */
@@ -139,6 +156,7 @@ static void *start_python(void *unused)
     py_after_parent = need(py, "PyOS_AfterFork_Parent");
     py_after_child = need(py, "PyOS_AfterFork_Child");
 
+    keep_program_signals(1);
     PyConfig config;
     init_config(&config);   /* isolated: no PYTHONPATH, no drop-in, no user site */
     config.install_signal_handlers = 0;   /* the program's signals stay the program's */
@@ -151,6 +169,7 @@ static void *start_python(void *unused)
         cannot_run("the interpreter", status.err_msg);
     if (run(SITE_CODE) != 0)
         cannot_run("SPLITRACK_GUEST_SITE", "see above");
+    keep_program_signals(0);   /* (SITE_CODE imported signal: it takes nothing later) */
     save();
     return NULL;
 }
@@ -334,6 +353,27 @@ __attribute__((visibility("default"))) void sr_own(int fd)
     unsigned char none = 0;
     if (fd >= 0 && fd < RACK_FDS)
         atomic_compare_exchange_strong(&rack[fd], &none, OWN);
+}
+
+/* A signal handler interrupted a wait inside a rack call (native/fitwait.c asks, on
+ * EINTR): does the call end with EINTR? Linux's socket calls do, unless the handler
+ * was installed with SA_RESTART. Which signal came is not known here, so the call ends
+ * if any handler of the program lacks SA_RESTART (a program that mixes both kinds may
+ * see an EINTR Linux would have restarted: callers retry EINTR). Only a native
+ * program's own thread in a rack call: in a Python program, Python's handlers run once
+ * the wait returns (KeyboardInterrupt), and the interpreter's threads block signals. */
+__attribute__((visibility("default"))) int sr_signal_ends_call(void)
+{
+    if (python_host || !in_guest || !program_thread)
+        return 0;
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)
+            continue;
+        if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
+            return 1;
+    }
+    return 0;
 }
 
 /* The calls this thread makes from now on (1) are the stub's own, libc's; until 0

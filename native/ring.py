@@ -12,8 +12,8 @@ Interface (native/fitring.py's docstring has the whole binding's):
 One side uses a Ring as producer or as consumer, never both. This file also
 holds the C module's handle (ffi, lib) for the binding's other parts, and the
 one place where its return codes become exceptions (`ring_error`: -EBADMSG is
-RingBroken, any other OSError(-rc)); a would-be block (-EAGAIN) is False or
-None, never an exception.
+RingBroken, -EINTR Interrupted, any other OSError(-rc)); a would-be block
+(-EAGAIN) is False or None, never an exception.
 """
 
 import errno
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 _c = load("_fitring", "C FIT rings")
 ffi, lib = _c.ffi, _c.lib
+
+
+class Interrupted(BaseException):
+    """A signal handler of a native program, installed without SA_RESTART, ran while
+    one of its rack calls waited (-EINTR: fitring.h, fr_wait): the call returns EINTR,
+    as Linux's would (splitrack/guest/interposer.py). Not an OSError, so that no layer
+    between the wait and the call takes it for a failure of the rack; a BaseException,
+    as KeyboardInterrupt, so that every layer's cleanup runs."""
 
 
 class RingBroken(OSError):
@@ -168,7 +176,9 @@ def ns_of(timeout_s: float | None) -> int:
     return -1 if timeout_s is None else max(0, int(timeout_s * 1e9))
 
 
-def ring_error(rc: int, what: str) -> OSError:
+def ring_error(rc: int, what: str) -> BaseException:
     if rc == -errno.EBADMSG:
         return RingBroken(f"FIT ring {what}: the peer broke the ring")
+    if rc == -errno.EINTR:
+        return Interrupted(f"FIT ring {what}: a signal handler without SA_RESTART ran")
     return OSError(-rc, f"FIT ring {what}: {os.strerror(-rc)}")

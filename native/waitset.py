@@ -13,6 +13,8 @@ Interface (native/fitring.py's docstring has the whole binding's):
     waitset.disarm() -> bool
     waker = Waker(efd)                 one fd for an outside loop: the eventfd, or the
                                        time waker.at(ns) set
+    wait() and take() raise ring.py's Interrupted when a signal handler ended the wait and
+    the call around it ends with EINTR (a native program's: fitring.h, fr_wait)
 
 take, call and recv are one native call each (fitserve.h: fs_next, fs_call,
 fs_recv); what they read lands in `msg`, or in the landing calls() set. C
@@ -89,6 +91,8 @@ class WaitSet:
         if i >= 0:
             self._start = (i + 1) % self._n
             return i
+        if i == -errno.EINTR:   # (a native program's call that ends with EINTR)
+            raise ring_error(i, "wait")
         return TIMEOUT if i == -errno.ETIMEDOUT else -1
 
     def arm(self) -> bool:
@@ -198,6 +202,8 @@ class WaitSet:
             return i
         if i >= self._n:
             return i
+        if i == -errno.EINTR:   # (a native program's call that ends with EINTR)
+            raise ring_error(i, "wait")
         return TIMEOUT if i == -errno.ETIMEDOUT else WOKEN
 
 

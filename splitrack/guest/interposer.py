@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from native import stubpath
+from native.fitring import Interrupted
 from splitrack.guest import forked, own_fds, preloaded
 from splitrack.guest.runtime import current, runtime
 from splitrack.guest.stub import BsdSocketStub
@@ -304,6 +305,8 @@ def _errno(fn: Callable[..., int]) -> Callable[..., int]:
             return fn(*args)
         except KeyboardInterrupt:   # a Python program's Ctrl-C in a wait: EINTR, and the
             return -errno.EINTR     # interposer trips SIGINT again (native/preload.h: ret)
+        except Interrupted:         # a native program's handler without SA_RESTART ran in
+            return -errno.EINTR     # a wait: EINTR, as Linux's call would return
         except BlockingIOError:
             return -errno.EAGAIN
         except TimeoutError as exc:   # the rack's (FitTimeout), or a wait's that timed out

@@ -1,0 +1,78 @@
+/* What a signal does to a native program's blocking rack call: what it does on Linux.
+ *
+ *   signal_probe IP PORT CALL HOW   a SIGALRM handler, installed with SA_RESTART if HOW
+ *                         is "restart" (else without), then CALL blocks with an alarm
+ *                         due in a second: "accept" on a listener bound to IP:PORT (it
+ *                         prints "listening PORT" first), "recv" on a connection to
+ *                         IP:PORT (it prints "listening 0" once connected). Then it
+ *                         prints "CALL EINTR" or what it returned ("accept returned a
+ *                         connection", "recv returned N"), and the alarms its handler
+ *                         saw.
+ *
+ * Linux: without SA_RESTART both calls end with EINTR at the alarm; with it they go
+ * on waiting (accept for a connection, recv for bytes). SIGINT, which it does not
+ * handle, ends it (status 130 through `splitrack run`).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    alarms++;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: signal_probe IP PORT accept|recv restart|plain\n");
+        return 2;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
+    inet_pton(AF_INET, argv[1], &addr.sin_addr);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = strcmp(argv[4], "restart") == 0 ? SA_RESTART : 0;
+    sigaction(SIGALRM, &sa, NULL);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    long r;
+    char buf[16];
+    if (strcmp(argv[3], "accept") == 0) {
+        socklen_t len = sizeof addr;
+        if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 1) != 0 ||
+            getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
+            perror("signal_probe: listen");
+            return 1;
+        }
+        printf("listening %d\n", ntohs(addr.sin_port));
+        fflush(stdout);
+        alarm(1);
+        r = accept(fd, NULL, NULL);
+    } else {
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+            perror("signal_probe: connect");
+            return 1;
+        }
+        printf("listening 0\n");
+        fflush(stdout);
+        alarm(1);
+        r = recv(fd, buf, sizeof buf, 0);
+    }
+    if (r < 0)
+        printf("%s %s alarms %d\n", argv[3], errno == EINTR ? "EINTR" : strerror(errno),
+               (int)alarms);
+    else if (strcmp(argv[3], "accept") == 0)
+        printf("accept returned a connection alarms %d\n", (int)alarms);
+    else
+        printf("recv returned %ld alarms %d\n", r, (int)alarms);
+    return 0;
+}
