@@ -32,6 +32,7 @@ from fit_rpc.params import (
 )
 from fit_rpc.transport import Frame
 from native.fitring import NEVER, Counts, Segment, WaitSet, Waker, ffi, landing, lib
+from native.ring import ring_error
 
 _current = tracing.current   # .ctx: the trace context messages are sent in (None: untraced)
 
@@ -184,6 +185,8 @@ class ShmChannel:
         """What an fs_recv_into on `caller` that copied nothing (k <= 0) read, as
         reader()'s read says it: (op, payload), parsed(frame), or general(0)."""
         c = self.caller
+        if k == -errno.EINTR:   # a native program's call that a signal ends (fitring.h)
+            raise ring_error(k, "recv")
         if k != lib.FS_LANDED or c is None:
             return general(0)
         if c.plain:

@@ -24,8 +24,11 @@ int64_t fr_await(fr_ring *const *rings, int n, int start, uint32_t *bell, int ef
         int64_t left = deadline < 0 ? -1 : deadline - now_ns();
         if (deadline >= 0 && left <= 0)
             return -EAGAIN;   /* the time is up */
-        if (fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, left) != 0)
-            return -EAGAIN;   /* another ring, a hang-up, woken, a signal, the time */
+        int rc = fr_wait(rings, n, start, bell, efd, fds, nfds, spin_ns, left);
+        if (rc == -EINTR)
+            return -EINTR;    /* a signal that ends the call (fitring.h: fr_wait) */
+        if (rc != 0)
+            return -EAGAIN;   /* another ring, a hang-up, woken, the time */
     }
 }
 
@@ -42,8 +45,10 @@ int fr_call(fr_ring *tx, const char *head, uint32_t nhead, const char *payload,
     }
     uint32_t l;
     int64_t at = fr_await(rings, n, start, bell, efd, fds, nfds, spin_ns, timeout_ns, &l);
-    if (at == -EAGAIN || (at >= 0 && l > cap))
-        return FC_SENT;   /* none came, or one too large: the caller reads it in place */
+    if (at == -EAGAIN || at == -EINTR || (at >= 0 && l > cap))
+        return FC_SENT;   /* none came (a call waits on through a signal: its request is
+                             out, and its answer changes the caller's state), or one
+                             too large: the caller reads it in place */
     if (at < 0)
         return (int)at;
     memcpy(out, rings[0]->data + at, l);

@@ -138,6 +138,8 @@ int fs_recv_into(fs_caller *c, int64_t timeout_ns, uint16_t op, uint32_t skip, c
     int64_t at = fr_await(c->rings, c->n, c->start, c->bell, c->efd, c->fds, c->nfds,
                           c->spin_ns, timeout_ns, &l);
     fr_waiting_for(0);
+    if (at == -EINTR)
+        return -EINTR;    /* a signal that ends the recv (fitring.h: fr_wait) */
     if (at < 0 || l > c->cap)
         return FS_NONE;   /* (a broken ring, one too large: the caller's recv says) */
     if (want && l > HEADER_BYTES + skip && l - HEADER_BYTES - skip <= want) {
@@ -162,7 +164,8 @@ int fs_recv_into(fs_caller *c, int64_t timeout_ns, uint16_t op, uint32_t skip, c
 }
 
 int fs_recv(fs_caller *c, int64_t timeout_ns) {
-    return fs_recv_into(c, timeout_ns, 0, 0, NULL, 0) == FS_LANDED ? FC_REPLY : FC_SENT;
+    int k = fs_recv_into(c, timeout_ns, 0, 0, NULL, 0);
+    return k == FS_LANDED ? FC_REPLY : k == -EINTR ? -EINTR : FC_SENT;
 }
 
 /* One message of `kind` into tx, its header written here, then head and payload. */

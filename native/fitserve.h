@@ -54,7 +54,8 @@
  * request. On FC_REPLY c->len is its bytes and c->plain 1 if it is a well-formed,
  * untraced ONEWAY with err 0 (its op then in c->op; counted in c->counts, unless
  * NULL); FC_SENT: none came (the wait ended otherwise), or one too large for out
- * (left in its ring).
+ * (left in its ring); -EINTR: a signal ended the wait and the recv around it
+ * (fitring.h: fr_wait).
  *
  * fs_recv_into: fs_recv, but the next message straight to `buf` if it is a
  * well-formed, untraced ONEWAY of `op` with err 0 whose payload after its first
@@ -62,8 +63,9 @@
  * bytes copied from the ring (no landing), the message consumed and counted,
  * their count returned (> 0). Any other message is fs_recv's FC_REPLY: read into
  * c->out, FS_LANDED (0); none (or one too large for out, or a broken ring: left
- * for the caller's recv to say), FS_NONE (-1). A FIT shortcut's blocking recv
- * in one native call (splitrack/guest/fit_path.py: take_next).
+ * for the caller's recv to say), FS_NONE (-1); -EINTR as fs_recv's. A FIT
+ * shortcut's blocking recv in one native call (splitrack/guest/fit_path.py:
+ * take_next).
  *
  * fs_reply_begin: room in tx for a REPLY (err 0, untraced) with `op`, `seq` and an
  * n-byte payload, its header written: the payload's offset in tx's data, for the

@@ -346,9 +346,9 @@ def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
 
 def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eintr(net, built):
     """A C program's SIGALRM handler installed without SA_RESTART comes while accept()
-    and recv() wait on rack sockets: each returns EINTR, as on Linux, rather than the
-    stub's wait going on (the interposer's interpreter asks nothing of the program's
-    signals: native/fitwait.c asks native/preload.c)."""
+    and recv() wait on rack sockets (recv through n0, and on a FIT shortcut): each
+    returns EINTR, as on Linux, rather than the stub's wait going on (native/fitwait.c
+    asks native/preload.c)."""
     rack, env = net
     probe = built["signal_probe"]
     got = run_on_rack(env, [probe, NIC, "0", "accept", "plain"], name=RACK, timeout=30)
@@ -357,6 +357,19 @@ def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eint
         got = run_on_rack(env, [probe, OUTSIDE, str(quiet.getsockname()[1]), "recv", "plain"],
                           name=RACK, timeout=30)
     assert got.stdout.splitlines()[1:] == ["recv EINTR alarms 1"], (got.stdout, got.stderr)
+    with on_rack(env, SILENT, NIC, name=RACK) as (_, (port,)):   # p0: a FIT shortcut
+        got = run_on_rack(env, [probe, NIC, str(port), "recv", "plain"], on="p1", name=RACK,
+                          timeout=30)
+    assert got.stdout.splitlines()[1:] == ["recv EINTR alarms 1"], (got.stdout, got.stderr)
+
+
+SILENT = """
+import socket, sys, time
+server = socket.create_server((sys.argv[1], 0))
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+time.sleep(60)
+"""
 
 
 def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, built):
