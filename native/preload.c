@@ -83,7 +83,7 @@ int (*py_is_up)(void);
 int fit_over_tcp;
 int guest_up;
 pthread_once_t guest_once = PTHREAD_ONCE_INIT;
-__thread int in_guest, program_thread;
+__thread int in_guest, program_thread, interruptible;
 __thread pid_t spawning;
 struct guest_calls sr;
 long (*fast_recv)(int, void *, size_t);
@@ -359,12 +359,13 @@ __attribute__((visibility("default"))) void sr_own(int fd)
  * EINTR): does the call end with EINTR? Linux's socket calls do, unless the handler
  * was installed with SA_RESTART. Which signal came is not known here, so the call ends
  * if any handler of the program lacks SA_RESTART (a program that mixes both kinds may
- * see an EINTR Linux would have restarted: callers retry EINTR). Only a native
- * program's own thread in a rack call: in a Python program, Python's handlers run once
- * the wait returns (KeyboardInterrupt), and the interpreter's threads block signals. */
+ * see an EINTR Linux would have restarted: callers retry EINTR). Only in a native
+ * program's accept or recv (GUEST_INTERRUPTIBLE, on that thread): in a Python program
+ * Python's handlers run once the wait returns (KeyboardInterrupt); the interpreter's
+ * own threads never make those calls. */
 __attribute__((visibility("default"))) int sr_signal_ends_call(void)
 {
-    if (python_host || !in_guest || !program_thread)
+    if (python_host || !interruptible)
         return 0;
     for (int sig = 1; sig < NSIG; sig++) {
         struct sigaction sa;

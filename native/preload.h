@@ -82,6 +82,13 @@ void resolve_socket_calls(void);   /* libc's definitions found now, not in that 
 void resolve_fd_calls(void);
 #define GUEST(fn, ...) ({ in_guest++; program_thread = 1; \
                           __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
+/* GUEST for a call that a signal handler without SA_RESTART ends with EINTR while it
+ * waits with nothing done yet, as Linux's does: accept and recv (sr_signal_ends_call).
+ * No other: a send that queued bytes, a close, a call whose answer changes the stub's
+ * state must not end half done. */
+extern __thread int interruptible;
+#define GUEST_INTERRUPTIBLE(fn, ...) ({ interruptible++; \
+        __typeof__(fn(__VA_ARGS__)) i_ = GUEST(fn, __VA_ARGS__); interruptible--; i_; })
 
 /* native._guest's functions (native/guest.h), found when it is loaded */
 extern struct guest_calls {

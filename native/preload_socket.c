@@ -127,7 +127,7 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
         return -1;
     }
     uint32_t ip = 0;
-    int port = 0, conn = GUEST(sr.accept, fd, flags, &ip, &port);
+    int port = 0, conn = GUEST_INTERRUPTIBLE(sr.accept, fd, flags, &ip, &port);
     if (conn >= 0)
         out_address(ip, port, addr, len);
     return mark(conn);
@@ -195,7 +195,7 @@ ssize_t rack_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *a
         return r;
     uint32_t ip = 0;
     int port = 0;
-    r = GUEST(sr.recv, fd, buf, n, flags, addr ? &ip : NULL, addr ? &port : NULL);
+    r = GUEST_INTERRUPTIBLE(sr.recv, fd, buf, n, flags, addr ? &ip : NULL, addr ? &port : NULL);
     if (r >= 0 && addr && port < 0 && len)
         *len = 0;   /* a stream's: no address, as Linux's TCP says */
     else if (r >= 0 && addr)
@@ -212,7 +212,7 @@ ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *addr, 
 ssize_t rack_recv(int fd, void *buf, size_t n, int flags)
 {
     long r = quick(fd, buf, n, flags);
-    return r >= 0 ? r : ret(GUEST(sr.recv, fd, buf, n, flags, NULL, NULL));
+    return r >= 0 ? r : ret(GUEST_INTERRUPTIBLE(sr.recv, fd, buf, n, flags, NULL, NULL));
 }
 
 ssize_t recv(int fd, void *buf, size_t n, int flags)

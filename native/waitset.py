@@ -13,8 +13,8 @@ Interface (native/fitring.py's docstring has the whole binding's):
     waitset.disarm() -> bool
     waker = Waker(efd)                 one fd for an outside loop: the eventfd, or the
                                        time waker.at(ns) set
-    wait() and take() raise ring.py's Interrupted when a signal handler ended the wait and
-    the call around it ends with EINTR (a native program's: fitring.h, fr_wait)
+    take() raises ring.py's Interrupted when a signal handler ended the wait and the
+    call around it ends with EINTR (a native program's accept or recv: fitring.h, fr_wait)
 
 take, call and recv are one native call each (fitserve.h: fs_next, fs_call,
 fs_recv); what they read lands in `msg`, or in the landing calls() set. C
@@ -189,7 +189,8 @@ class WaitSet:
 
     def wait(self, spin_s: float, timeout_s: float | None, fds: list[int] | None = None) -> int:
         """A ring index with a message; len(rings) + k if fds[k] hung up; WOKEN if
-        woken with nothing to read (or by a signal); TIMEOUT."""
+        woken with nothing to read (or by a signal: a call's reply is waited for
+        through one); TIMEOUT."""
         fds = fds or []
         if fds != self._fds_list:
             self._fds_list = list(fds[:16])
@@ -202,8 +203,6 @@ class WaitSet:
             return i
         if i >= self._n:
             return i
-        if i == -errno.EINTR:   # (a native program's call that ends with EINTR)
-            raise ring_error(i, "wait")
         return TIMEOUT if i == -errno.ETIMEDOUT else WOKEN
 
 

@@ -19,6 +19,7 @@ import errno
 import socket
 from typing import Any
 
+from native.fitring import Interrupted
 from splitrack.guest.sockargs import err, scatter
 from splitrack.guest.sockopts import RCVLOWAT, RCVTIMEO
 
@@ -153,9 +154,9 @@ class Receiving:
             try:
                 part = self._recv_some(want - got, 0, None if view is None else view[got:],
                                        deadline)
-            except BlockingIOError:   # SO_RCVTIMEO's end: what came, or EAGAIN
-                if not got:
-                    raise
+            except (BlockingIOError, Interrupted):   # SO_RCVTIMEO's end, or a signal's
+                if not got:                          # (a native program's): what came,
+                    raise                            # or EAGAIN / EINTR, as Linux's
                 break
             except OSError as exc:
                 if not got or not exc.errno:

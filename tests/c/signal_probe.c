@@ -11,10 +11,12 @@
  *
  * Linux: without SA_RESTART both calls end with EINTR at the alarm; with it they go
  * on waiting (accept for a connection, recv for bytes). SIGINT, which it does not
- * handle, ends it (status 130 through `splitrack run`).
+ * handle, ends it (status 130 through `splitrack run`). A call still waiting 20 s
+ * later ends the probe (status 3), so that a test that fails leaves nothing behind.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,14 @@ static void on_alarm(int sig)
     alarms++;
 }
 
+static void *watchdog(void *unused)
+{
+    (void)unused;
+    sleep(20);
+    fprintf(stderr, "signal_probe: still waiting after 20 s\n");
+    _exit(3);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
@@ -43,6 +53,14 @@ int main(int argc, char **argv)
     sa.sa_handler = on_alarm;
     sa.sa_flags = strcmp(argv[4], "restart") == 0 ? SA_RESTART : 0;
     sigaction(SIGALRM, &sa, NULL);
+    sigset_t alarm_only;   /* the alarm comes to this thread, not the watchdog's */
+    sigemptyset(&alarm_only);
+    sigaddset(&alarm_only, SIGALRM);
+    sigaddset(&alarm_only, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &alarm_only, NULL);
+    pthread_t dog;
+    pthread_create(&dog, NULL, watchdog, NULL);
+    pthread_sigmask(SIG_UNBLOCK, &alarm_only, NULL);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     long r;
     char buf[16];
