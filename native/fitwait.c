@@ -241,13 +241,13 @@ static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int exact
  * sr_signal_ends_call, a native program's handler without SA_RESTART); elsewhere the
  * interruption is a wake-up (a Python program's handlers run once the wait returns). */
 static int signal_ends_call(void) {
-    static int (*ends)(void);
-    static int looked;
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        ends = (int (*)(void))dlsym(RTLD_DEFAULT, "sr_signal_ends_call");
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+    static void *ends = (void *)1;   /* 1: not looked up yet (threads may race: same answer) */
+    void *f = __atomic_load_n(&ends, __ATOMIC_ACQUIRE);
+    if (f == (void *)1) {
+        f = dlsym(RTLD_DEFAULT, "sr_signal_ends_call");
+        __atomic_store_n(&ends, f, __ATOMIC_RELEASE);
     }
-    return ends && ends();
+    return f && ((int (*)(void))f)();
 }
 
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,

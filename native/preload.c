@@ -31,8 +31,8 @@
  *   - exec(): rack descriptors are close-on-exec, but in a fork()ed child, whose
  *     new image takes those it kept open back from the parent (below);
  *   - exit(): every stub closes, so what was sent just before still leaves;
- *   - signals stay the program's: the interpreter's start leaves its dispositions
- *     as they were, and a handler without SA_RESTART ends the rack call it
+ *   - signals stay the program's: the interpreter's start leaves SIGINT as it
+ *     was, and a handler without SA_RESTART ends a blocking accept or recv it
  *     interrupts with EINTR (sr_signal_ends_call, which native/fitwait.c asks);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages
@@ -118,18 +118,22 @@ static const char SITE_CODE[] =
     "        site.addsitedir(d)\n"
     "        sys.path[:] = [d] + [p for p in sys.path if p != d]\n";
 
-/* The program's signal dispositions, as they were before the interpreter started.
- * Python's signal module takes SIGINT on its first import (KeyboardInterrupt), even
- * with install_signal_handlers = 0; in a program whose interpreter is only the
- * stub's, nothing would ever raise it: Ctrl-C would only cut the wait it came in,
- * and the program go on, or end with its status and not SIGINT's. */
-static struct sigaction program_signals[NSIG];
+/* SIGINT as the program had it before the interpreter started. Python's signal module
+ * takes SIGINT on its first import (KeyboardInterrupt) when it finds SIG_DFL there,
+ * even with install_signal_handlers = 0; in a program whose interpreter is only the
+ * stub's, nothing would ever raise it: Ctrl-C would only cut the wait it came in, and
+ * the program go on, or end with its status and not SIGINT's. It is put back only if
+ * the start changed it (another thread of the program may set its own meanwhile:
+ * nothing else is touched). */
+static struct sigaction program_sigint;
 
-static void keep_program_signals(int save)
+static void keep_program_sigint(int save)
 {
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            sigaction(sig, save ? NULL : &program_signals[sig], save ? &program_signals[sig] : NULL);
+    struct sigaction now;
+    if (save)
+        sigaction(SIGINT, NULL, &program_sigint);
+    else if (sigaction(SIGINT, NULL, &now) == 0 && now.sa_handler != program_sigint.sa_handler)
+        sigaction(SIGINT, &program_sigint, NULL);
 }
 
 /* Python starts in a thread of its own, so that no thread of the program keeps a
@@ -156,7 +160,7 @@ static void *start_python(void *unused)
     py_after_parent = need(py, "PyOS_AfterFork_Parent");
     py_after_child = need(py, "PyOS_AfterFork_Child");
 
-    keep_program_signals(1);
+    keep_program_sigint(1);
     PyConfig config;
     init_config(&config);   /* isolated: no PYTHONPATH, no drop-in, no user site */
     config.install_signal_handlers = 0;   /* the program's signals stay the program's */
@@ -169,7 +173,7 @@ static void *start_python(void *unused)
         cannot_run("the interpreter", status.err_msg);
     if (run(SITE_CODE) != 0)
         cannot_run("SPLITRACK_GUEST_SITE", "see above");
-    keep_program_signals(0);   /* (SITE_CODE imported signal: it takes nothing later) */
+    keep_program_sigint(0);   /* (SITE_CODE imported signal: it takes nothing later) */
     save();
     return NULL;
 }

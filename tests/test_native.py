@@ -375,8 +375,8 @@ time.sleep(60)
 def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, built):
     """With SA_RESTART the alarm's handler runs and accept() goes on waiting, as on
     Linux; then SIGINT, which the program does not handle, ends it: status 130 through
-    `splitrack run` (the interpreter the interposer starts keeps the program's
-    dispositions, though Python's signal module takes SIGINT on its first import)."""
+    `splitrack run` (the interpreter the interposer starts leaves SIGINT as it was,
+    though Python's signal module takes it on its first import)."""
     rack, env = net
     with on_rack(env, [built["signal_probe"], NIC, "0", "accept", "restart"],
                  name=RACK) as (probe, (port,)):
