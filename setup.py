@@ -7,7 +7,8 @@ preload = Extension("native._preload",
                     sources=["native/preload.c", "native/preload_socket.c", "native/preload_fd.c",
                              "native/preload_vector.c", "native/preload_wait.c",
                              "native/preload_copy.c",
-                             "native/preload_stdio.c", "native/preload_memory.c"],
+                             "native/preload_stdio.c", "native/preload_signal.c",
+                             "native/preload_memory.c"],
                     include_dirs=["native"],
                     extra_compile_args=["-O2", "-std=gnu11", "-Wall"], libraries=["dl", "pthread"])
 

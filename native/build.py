@@ -47,6 +47,7 @@ and one plain C library, no module (setup.py's ext_modules: `preload`):
     native/preload_wait.c                                      and loads native._guest;
     native/preload_copy.c                                      malloc and mmap for --memory
     native/preload_stdio.c                                     rack)
+    native/preload_signal.c
     native/preload_memory.c
 
 The declarations come from each header itself (its preprocessor guard lines

@@ -244,10 +244,17 @@ int fr_disarm(uint32_t *bell, int efd);
  * has data, -EAGAIN when woken with nothing due (a doorbell with nothing
  * behind it, or a message not yet due; a signal, too), -EINTR when a signal
  * handler interrupted a native program's rack call that ends with EINTR (as
- * Linux's would: native/preload.c, sr_signal_ends_call), or -ETIMEDOUT.
- * Leaves the bell down. */
+ * Linux's would: fr_signal_ends_call), or -ETIMEDOUT. Leaves the bell down. */
 int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns);
+
+/* Whether a signal handler has ended the rack call this thread waits in: a native
+ * program's accept or recv, in which a handler without SA_RESTART ran (asked of
+ * splitrack's native interposer, native/preload_signal.c: sr_signal_ends_call, where
+ * it is loaded; 0 elsewhere). fr_wait asks when a signal cuts its sleep short, and
+ * fs_next and fr_await before they wait (fitserve.h, fitcall.h), so that a handler
+ * that ran while the stub was busy ends the call at its next wait. */
+int fr_signal_ends_call(void);
 
 /* A timer an outside loop sleeps on beside the eventfd, for a due time: a
  * timerfd (CLOCK_MONOTONIC, non-blocking), or -errno. fr_timer_at makes it

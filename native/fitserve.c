@@ -49,6 +49,8 @@ int fs_next(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd, in
     int i = fs_take(rings, n, start, m);
     if (i >= 0 || timeout_ns == 0)
         return i;
+    if (fr_signal_ends_call())
+        return -EINTR;   /* a handler ran since the call began (between two waits) */
     i = fr_wait(rings, n, start, bell, efd, NULL, 0, spin_ns, timeout_ns);
     return i < 0 ? i : fs_take(rings, n, i, m);
 }

@@ -27,7 +27,8 @@
  * fs_next: fs_take, and if no ring has a message and timeout_ns is not 0, fr_wait
  * (spin_ns, timeout_ns as it takes them; no fds) then fs_take of the ring it
  * found: what fs_take returns, or fr_wait's -EAGAIN (woken with nothing due),
- * -EINTR (a signal that ends a native program's call) or -ETIMEDOUT. One native call for an inbox's wait and its next message.
+ * -EINTR (a signal that ends a native program's call: fitring.h,
+ * fr_signal_ends_call, asked before the wait too) or -ETIMEDOUT. One native call for an inbox's wait and its next message.
  *
  * fs_answer: a REPLY (err 0, untraced) with `op`, `seq` and the payload into
  * tx, then the message at rx's front released (fr_consume), and both counted

@@ -236,11 +236,7 @@ static int sleep_on(int efd, const int *fds, int nfds, uint64_t until, int exact
     return rc > 0 ? 1 : rc;
 }
 
-/* A signal handler cut the sleep short: does the call the waiter is in end with EINTR?
- * Only where splitrack's native interposer is loaded and says so (native/preload.c:
- * sr_signal_ends_call, a native program's handler without SA_RESTART); elsewhere the
- * interruption is a wake-up (a Python program's handlers run once the wait returns). */
-static int signal_ends_call(void) {
+int fr_signal_ends_call(void) {
     static void *ends = (void *)1;   /* 1: not looked up yet (threads may race: same answer) */
     void *f = __atomic_load_n(&ends, __ATOMIC_ACQUIRE);
     if (f == (void *)1) {
@@ -289,7 +285,7 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             return i;
         if (rc >= 2)
             return n + rc - 2;
-        if (err == EINTR && signal_ends_call())
+        if (err == EINTR && fr_signal_ends_call())
             return -EINTR;
         if (rc != 0)
             return -EAGAIN;   /* rung, nothing due: the caller looks at what else changed */

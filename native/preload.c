@@ -33,7 +33,8 @@
  *   - exit(): every stub closes, so what was sent just before still leaves;
  *   - signals stay the program's: the interpreter's start leaves SIGINT as it
  *     was, and a handler without SA_RESTART ends a blocking accept or recv it
- *     interrupts with EINTR (sr_signal_ends_call, which native/fitwait.c asks);
+ *     interrupts with EINTR (preload_signal.c: its handlers are wrapped to say
+ *     which ran; native/fitwait.c asks sr_signal_ends_call);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages
  *     (preload_memory.c).
@@ -63,7 +64,8 @@
  * (sendmsg, recvmsg, writev, readv), preload_fd.c (fcntl, ioctl, dup,
  * close_range), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
  * splice, sendmmsg, recvmmsg), preload_stdio.c (fdopen, dprintf),
- * preload_memory.c (--memory rack); preload.h is what the first seven share.
+ * preload_signal.c (the program's signal handlers, wrapped), preload_memory.c
+ * (--memory rack); preload.h is what the first eight share.
  */
 #define _GNU_SOURCE
 #include "preload.h"
@@ -357,28 +359,6 @@ __attribute__((visibility("default"))) void sr_own(int fd)
     unsigned char none = 0;
     if (fd >= 0 && fd < RACK_FDS)
         atomic_compare_exchange_strong(&rack[fd], &none, OWN);
-}
-
-/* A signal handler interrupted a wait inside a rack call (native/fitwait.c asks, on
- * EINTR): does the call end with EINTR? Linux's socket calls do, unless the handler
- * was installed with SA_RESTART. Which signal came is not known here, so the call ends
- * if any handler of the program lacks SA_RESTART (a program that mixes both kinds may
- * see an EINTR Linux would have restarted: callers retry EINTR). Only in a native
- * program's accept or recv (GUEST_INTERRUPTIBLE, on that thread): in a Python program
- * Python's handlers run once the wait returns (KeyboardInterrupt); the interpreter's
- * own threads never make those calls. */
-__attribute__((visibility("default"))) int sr_signal_ends_call(void)
-{
-    if (python_host || !interruptible)
-        return 0;
-    for (int sig = 1; sig < NSIG; sig++) {
-        struct sigaction sa;
-        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)
-            continue;
-        if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_RESTART))
-            return 1;
-    }
-    return 0;
 }
 
 /* The calls this thread makes from now on (1) are the stub's own, libc's; until 0

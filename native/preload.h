@@ -9,6 +9,7 @@
  *   preload_wait.c    the waits: poll, select, epoll's (read the runtime's inbox)
  *   preload_copy.c    sendfile, splice, sendmmsg, recvmmsg on rack descriptors
  *   preload_stdio.c   fdopen and dprintf on rack descriptors (glibc's stdio skips write)
+ *   preload_signal.c  the program's signal handlers, wrapped: which ran (EINTR)
  *
  * Interface:
  *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited
@@ -87,7 +88,8 @@ void resolve_fd_calls(void);
  * No other: a send that queued bytes, a close, a call whose answer changes the stub's
  * state must not end half done. */
 extern __thread int interruptible;
-#define GUEST_INTERRUPTIBLE(fn, ...) ({ interruptible++; \
+void interruptible_begins(void);   /* (preload_signal.c: the count of handlers run, noted) */
+#define GUEST_INTERRUPTIBLE(fn, ...) ({ if (!interruptible++) interruptible_begins(); \
         __typeof__(fn(__VA_ARGS__)) i_ = GUEST(fn, __VA_ARGS__); interruptible--; i_; })
 
 /* native._guest's functions (native/guest.h), found when it is loaded */

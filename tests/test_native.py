@@ -347,8 +347,8 @@ def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
 def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eintr(net, built):
     """A C program's SIGALRM handler installed without SA_RESTART comes while accept()
     and recv() wait on rack sockets (recv through n0, and on a FIT shortcut): each
-    returns EINTR, as on Linux, rather than the stub's wait going on (native/fitwait.c
-    asks native/preload.c)."""
+    returns EINTR, as on Linux, rather than the stub's wait going on (the interposer
+    wraps the program's handlers: native/preload_signal.c)."""
     rack, env = net
     probe = built["signal_probe"]
     got = run_on_rack(env, [probe, NIC, "0", "accept", "plain"], name=RACK, timeout=30)
@@ -372,13 +372,15 @@ time.sleep(60)
 """
 
 
-def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, built):
-    """With SA_RESTART the alarm's handler runs and accept() goes on waiting, as on
+@pytest.mark.parametrize("how", ["restart", "signal"])
+def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, built, how):
+    """With SA_RESTART (sigaction's, beside another signal's handler without it; or
+    signal()'s, BSD's) the alarm's handler runs and accept() goes on waiting, as on
     Linux; then SIGINT, which the program does not handle, ends it: status 130 through
     `splitrack run` (the interpreter the interposer starts leaves SIGINT as it was,
     though Python's signal module takes it on its first import)."""
     rack, env = net
-    with on_rack(env, [built["signal_probe"], NIC, "0", "accept", "restart"],
+    with on_rack(env, [built["signal_probe"], NIC, "0", "accept", how],
                  name=RACK) as (probe, (port,)):
         time.sleep(2)   # the alarm came a second after "listening"
         assert probe.poll() is None, probe.stdout.read()

@@ -1,7 +1,10 @@
 /* What a signal does to a native program's blocking rack call: what it does on Linux.
  *
- *   signal_probe IP PORT CALL HOW   a SIGALRM handler, installed with SA_RESTART if HOW
- *                         is "restart" (else without), then CALL blocks with an alarm
+ *   signal_probe IP PORT CALL HOW   a SIGALRM handler, installed with sigaction() and
+ *                         SA_RESTART if HOW is "restart" (beside a SIGUSR1 handler
+ *                         without it, which never runs), with signal() if "signal"
+ *                         (BSD's: SA_RESTART), else with sigaction() and no flags;
+ *                         then CALL blocks with an alarm
  *                         due in a second: "accept" on a listener bound to IP:PORT (it
  *                         prints "listening PORT" first), "recv" on a connection to
  *                         IP:PORT (it prints "listening 0" once connected). Then it
@@ -51,8 +54,15 @@ int main(int argc, char **argv)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;
-    sa.sa_flags = strcmp(argv[4], "restart") == 0 ? SA_RESTART : 0;
-    sigaction(SIGALRM, &sa, NULL);
+    if (strcmp(argv[4], "signal") == 0) {
+        signal(SIGALRM, on_alarm);
+    } else if (strcmp(argv[4], "restart") == 0) {
+        sigaction(SIGUSR1, &sa, NULL);   /* no SA_RESTART: not the alarm's, never runs */
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGALRM, &sa, NULL);
+    } else {
+        sigaction(SIGALRM, &sa, NULL);
+    }
     sigset_t alarm_only;   /* the alarm comes to this thread, not the watchdog's */
     sigemptyset(&alarm_only);
     sigaddset(&alarm_only, SIGALRM);
