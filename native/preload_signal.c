@@ -28,7 +28,7 @@ REAL(int, sigaction, int, const struct sigaction *, struct sigaction *)
 
 static struct sigaction programs[NSIG];   /* each signal's action, as the program set it */
 static _Atomic unsigned long interrupting;   /* runs of a handler without SA_RESTART */
-__thread unsigned long call_began;   /* `interrupting` when this thread's call began */
+static __thread unsigned long call_began;   /* `interrupting` as this thread's call began */
 
 static void ran(int sig, siginfo_t *info, void *context)
 {
