@@ -21,8 +21,6 @@ int64_t fr_await(fr_ring *const *rings, int n, int start, uint32_t *bell, int ef
         int64_t at = fr_peek(back, len);
         if (at != -EAGAIN)
             return at;
-        if (fr_signal_ends_call())
-            return -EINTR;   /* a handler ran since the call began (between two waits) */
         int64_t left = deadline < 0 ? -1 : deadline - now_ns();
         if (deadline >= 0 && left <= 0)
             return -EAGAIN;   /* the time is up */

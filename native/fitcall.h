@@ -41,9 +41,8 @@
 /* fr_call's wait alone: the next message of rings[0], waited for as fr_call waits
  * (the same set, spin and timeout): its offset in the ring's data (*len its bytes;
  * not consumed); -EAGAIN: none came (the wait ended otherwise, as FC_SENT's);
- * -EINTR: a signal ended the wait and the call around it (fitring.h:
- * fr_signal_ends_call, asked before each wait and when one is cut short); any
- * other < 0: the ring's -errno. */
+ * -EINTR: a signal ended the wait and the call around it (fitring.h: fr_wait);
+ * any other < 0: the ring's -errno. */
 int64_t fr_await(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
                  const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns, uint32_t *len);
 

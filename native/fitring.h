@@ -252,8 +252,8 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
  * program's accept or recv, in which a handler without SA_RESTART ran (asked of
  * splitrack's native interposer, native/preload_signal.c: sr_signal_ends_call, where
  * it is loaded; 0 elsewhere). fr_wait asks when a signal cuts its sleep short, and
- * fs_next and fr_await before they wait (fitserve.h, fitcall.h), so that a handler
- * that ran while the stub was busy ends the call at its next wait. */
+ * fs_next and fs_recv_into before they wait with nothing there (fitserve.h), so
+ * that a handler that ran while the stub was busy ends the call at its next wait. */
 int fr_signal_ends_call(void);
 
 /* A timer an outside loop sleeps on beside the eventfd, for a due time: a

@@ -136,6 +136,8 @@ int fs_recv_into(fs_caller *c, int64_t timeout_ns, uint16_t op, uint32_t skip, c
                  uint32_t want) {
     fr_ring *r = c->rings[0];
     uint32_t l;
+    if (timeout_ns != 0 && fr_signal_ends_call() && fr_peek(r, &l) == -EAGAIN)
+        return -EINTR;   /* nothing there, and a handler ran since the call began */
     fr_waiting_for(c->peer);
     int64_t at = fr_await(c->rings, c->n, c->start, c->bell, c->efd, c->fds, c->nfds,
                           c->spin_ns, timeout_ns, &l);

@@ -81,16 +81,18 @@ static inline int spawned_child(void)
 }
 void resolve_socket_calls(void);   /* libc's definitions found now, not in that child */
 void resolve_fd_calls(void);
-#define GUEST(fn, ...) ({ in_guest++; program_thread = 1; \
-                          __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
+#define GUEST_CALL(fn, ...) ({ in_guest++; program_thread = 1; \
+                               __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
+#define GUEST(fn, ...) ({ if (!in_guest) interruptible = 0; GUEST_CALL(fn, __VA_ARGS__); })
 /* GUEST for a call that a signal handler without SA_RESTART ends with EINTR while it
- * waits with nothing done yet, as Linux's does: accept and recv (sr_signal_ends_call).
- * No other: a send that queued bytes, a close, a call whose answer changes the stub's
- * state must not end half done. */
+ * waits with nothing done yet, as Linux's does: accept and recv (sr_signal_ends_call:
+ * preload_signal.c). No other: a send that queued bytes, a close, a call whose answer
+ * changes the stub's state must not end half done (and any other call of the program
+ * clears the mark, should a handler have longjmp()ed out of one of these). */
 extern __thread int interruptible;
-void interruptible_begins(void);   /* (preload_signal.c: the count of handlers run, noted) */
-#define GUEST_INTERRUPTIBLE(fn, ...) ({ if (!interruptible++) interruptible_begins(); \
-        __typeof__(fn(__VA_ARGS__)) i_ = GUEST(fn, __VA_ARGS__); interruptible--; i_; })
+void interruptible_begins(void);   /* (preload_signal.c: marks the thread, notes its count) */
+#define GUEST_INTERRUPTIBLE(fn, ...) ({ interruptible_begins(); \
+        __typeof__(fn(__VA_ARGS__)) i_ = GUEST_CALL(fn, __VA_ARGS__); interruptible = 0; i_; })
 
 /* native._guest's functions (native/guest.h), found when it is loaded */
 extern struct guest_calls {

@@ -30,11 +30,12 @@ ffi, lib = _c.ffi, _c.lib
 
 
 class Interrupted(BaseException):
-    """A signal handler of a native program, installed without SA_RESTART, ran while
-    one of its rack calls waited (-EINTR: fitring.h, fr_wait): the call returns EINTR,
-    as Linux's would (splitrack/guest/interposer.py). Not an OSError, so that no layer
-    between the wait and the call takes it for a failure of the rack; a BaseException,
-    as KeyboardInterrupt, so that every layer's cleanup runs."""
+    """A signal handler of a native program, installed without SA_RESTART, ran during
+    its accept or recv, which waited (-EINTR: fitring.h, fr_signal_ends_call): the
+    call returns EINTR, as Linux's would (splitrack/guest/interposer.py). Not an
+    OSError, so that no layer between the wait and the call takes it for a failure of
+    the rack; a BaseException, as KeyboardInterrupt, so that every layer's cleanup
+    runs."""
 
 
 class RingBroken(OSError):

@@ -3,7 +3,9 @@
  *   signal_probe IP PORT CALL HOW   a SIGALRM handler, installed with sigaction() and
  *                         SA_RESTART if HOW is "restart" (beside a SIGUSR1 handler
  *                         without it, which never runs), with signal() if "signal"
- *                         (BSD's: SA_RESTART), else with sigaction() and no flags;
+ *                         (BSD's: SA_RESTART), with sysv_signal() if "sysv" (System
+ *                         V's, what strict ISO C's signal() is: no SA_RESTART), else
+ *                         with sigaction() and no flags;
  *                         then CALL blocks with an alarm
  *                         due in a second: "accept" on a listener bound to IP:PORT (it
  *                         prints "listening PORT" first), "recv" on a connection to
@@ -17,6 +19,7 @@
  * handle, ends it (status 130 through `splitrack run`). A call still waiting 20 s
  * later ends the probe (status 3), so that a test that fails leaves nothing behind.
  */
+#define _GNU_SOURCE   /* sysv_signal */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
@@ -56,6 +59,8 @@ int main(int argc, char **argv)
     sa.sa_handler = on_alarm;
     if (strcmp(argv[4], "signal") == 0) {
         signal(SIGALRM, on_alarm);
+    } else if (strcmp(argv[4], "sysv") == 0) {
+        sysv_signal(SIGALRM, on_alarm);
     } else if (strcmp(argv[4], "restart") == 0) {
         sigaction(SIGUSR1, &sa, NULL);   /* no SA_RESTART: not the alarm's, never runs */
         sa.sa_flags = SA_RESTART;
