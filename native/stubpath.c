@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -279,7 +280,11 @@ sp_watch *sp_watch_start(int efd) {
     pthread_condattr_destroy(&attr);
     pthread_mutex_init(&w->mu, NULL);
     w->efd = efd;
+    sigset_t all, was;   /* the thread takes none of the program's signals: they are */
+    sigfillset(&all);    /* its own threads' (a native program's handlers end their calls) */
+    pthread_sigmask(SIG_SETMASK, &all, &was);
     int rc = pthread_create(&w->thread, NULL, watch_main, w);
+    pthread_sigmask(SIG_SETMASK, &was, NULL);
     if (rc) {
         free(w);
         errno = rc;

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from native import stubpath
+from splitrack.guest import preloaded
 from splitrack.params import PACK_DELAY_S
 
 
@@ -77,6 +78,7 @@ class Flusher:
 
     def _flush_held(self) -> None:
         """The flusher: what the watch says is due goes to its skeleton."""
+        preloaded.signals_to_the_program()
         clock = time.monotonic
         while True:
             os.read(self._flush_efd, 8)   # (no interpreter lock while it waits)

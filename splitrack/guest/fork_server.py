@@ -27,7 +27,7 @@ import select
 import socket as _socket_module
 from typing import Any
 
-from splitrack.guest import handles
+from splitrack.guest import handles, preloaded
 from splitrack.guest.fork_channel import INHERIT, receive_message, send_message
 from splitrack.guest.sockargs import err
 
@@ -60,6 +60,7 @@ def serve_child(rt: Any, channel: Any, theirs: dict[int, Any], pidfd: int = -1) 
     runtime goes threaded here, not in the fork's hook: that takes every stub's lock,
     and a thread may hold one until the fork has returned.) A fork()ed child says
     its pid first; a spawned one's pidfd is given (spawning.py), and closed here."""
+    preloaded.signals_to_the_program()
     rt.go_threaded()
     try:
         if pidfd == -1:

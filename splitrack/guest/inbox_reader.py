@@ -30,7 +30,7 @@ from typing import Any
 
 from fit_rpc import Op
 from native.fitring import spin_yield
-from splitrack.guest import handles
+from splitrack.guest import handles, preloaded
 from splitrack.params import PEER_CHECK_S, STUB_FOLLOWER_SLICE_S, STUB_LEADER_SLICE_S
 
 _STUB_DATA = int(Op.STUB_DATA)
@@ -194,6 +194,7 @@ class InboxReading:
     # ---- threaded: the inbox thread ---------------------------------------------------------
     def _serve(self) -> None:
         """The inbox thread: the inbox, and the watched channels."""
+        preloaded.signals_to_the_program()
         with self._inbox_lock:   # a leader finishes its slice first
             paths: dict[int, Any] = {}   # a channel's readiness fd -> its path (`reading` held)
             poller = select.poll()

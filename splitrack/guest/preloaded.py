@@ -10,11 +10,13 @@ has none of them, and has nothing to tell.
     call(name) -> the function (ctypes), or None where the interposer is not loaded
     with quiet():  the libc calls this thread makes meanwhile are the stub's own, which
                    the interposer passes to libc as they are (sr_quiet)
+    signals_to_the_program()   this thread, one of the rack's own, takes no signal
 """
 
 import contextlib
 import ctypes
 import functools
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,3 +40,11 @@ def quiet() -> Iterator[None]:
         yield
     finally:
         mark(0)
+
+
+def signals_to_the_program() -> None:
+    """This thread, one of the rack's own in a program (the inbox thread, the flusher,
+    a fork()ed child's server), takes none of the program's signals: the kernel runs
+    the program's handlers on its own threads, whose rack calls they end (a native
+    program's: native/preload_signal.c), as on Linux."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
