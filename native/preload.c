@@ -120,24 +120,6 @@ static const char SITE_CODE[] =
     "        site.addsitedir(d)\n"
     "        sys.path[:] = [d] + [p for p in sys.path if p != d]\n";
 
-/* SIGINT as the program had it before the interpreter started. Python's signal module
- * takes SIGINT on its first import (KeyboardInterrupt) when it finds SIG_DFL there,
- * even with install_signal_handlers = 0; in a program whose interpreter is only the
- * stub's, nothing would ever raise it: Ctrl-C would only cut the wait it came in, and
- * the program go on, or end with its status and not SIGINT's. It is put back only if
- * the start changed it (another thread of the program may set its own meanwhile:
- * nothing else is touched). */
-static struct sigaction program_sigint;
-
-static void keep_program_sigint(int save)
-{
-    struct sigaction now;
-    if (save)
-        sigaction(SIGINT, NULL, &program_sigint);
-    else if (sigaction(SIGINT, NULL, &now) == 0 && now.sa_handler != program_sigint.sa_handler)
-        sigaction(SIGINT, &program_sigint, NULL);
-}
-
 /* Python starts in a thread of its own, so that no thread of the program keeps a
  * Python thread state (which `python_thread` takes for the interpreter's). */
 static void *start_python(void *unused)

@@ -9,7 +9,8 @@
  *   preload_wait.c    the waits: poll, select, epoll's (read the runtime's inbox)
  *   preload_copy.c    sendfile, splice, sendmmsg, recvmmsg on rack descriptors
  *   preload_stdio.c   fdopen and dprintf on rack descriptors (glibc's stdio skips write)
- *   preload_signal.c  the program's signal handlers, wrapped: which ran (EINTR)
+ *   preload_signal.c  the program's signal handlers, wrapped: which ran (EINTR); SIGINT
+ *                     kept from the interpreter's start
  *
  * Interface:
  *   rack[fd]        1: the program's descriptor of a rack socket; MAYBE: inherited
@@ -91,6 +92,7 @@ void resolve_fd_calls(void);
  * clears the mark, should a handler have longjmp()ed out of one of these). */
 extern __thread int interruptible;
 void interruptible_begins(void);   /* (preload_signal.c: marks the thread, notes its count) */
+void keep_program_sigint(int save);   /* (preload_signal.c) 1: note SIGINT, 0: put it back */
 #define GUEST_INTERRUPTIBLE(fn, ...) ({ interruptible_begins(); \
         __typeof__(fn(__VA_ARGS__)) i_ = GUEST_CALL(fn, __VA_ARGS__); interruptible = 0; i_; })
 

@@ -20,8 +20,9 @@
  * The table of the program's actions is double-buffered: a handler running while
  * sigaction() changes it reads one whole action, the old or the new. A vfork()ed
  * child (which shares the parent's memory until it execs) goes straight to libc.
- * A Python program's handlers are Python's: its calls go to libc as they are (its
- * waits raise KeyboardInterrupt there). Handlers installed some other way (sigset,
+ * The interpreter the interposer starts leaves SIGINT as it found it
+ * (keep_program_sigint). A Python program's handlers are Python's: its calls go to
+ * libc as they are (its waits raise KeyboardInterrupt there). Handlers installed some other way (sigset,
  * libc's own calls) are not counted: their calls go on, as with SA_RESTART.
  */
 #define _GNU_SOURCE
@@ -147,6 +148,24 @@ int siginterrupt(int sig, int flag)
         act.sa_flags |= SA_RESTART;
     }
     return sigaction(sig, &act, NULL);
+}
+
+/* SIGINT as the program had it before the interpreter started. Python's signal module
+ * takes SIGINT on its first import (KeyboardInterrupt) when it finds SIG_DFL there,
+ * even with install_signal_handlers = 0; in a program whose interpreter is only the
+ * stub's, nothing would ever raise it: Ctrl-C would only cut the wait it came in, and
+ * the program go on, or end with its status and not SIGINT's. It is put back only if
+ * the start changed it (another thread of the program may set its own meanwhile:
+ * nothing else is touched). */
+static struct sigaction program_sigint;
+
+void keep_program_sigint(int save)
+{
+    struct sigaction now;
+    if (save)
+        sigaction(SIGINT, NULL, &program_sigint);
+    else if (sigaction(SIGINT, NULL, &now) == 0 && now.sa_handler != program_sigint.sa_handler)
+        sigaction(SIGINT, &program_sigint, NULL);
 }
 
 void interruptible_begins(void)

@@ -5,14 +5,11 @@ byte for byte; their poll, select and epoll waits read the rack's pushes
 themselves. A fork()ed child's inherited sockets work (through its parent), as a
 Python program's do; a static binary is refused at launch; IPv6 is EAFNOSUPPORT; an
 address outside the rack is reached through n0's NIC, never from the host's own
-stack. A signal does to a blocking rack call what it does on Linux (EINTR, or
-SA_RESTART's restart), and Ctrl-C ends a program that does not handle it. Real tools
-on the rack: test_native_tools.py."""
+stack. Signals: test_native_signals.py. Real tools on the rack: test_native_tools.py."""
 
 import os
 import queue
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -342,54 +339,6 @@ def test_a_c_program_reaches_no_host_address_behind_the_racks_back(net, built):
     six = run_on_rack(env, [built["echo_client"], "::1", "9", "1", "1"], name=RACK)
     assert six.returncode == 1
     assert "socket: Address family not supported" in six.stderr   # not the host's IPv6
-
-
-def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eintr(net, built):
-    """A C program's SIGALRM handler installed without SA_RESTART (by sigaction, or
-    System V's signal(), what strict ISO C's is) comes while accept() and recv() wait
-    on rack sockets (recv through n0, and on a FIT shortcut): each returns EINTR, as on
-    Linux, rather than the stub's wait going on (the interposer wraps the program's
-    handlers: native/preload_signal.c)."""
-    rack, env = net
-    probe = built["signal_probe"]
-    for how in ("plain", "sysv"):   # sigaction without SA_RESTART; System V's signal()
-        got = run_on_rack(env, [probe, NIC, "0", "accept", how], name=RACK, timeout=30)
-        assert got.stdout.splitlines()[1:] == ["accept EINTR alarms 1"], (got.stdout,
-                                                                          got.stderr)
-    with socket.create_server((OUTSIDE, 0)) as quiet:   # takes the connection, says nothing
-        got = run_on_rack(env, [probe, OUTSIDE, str(quiet.getsockname()[1]), "recv", "plain"],
-                          name=RACK, timeout=30)
-    assert got.stdout.splitlines()[1:] == ["recv EINTR alarms 1"], (got.stdout, got.stderr)
-    with on_rack(env, SILENT, NIC, name=RACK) as (_, (port,)):   # p0: a FIT shortcut
-        got = run_on_rack(env, [probe, NIC, str(port), "recv", "plain"], on="p1", name=RACK,
-                          timeout=30)
-    assert got.stdout.splitlines()[1:] == ["recv EINTR alarms 1"], (got.stdout, got.stderr)
-
-
-SILENT = """
-import socket, sys, time
-server = socket.create_server((sys.argv[1], 0))
-print(server.getsockname()[1], flush=True)
-conn, _ = server.accept()
-time.sleep(60)
-"""
-
-
-@pytest.mark.parametrize("how", ["restart", "signal"])
-def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, built, how):
-    """With SA_RESTART (sigaction's, beside another signal's handler without it; or
-    signal()'s, BSD's) the alarm's handler runs and accept() goes on waiting, as on
-    Linux; then SIGINT, which the program does not handle, ends it: status 130 through
-    `splitrack run` (the interpreter the interposer starts leaves SIGINT as it was,
-    though Python's signal module takes it on its first import)."""
-    rack, env = net
-    with on_rack(env, [built["signal_probe"], NIC, "0", "accept", how],
-                 name=RACK) as (probe, (port,)):
-        time.sleep(2)   # the alarm came a second after "listening"
-        assert probe.poll() is None, probe.stdout.read()
-        probe.send_signal(signal.SIGINT)   # forwarded to the program by `splitrack run`
-        assert probe.wait(timeout=30) == 128 + signal.SIGINT, probe.stderr.read()
-        assert probe.stdout.read() == ""
 
 
 UVLOOP_ECHO = """
