@@ -22,8 +22,9 @@
  * child (which shares the parent's memory until it execs) goes straight to libc.
  * The interpreter the interposer starts leaves SIGINT as it found it
  * (keep_program_sigint). A Python program's handlers are Python's: its calls go to
- * libc as they are (its waits raise KeyboardInterrupt there). Handlers installed some other way (sigset,
- * libc's own calls) are not counted: their calls go on, as with SA_RESTART.
+ * libc as they are (its waits raise KeyboardInterrupt there). Handlers installed
+ * some other way (sigset, libc's own calls) are not counted: their calls go on, as
+ * with SA_RESTART.
  */
 #define _GNU_SOURCE
 #include "preload.h"
