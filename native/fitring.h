@@ -249,7 +249,7 @@ int fr_wait(fr_ring *const *rings, int n, int start, uint32_t *bell, int efd,
             const int *fds, int nfds, int64_t spin_ns, int64_t timeout_ns);
 
 /* Whether a signal handler has ended the rack call this thread waits in: a native
- * program's accept or recv, in which a handler without SA_RESTART ran (asked of
+ * program's accept, recv or send, in which a handler without SA_RESTART ran (asked of
  * splitrack's native interposer, native/preload_signal.c: sr_signal_ends_call, where
  * it is loaded; 0 elsewhere). fr_wait asks when a signal cuts its sleep short, and
  * fs_next and fs_recv_into before they wait with nothing there (fitserve.h), so

@@ -86,10 +86,10 @@ void resolve_fd_calls(void);
                                __typeof__(fn(__VA_ARGS__)) r_ = fn(__VA_ARGS__); in_guest--; r_; })
 #define GUEST(fn, ...) ({ if (!in_guest) interruptible = 0; GUEST_CALL(fn, __VA_ARGS__); })
 /* GUEST for a call that a signal handler without SA_RESTART ends with EINTR while it
- * waits with nothing done yet, as Linux's does: accept and recv (sr_signal_ends_call:
- * preload_signal.c). No other: a send that queued bytes, a close, a call whose answer
- * changes the stub's state must not end half done (and any other call of the program
- * clears the mark, should a handler have longjmp()ed out of one of these). */
+ * waits, as Linux's does: accept, recv and send (sr_signal_ends_call: preload_signal.c;
+ * a send that queued bytes returns their count). No other: a close, a call whose
+ * answer changes the stub's state must not end half done (and any other call of the
+ * program clears the mark, should a handler have longjmp()ed out of one of these). */
 extern __thread int interruptible;
 void interruptible_begins(void);   /* (preload_signal.c: marks the thread, notes its count) */
 void keep_program_sigint(int save);   /* (preload_signal.c) 1: note SIGINT, 0: put it back */

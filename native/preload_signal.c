@@ -2,8 +2,9 @@
  * blocking rack call ends with EINTR when Linux's would (native/preload.c states the
  * whole interposer's contract).
  *
- * Linux ends a blocking accept or recv with EINTR when a handler runs on its thread
- * during it, unless that handler was installed with SA_RESTART. A rack call's wait is
+ * Linux ends a blocking accept, recv or send with EINTR when a handler runs on its
+ * thread during it, unless that handler was installed with SA_RESTART (a send that
+ * sent part returns that count). A rack call's wait is
  * the stub's (spinning, then sleeping in the kernel, from Python), so the interposer
  * keeps the count itself:
  *   - a handler the program installs with sigaction(), signal() (and its aliases
@@ -12,7 +13,7 @@
  *     wrapper counts, on the thread it runs on, a run of a handler without
  *     SA_RESTART, then calls the program's; sigaction() gives the program back its
  *     own handler as the old one, never the wrapper;
- *   - accept and recv (GUEST_INTERRUPTIBLE, preload.h) note the thread's count as
+ *   - accept, recv and send (GUEST_INTERRUPTIBLE, preload.h) note the thread's count as
  *     they start;
  *   - the stub's wait asks sr_signal_ends_call (native/fitwait.c: before it waits
  *     with nothing there, and when a signal cuts its sleep short): yes if the count
@@ -175,7 +176,7 @@ void interruptible_begins(void)
     call_began = ran_here;
 }
 
-/* A native program's accept or recv (GUEST_INTERRUPTIBLE, on this thread) waits:
+/* A native program's accept, recv or send (GUEST_INTERRUPTIBLE, on this thread) waits:
  * has a handler without SA_RESTART run on this thread since it began? native/fitwait.c
  * asks before the stub's wait sleeps with nothing there and when a signal cuts the
  * sleep short: then the call ends with EINTR, as Linux's would. Elsewhere (a Python

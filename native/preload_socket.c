@@ -148,7 +148,7 @@ static ssize_t sent(long r, int flags)
 
 ssize_t rack_send(int fd, const void *buf, size_t n, int flags)
 {
-    return sent(GUEST(sr.send, fd, buf, n, flags, 0, 0, 0), flags);
+    return sent(GUEST_INTERRUPTIBLE(sr.send, fd, buf, n, flags, 0, 0, 0), flags);
 }
 
 ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags,
@@ -156,7 +156,8 @@ ssize_t rack_sendto(int fd, const void *buf, size_t n, int flags,
 {
     uint32_t ip = 0;
     int port = 0, to = addr ? in_address(addr, len, &ip, &port) : 0;   /* -errno if not IPv4 */
-    return sent(GUEST(sr.send, fd, buf, n, flags, addr && !to ? 1 : to, ip, port), flags);
+    return sent(GUEST_INTERRUPTIBLE(sr.send, fd, buf, n, flags, addr && !to ? 1 : to, ip, port),
+                flags);
 }
 
 ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *addr,

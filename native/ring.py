@@ -31,7 +31,7 @@ ffi, lib = _c.ffi, _c.lib
 
 class Interrupted(BaseException):
     """A signal handler of a native program, installed without SA_RESTART, ran during
-    its accept or recv, which waited (-EINTR: fitring.h, fr_signal_ends_call): the
+    its accept, recv or send, which waited (-EINTR: fitring.h, fr_signal_ends_call): the
     call returns EINTR, as Linux's would (splitrack/guest/interposer.py). Not an
     OSError, so that no layer between the wait and the call takes it for a failure of
     the rack; a BaseException, as KeyboardInterrupt, so that every layer's cleanup

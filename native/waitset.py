@@ -14,7 +14,7 @@ Interface (native/fitring.py's docstring has the whole binding's):
     waker = Waker(efd)                 one fd for an outside loop: the eventfd, or the
                                        time waker.at(ns) set
     take() and recv() raise ring.py's Interrupted when a signal handler ended the call
-    they wait in with EINTR (a native program's accept or recv: fitring.h,
+    they wait in with EINTR (a native program's accept, recv or send: fitring.h,
     fr_signal_ends_call); wait(), a call's, takes a signal for a wake-up
 
 take, call and recv are one native call each (fitserve.h: fs_next, fs_call,

@@ -1,8 +1,8 @@
 """Signals in native programs on the rack (native/preload_signal.c), as on Linux: a
-handler installed without SA_RESTART ends a blocking accept() or recv() with EINTR
-(through n0 and on a FIT shortcut); with SA_RESTART the call goes on waiting; and
-Ctrl-C ends a program that does not handle it, with SIGINT's status. The probe is
-tests/c/signal_probe.c."""
+handler installed without SA_RESTART ends a blocking accept(), recv() or send() with
+EINTR (a send that sent part returns that count; recv through n0 and on a FIT
+shortcut); with SA_RESTART the call goes on waiting; and Ctrl-C ends a program that
+does not handle it, with SIGINT's status. The probe is tests/c/signal_probe.c."""
 
 import signal
 import socket
@@ -19,10 +19,10 @@ RACK = "native-signals"   # the name of this module's rack (conftest.py: net)
 
 def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eintr(net, built):
     """A C program's SIGALRM handler installed without SA_RESTART (by sigaction, or
-    System V's signal(), what strict ISO C's is) comes while accept() and recv() wait
-    on rack sockets (recv through n0, and on a FIT shortcut): each returns EINTR, as on
-    Linux, rather than the stub's wait going on (the interposer wraps the program's
-    handlers: native/preload_signal.c)."""
+    System V's signal(), what strict ISO C's is) comes while accept(), recv() and a
+    send() that found no room wait on rack sockets (recv through n0, and on a FIT
+    shortcut): each returns EINTR, as on Linux, rather than the stub's wait going on
+    (the interposer wraps the program's handlers: native/preload_signal.c)."""
     rack, env = net
     probe = built["signal_probe"]
     for how in ("plain", "sysv"):   # sigaction without SA_RESTART; System V's signal()
@@ -33,6 +33,11 @@ def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eint
         got = run_on_rack(env, [probe, OUTSIDE, str(quiet.getsockname()[1]), "recv", "plain"],
                           name=RACK, timeout=30)
     assert got.stdout.splitlines()[1:] == ["alarm", "recv EINTR alarms 1"], (got.stdout, got.stderr)
+    with socket.create_server((OUTSIDE, 0)) as deaf:   # takes the connection, reads nothing
+        got = run_on_rack(env, [probe, OUTSIDE, str(deaf.getsockname()[1]), "send", "plain"],
+                          name=RACK, timeout=30)
+    assert got.stdout.splitlines()[1:] == ["alarm", "send EINTR alarms 1"], (got.stdout,
+                                                                             got.stderr)
     with on_rack(env, SILENT, NIC, name=RACK) as (_, (port,)):   # p0: a FIT shortcut
         got = run_on_rack(env, [probe, NIC, str(port), "recv", "plain"], on="p1", name=RACK,
                           timeout=30)

@@ -18,6 +18,7 @@ import socket
 from typing import Any
 
 from native import stubpath
+from native.fitring import Interrupted
 from splitrack.guest.sockargs import bytes_view, err
 from splitrack.guest.sockopts import SNDTIMEO
 
@@ -99,6 +100,8 @@ class Sending:
             if type(exc) not in (TimeoutError, BlockingIOError):   # FitTimeout: the rack
                 raise                                               # failed, not the wait
             return sent
+        except Interrupted:   # a native program's signal: what went, as Linux's send says
+            return sent
 
     def _send(self, view: bytes | memoryview, flags: int) -> int:
         if flags & ~(_DONTWAIT | _NOSIGNAL):
@@ -126,7 +129,13 @@ class Sending:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             if deadline is None:
                 deadline = self._deadline(SNDTIMEO)
-            if not self._path.wait_writable(deadline):
+            try:
+                room = self._path.wait_writable(deadline)
+            except Interrupted:   # a native program's signal: EINTR if nothing went yet
+                if sent:
+                    return sent
+                raise
+            if not room:
                 if sent:
                     return sent
                 raise self._gave_up()

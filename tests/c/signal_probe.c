@@ -9,19 +9,23 @@
  *                         alarm due in a second: "accept" on a listener bound to
  *                         IP:PORT (it prints "listening PORT" first), "recv" on a
  *                         connection to IP:PORT (it prints "listening 0" once
- *                         connected). The handler prints "alarm". Then it prints
+ *                         connected), "send" of a byte on such a connection once it
+ *                         takes no more (its peer reads nothing). The handler prints
+ *                         "alarm". Then it prints
  *                         "CALL EINTR" or what it returned ("accept returned a
  *                         connection", "recv returned N"), and the alarms its handler
  *                         saw.
  *
- * Linux: without SA_RESTART both calls end with EINTR at the alarm; with it they go
- * on waiting (accept for a connection, recv for bytes). SIGINT, which it does not
+ * Linux: without SA_RESTART the calls end with EINTR at the alarm; with it they go on
+ * waiting (accept for a connection, recv for bytes, send for room). SIGINT, which it does not
  * handle, ends it (status 130 through `splitrack run`). A call still waiting 20 s
  * later ends the probe (status 3), so that a test that fails leaves nothing behind.
  */
 #define _GNU_SOURCE   /* sysv_signal */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +42,26 @@ static void on_alarm(int sig)
     alarms++;
     if (write(1, "alarm\n", 6) != 6)   /* (async-signal-safe: no stdio) */
         alarms += 100;
+}
+
+/* Sends until nothing more goes (the peer reads nothing) and the socket stays
+ * unwritable a while: a send then blocks with nothing sent. */
+static int fill(int fd)
+{
+    static char chunk[65536];
+    struct pollfd room = {.fd = fd, .events = POLLOUT};
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    do {
+        while (send(fd, chunk, sizeof chunk, 0) > 0)
+            ;
+        if (errno != EAGAIN) {
+            perror("signal_probe: fill");
+            return 0;
+        }
+    } while (poll(&room, 1, 300) == 1);   /* room again (what was on its way went on) */
+    fcntl(fd, F_SETFL, flags);
+    return 1;
 }
 
 static void *watchdog(void *unused)
@@ -99,8 +123,20 @@ int main(int argc, char **argv)
         }
         printf("listening 0\n");
         fflush(stdout);
-        alarm(1);
-        r = recv(fd, buf, sizeof buf, 0);
+        if (strcmp(argv[3], "send") == 0) {
+            for (int tries = 0;; tries++) {   /* a byte that found room after all: fill on */
+                if (!fill(fd))
+                    return 1;
+                alarm(1);
+                r = send(fd, buf, 1, 0);
+                if (r != 1 || alarms || tries == 20)
+                    break;
+                alarm(0);
+            }
+        } else {
+            alarm(1);
+            r = recv(fd, buf, sizeof buf, 0);
+        }
     }
     if (r < 0)
         printf("%s %s alarms %d\n", argv[3], errno == EINTR ? "EINTR" : strerror(errno),
@@ -108,6 +144,6 @@ int main(int argc, char **argv)
     else if (strcmp(argv[3], "accept") == 0)
         printf("accept returned a connection alarms %d\n", (int)alarms);
     else
-        printf("recv returned %ld alarms %d\n", r, (int)alarms);
+        printf("%s returned %ld alarms %d\n", argv[3], r, (int)alarms);
     return 0;
 }
