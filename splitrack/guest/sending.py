@@ -111,7 +111,7 @@ class Sending:
         if self._pending is not None:   # a non-blocking connect not settled yet
             self._await_connect(nonblocking)
         deadline = None   # computed if it must wait (this is the hot path)
-        sent, total = 0, len(view)
+        sent, total, pumped = 0, len(view), False
         while True:
             with self._lock:
                 if self._error or self._shut_wr or self._broken or self._dead or \
@@ -126,6 +126,10 @@ class Sending:
             if sent == total or (sent and nonblocking):
                 return sent
             if nonblocking:
+                if not pumped:   # the credit the skeleton gave back meanwhile, first (as a
+                    self._rt.pump()   # non-blocking recv reads what it said)
+                    pumped = True
+                    continue
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             if deadline is None:
                 deadline = self._deadline(SNDTIMEO)
