@@ -22,7 +22,8 @@ def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eint
     System V's signal(), what strict ISO C's is) comes while accept(), recv() and a
     send() that found no room wait on rack sockets (recv through n0, and on a FIT
     shortcut): each returns EINTR, as on Linux, rather than the stub's wait going on
-    (the interposer wraps the program's handlers: native/preload_signal.c)."""
+    (the interposer wraps the program's handlers: native/preload_signal.c); a send of
+    more than fits returns the part that went."""
     rack, env = net
     probe = built["signal_probe"]
     for how in ("plain", "sysv"):   # sigaction without SA_RESTART; System V's signal()
@@ -38,6 +39,11 @@ def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eint
                           name=RACK, timeout=30)
     assert got.stdout.splitlines()[1:] == ["alarm", "send EINTR alarms 1"], (got.stdout,
                                                                              got.stderr)
+    with socket.create_server((OUTSIDE, 0)) as deaf:   # a send that went in part: its count
+        got = run_on_rack(env, [probe, OUTSIDE, str(deaf.getsockname()[1]), "bigsend",
+                                "plain"], name=RACK, timeout=30)
+    assert got.stdout.splitlines()[1:] == ["alarm", "bigsend returned part alarms 1"], (
+        got.stdout, got.stderr)
     with on_rack(env, SILENT, NIC, name=RACK) as (_, (port,)):   # p0: a FIT shortcut
         got = run_on_rack(env, [probe, NIC, str(port), "recv", "plain"], on="p1", name=RACK,
                           timeout=30)

@@ -10,7 +10,9 @@
  *                         IP:PORT (it prints "listening PORT" first), "recv" on a
  *                         connection to IP:PORT (it prints "listening 0" once
  *                         connected), "send" of a byte on such a connection once it
- *                         takes no more (its peer reads nothing). The handler prints
+ *                         takes no more (its peer reads nothing), "bigsend" of 64 MiB
+ *                         on one ("bigsend returned part": what went before the
+ *                         alarm, as Linux's send returns it). The handler prints
  *                         "alarm". Then it prints
  *                         "CALL EINTR" or what it returned ("accept returned a
  *                         connection", "recv returned N"), and the alarms its handler
@@ -34,6 +36,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define BIG (64 << 20)
 static volatile sig_atomic_t alarms;
 
 static void on_alarm(int sig)
@@ -132,6 +135,14 @@ int main(int argc, char **argv)
                 if (r != 1 || alarms || tries == 20)
                     break;
                 alarm(0);
+            }
+        } else if (strcmp(argv[3], "bigsend") == 0) {
+            static char big[BIG];   /* more than the peer's and the rack's buffers hold */
+            alarm(1);
+            r = send(fd, big, sizeof big, 0);
+            if (r > 0 && r < BIG) {
+                printf("bigsend returned part alarms %d\n", (int)alarms);
+                return 0;
             }
         } else {
             alarm(1);
