@@ -4,17 +4,16 @@
  *
  * Linux ends a blocking accept, recv or send with EINTR when a handler runs on its
  * thread during it, unless that handler was installed with SA_RESTART (a send that
- * sent part returns that count). A rack call's wait is
- * the stub's (spinning, then sleeping in the kernel, from Python), so the interposer
- * keeps the count itself:
+ * sent part returns that count). A rack call's wait is the stub's (spinning, then
+ * sleeping in the kernel, from Python), so the interposer keeps the count itself:
  *   - a handler the program installs with sigaction(), signal() (and its aliases
  *     bsd_signal, ssignal; sysv_signal, __sysv_signal: what signal() is under strict
  *     ISO C) is installed wrapped (`ran`), with the program's mask and flags: the
  *     wrapper counts, on the thread it runs on, a run of a handler without
  *     SA_RESTART, then calls the program's; sigaction() gives the program back its
  *     own handler as the old one, never the wrapper;
- *   - accept, recv and send (GUEST_INTERRUPTIBLE, preload.h) note the thread's count as
- *     they start;
+ *   - accept, recv and send (GUEST_INTERRUPTIBLE, preload.h) note the thread's
+ *     count as they start;
  *   - the stub's wait asks sr_signal_ends_call (native/fitwait.c: before it waits
  *     with nothing there, and when a signal cuts its sleep short): yes if the count
  *     moved since, so a handler that ran while the stub was busy ends the call too.
