@@ -32,8 +32,9 @@
  *     new image takes those it kept open back from the parent (below);
  *   - exit(): every stub closes, so what was sent just before still leaves;
  *   - signals stay the program's: the interpreter's start leaves SIGINT as it
- *     was, and a handler without SA_RESTART ends a blocking accept, recv or send
- *     it interrupts with EINTR (preload_signal.c: its handlers are wrapped to say
+ *     was, and a handler without SA_RESTART ends a blocking accept, recv, send
+ *     or connect's handshake it interrupts with EINTR, any handler a send that
+ *     did part with that part (preload_signal.c: its handlers are wrapped to say
  *     which ran; native/fitwait.c asks sr_signal_ends_call);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages

@@ -87,14 +87,20 @@ void resolve_fd_calls(void);
 #define GUEST(fn, ...) ({ if (!in_guest) interruptible = 0; GUEST_CALL(fn, __VA_ARGS__); })
 /* GUEST for a call that a signal handler without SA_RESTART ends with EINTR while it
  * waits, as Linux's does: accept, recv and send (sr_signal_ends_call: preload_signal.c;
- * a send that queued bytes returns their count). No other: a close, a call whose
- * answer changes the stub's state must not end half done (and any other call of the
- * program clears the mark, should a handler have longjmp()ed out of one of these). */
+ * a send that queued bytes returns their count, also after a handler with SA_RESTART:
+ * sr_call_progressed). No other: a close, a call whose answer changes the stub's state
+ * must not end half done (connect: GUEST_LATER, below), and any other call of the
+ * program clears the mark, should a handler have longjmp()ed out of one of these. */
 extern __thread int interruptible;
 void interruptible_begins(void);   /* (preload_signal.c: marks the thread, notes its count) */
 void keep_program_sigint(int save);   /* (preload_signal.c) 1: note SIGINT, 0: put it back */
 #define GUEST_INTERRUPTIBLE(fn, ...) ({ interruptible_begins(); \
         __typeof__(fn(__VA_ARGS__)) i_ = GUEST_CALL(fn, __VA_ARGS__); interruptible = 0; i_; })
+/* GUEST_INTERRUPTIBLE for a call only part of whose wait is: connect, whose handshake's
+ * wait the stub makes interruptible itself (sr_wait_interruptible), once the answer
+ * that sets its state is in; the handlers' runs count from the call's start. */
+#define GUEST_LATER(fn, ...) ({ interruptible_begins(); interruptible = 0; \
+        __typeof__(fn(__VA_ARGS__)) l_ = GUEST_CALL(fn, __VA_ARGS__); interruptible = 0; l_; })
 
 /* native._guest's functions (native/guest.h), found when it is loaded */
 extern struct guest_calls {

@@ -2,18 +2,21 @@
  * blocking rack call ends with EINTR when Linux's would (native/preload.c states the
  * whole interposer's contract).
  *
- * Linux ends a blocking accept, recv or send with EINTR when a handler runs on its
- * thread during it, unless that handler was installed with SA_RESTART (a send that
- * sent part returns that count). A rack call's wait is the stub's (spinning, then
- * sleeping in the kernel, from Python), so the interposer keeps the count itself:
+ * Linux ends a blocking accept, recv, send or connect (its handshake's wait) with
+ * EINTR when a handler runs on its thread during it, unless that handler was
+ * installed with SA_RESTART; a send or MSG_WAITALL recv that did part of its work
+ * returns that part, SA_RESTART or not. A rack call's wait is the stub's (spinning,
+ * then sleeping in the kernel, from Python), so the interposer keeps the count itself:
  *   - a handler the program installs with sigaction(), signal() (and its aliases
  *     bsd_signal, ssignal; sysv_signal, __sysv_signal: what signal() is under strict
  *     ISO C) is installed wrapped (`ran`), with the program's mask and flags: the
- *     wrapper counts, on the thread it runs on, a run of a handler without
- *     SA_RESTART, then calls the program's; sigaction() gives the program back its
- *     own handler as the old one, never the wrapper;
+ *     wrapper counts, on the thread it runs on, its runs, and those of a handler
+ *     without SA_RESTART apart, then calls the program's; sigaction() gives the
+ *     program back its own handler as the old one, never the wrapper;
  *   - accept, recv and send (GUEST_INTERRUPTIBLE, preload.h) note the thread's
- *     count as they start;
+ *     count as they start; connect too (GUEST_LATER), but the stub makes its wait
+ *     interruptible only for the handshake (sr_wait_interruptible); the stub says
+ *     when a call has done part of its work (sr_call_progressed);
  *   - the stub's wait asks sr_signal_ends_call (native/fitwait.c: before it waits
  *     with nothing there, and when a signal cuts its sleep short): yes if the count
  *     moved since, so a handler that ran while the stub was busy ends the call too.
@@ -38,11 +41,15 @@ static _Atomic int current[NSIG];            /* ... which of the two is the one 
 static sigset_t interrupting;                 /* siginterrupt(sig, 1): signal() omits SA_RESTART */
 static pid_t owner;                           /* the process whose table this is (not a vfork child) */
 static __thread unsigned long ran_here __attribute__((tls_model("initial-exec")));
+static __thread unsigned long ran_any __attribute__((tls_model("initial-exec")));
 static __thread unsigned long call_began;     /* ran_here as this thread's rack call began */
+static __thread unsigned long progressed_at;  /* ran_any when it had done part of its work */
+static __thread int progressed;               /* ... (then any handler's run ends it) */
 
 static void ran(int sig, siginfo_t *info, void *context)
 {
     const struct sigaction *a = &programs[atomic_load(&current[sig])][sig];
+    ran_any++;   /* (with SA_RESTART too: it ends a call that did part of its work) */
     if (!(a->sa_flags & SA_RESTART))
         ran_here++;
     if (a->sa_flags & SA_SIGINFO)
@@ -173,14 +180,37 @@ void interruptible_begins(void)
 {
     interruptible = 1;
     call_began = ran_here;
+    progressed = 0;
 }
 
 /* A native program's accept, recv or send (GUEST_INTERRUPTIBLE, on this thread) waits:
- * has a handler without SA_RESTART run on this thread since it began? native/fitwait.c
- * asks before the stub's wait sleeps with nothing there and when a signal cuts the
- * sleep short: then the call ends with EINTR, as Linux's would. Elsewhere (a Python
+ * has a handler without SA_RESTART run on this thread since it began, or any handler
+ * since it did part of its work (sr_call_progressed)? native/fitwait.c asks before the
+ * stub's wait sleeps with nothing there and when a signal cuts the sleep short: then
+ * the call ends, with EINTR or with what it did, as Linux's would. Elsewhere (a Python
  * program, any other call, the interpreter's own threads) never. */
 __attribute__((visibility("default"))) int sr_signal_ends_call(void)
 {
-    return !python_host && interruptible && ran_here != call_began;
+    return !python_host && interruptible &&
+           (ran_here != call_began || (progressed && ran_any != progressed_at));
+}
+
+/* The stub says: the call this thread is in has done part of its work (a send queued
+ * some of its bytes, a MSG_WAITALL recv has some): from now on a handler with
+ * SA_RESTART ends it too, with that part, as Linux's send and recv return it (the
+ * kernel restarts a call only if it did nothing yet). */
+__attribute__((visibility("default"))) void sr_call_progressed(void)
+{
+    if (interruptible && !progressed) {
+        progressed = 1;
+        progressed_at = ran_any;
+    }
+}
+
+/* The stub says: the wait that follows, in a call begun with GUEST_LATER (connect:
+ * its handshake's wait, once the nComponent's answer has set the stub's state), may
+ * end with EINTR (on 1) as accept's may; or no more (0). */
+__attribute__((visibility("default"))) void sr_wait_interruptible(int on)
+{
+    interruptible = on && in_guest;
 }

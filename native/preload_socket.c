@@ -93,7 +93,7 @@ int socket(int domain, int type, int protocol)
     return mark(GUEST(sr.socket, domain, type, protocol));
 }
 
-/* bind or connect: the stub's, with the address as guest.h takes it */
+/* bind: the stub's, with the address as guest.h takes it */
 static int to_address(int fd, const struct sockaddr *addr, socklen_t len,
                       int (*call)(int, uint32_t, int))
 {
@@ -109,8 +109,12 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len)
 
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-    return is_rack(fd) ? to_address(fd, addr, len, sr.connect)
-                       : libc_connect()(fd, addr, len);
+    if (!is_rack(fd))
+        return libc_connect()(fd, addr, len);
+    uint32_t ip;
+    int port, r = in_address(addr, len, &ip, &port);
+    return ret(r ? r : GUEST_LATER(sr.connect, fd, ip, port));   /* (its handshake's wait:
+                                                                      EINTR, as Linux's) */
 }
 
 int listen(int fd, int backlog)

@@ -122,6 +122,18 @@ def on_rack(env: dict, code: str | list[str], *args: str, on: str = "p0",
             f.close()
 
 
+@contextlib.contextmanager
+def full_queue(ip: str) -> Iterator[tuple[socket.socket, list[str]]]:
+    """A plain listener on (ip, a free port) whose accept queue is full (backlog 0, one
+    connection in it): a SYN to it is dropped, and a connect() waits for its handshake
+    until the listener accepts. Yields it and its address as argv words."""
+    with socket.socket() as listener:
+        listener.bind((ip, 0))
+        listener.listen(0)
+        with socket.create_connection(listener.getsockname()):
+            yield listener, [ip, str(listener.getsockname()[1])]
+
+
 def run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     """A program on the host (not the rack), to its end."""
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=SCRATCH)

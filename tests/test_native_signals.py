@@ -1,8 +1,10 @@
 """Signals in native programs on the rack (native/preload_signal.c), as on Linux: a
 handler installed without SA_RESTART ends a blocking accept(), recv() or send() with
 EINTR (a send that sent part returns that count; recv through n0 and on a FIT
-shortcut); with SA_RESTART the call goes on waiting; and Ctrl-C ends a program that
-does not handle it, with SIGINT's status. The probe is tests/c/signal_probe.c."""
+shortcut), and a connect() whose handshake waits (which goes on); with SA_RESTART the
+call goes on waiting, but a send that sent part returns that count; and Ctrl-C ends a
+program that does not handle it, with SIGINT's status. The probe is
+tests/c/signal_probe.c (each case's lines are what it prints as a Linux process)."""
 
 import signal
 import socket
@@ -10,7 +12,7 @@ import time
 
 import pytest
 
-from netprogs import on_rack, run_on_rack
+from netprogs import full_queue, on_rack, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: not the rack's, not 127.0.0.1
@@ -76,3 +78,38 @@ def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, b
         probe.send_signal(signal.SIGINT)   # forwarded to the program by `splitrack run`
         assert probe.wait(timeout=30) == 128 + signal.SIGINT, probe.stderr.read()
         assert probe.stdout.read() == ""
+
+
+@pytest.mark.parametrize("how", ["restart", "signal"])
+def test_sa_restart_ends_a_send_that_went_in_part_with_its_count(net, built, how):
+    """A send of more than fits, interrupted by a handler with SA_RESTART (sigaction's;
+    signal()'s, BSD's) once part of it went, returns that part, as Linux's does (the
+    kernel restarts only a call that did nothing yet): the stub tells the interposer
+    when a call has done part of its work (sr_call_progressed)."""
+    rack, env = net
+    with socket.create_server((OUTSIDE, 0)) as deaf:   # takes the connection, reads nothing
+        got = run_on_rack(env, [built["signal_probe"], OUTSIDE, str(deaf.getsockname()[1]),
+                                "bigsend", how], name=RACK, timeout=30)
+    assert got.stdout.splitlines()[1:] == ["alarm", "bigsend returned part alarms 1"], (
+        got.stdout, got.stderr)
+
+
+@pytest.mark.parametrize("call, how, ended", [
+    ("connect", "plain", ["alarm", "connect EINTR alarms 1"]),
+    ("connect", "sysv", ["alarm", "connect EINTR alarms 1"]),
+    ("sndtimeo", "plain", ["sndtimeo Operation now in progress alarms 0"])])
+def test_a_connect_whose_handshake_waits_ends_as_linux_and_goes_on(net, built, call, how,
+                                                                    ended):
+    """connect() to a listener whose queue is full (its handshake waits): a handler
+    without SA_RESTART ends it with EINTR, SO_SNDTIMEO (1 s) with EINPROGRESS, as
+    Linux's; the handshake goes on meanwhile (the nComponent's), and once the listener
+    has room a second, blocking connect() returns 0."""
+    rack, env = net
+    with full_queue(OUTSIDE) as (listener, address), \
+            on_rack(env, [built["signal_probe"], *address, call, how], name=RACK) as (probe, _):
+        # (a probe still waiting 20 s later ends, and these reads with it)
+        assert [probe.stdout.readline().strip() for _ in ended] == ended
+        listener.settimeout(10)
+        listener.accept()[0].close()   # room in the queue: the handshake ends
+        assert probe.stdout.readline() == "connect again returned 0\n"
+        assert probe.wait(timeout=30) == 0, probe.stderr.read()

@@ -2,13 +2,14 @@
 on the host and as a rack program (through a pipe shortcut, and through the
 nComponent in DDIO and in DMA), must print the same lines (splitrack/guest/stub.py)."""
 
+import errno
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from netprogs import SCRATCH, run_on_rack
+from netprogs import SCRATCH, full_queue, on_rack, run_on_rack
 
 # Each line: a call and what came of it (a value, or the exception's class and errno).
 # The listener is the program's own: on the rack a pipe shortcut, or with
@@ -212,6 +213,24 @@ WRITABILITY = textwrap.dedent("""
 """)
 
 
+# A connect() whose handshake waits (the listener's queue is full) ends at SO_SNDTIMEO
+# with EINPROGRESS, as Linux's, and goes on: a second one, blocking, returns once done.
+SNDTIMEO_CONNECT = textwrap.dedent("""
+    import socket, struct, sys
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 300000))
+    print("listening 0", flush=True)
+    try:
+        s.connect((sys.argv[1], int(sys.argv[2])))
+        print("connect ok", flush=True)
+    except OSError as exc:
+        print("connect", type(exc).__name__, exc.errno, flush=True)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 0))
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connect again ok", s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), flush=True)
+""")
+
+
 RACK = "api"   # the name of this module's rack (conftest.py: net)
 
 
@@ -334,3 +353,17 @@ def test_a_programs_socket_subclass_keeps_its_attributes_and_accepts_as_linux(ne
     rack = run_on_rack(env, SUBCLASS, "127.0.0.11", name=RACK, timeout=60, flags=flags)
     assert linux.returncode == 0 and rack.returncode == 0, (linux.stderr, rack.stderr)
     assert rack.stdout == linux.stdout == "False b'hi' 1 p r w\n"
+
+
+def test_so_sndtimeo_ends_a_connect_whose_handshake_waits_and_it_goes_on(net):
+    """SO_SNDTIMEO on a blocking socket bounds connect() too, as on Linux: to a listener
+    outside the rack whose queue is full, EINPROGRESS after it, the handshake going on
+    in the nComponent; once the listener has room, a second connect() returns."""
+    _, env = net
+    with full_queue("127.0.0.2") as (listener, address), \
+            on_rack(env, SNDTIMEO_CONNECT, *address, name=RACK) as (program, _):
+        assert program.stdout.readline() == f"connect BlockingIOError {errno.EINPROGRESS}\n"
+        listener.settimeout(10)
+        listener.accept()[0].close()   # room in the queue: the handshake ends
+        assert program.stdout.readline() == "connect again ok 0\n"
+        assert program.wait(timeout=30) == 0, program.stderr.read()

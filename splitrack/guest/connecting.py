@@ -2,7 +2,10 @@
 
 `Connecting` is the part of BsdSocketStub (stub.py) that connects; its state
 is the stub's. A blocking connect returns once connected, or raises the
-kernel's error (TimeoutError past the timeout). A non-blocking one answers as
+kernel's error (TimeoutError past the timeout); a handshake that waits ends
+early as Linux's does, and goes on meanwhile as a non-blocking connect's: at
+SO_SNDTIMEO (EINPROGRESS), or when a native program's handler without
+SA_RESTART runs (EINTR: native/preload_signal.c). A non-blocking one answers as
 Linux does: EINPROGRESS, even on loopback; then SO_ERROR (getsockopt calls
 `_settle`) or the next connect() says how it went -- EALREADY while the
 kernel's handshake goes on, 0 or the error once (ECONNABORTED if SO_ERROR took
@@ -15,6 +18,7 @@ accept queue drops the SYN), the answer is {pending}, and STUB_CONNECTED ends
 it (stub.py's _pushed sets `_connected`).
 """
 
+import contextlib
 import errno
 import os
 import time
@@ -22,9 +26,11 @@ from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.netpath import connect_request, unpack_connected
+from native.fitring import Interrupted
+from splitrack.guest import preloaded
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.sockargs import err
-from splitrack.guest.sockopts import LINGER
+from splitrack.guest.sockopts import LINGER, SNDTIMEO
 from splitrack.params import CONNECT_TIMEOUT_S
 
 
@@ -84,18 +90,38 @@ class Connecting:
         path = self._path
         if answer.get("pending"):
             if not wait:
-                with self._lock:
-                    self._pending = (ip, port, path)
-                    if self._rt.exact:
-                        self._sync_writable()   # not writable while it goes on
+                self._goes_on(ip, port, path)
                 return
             # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
-            deadline = time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
-            if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
+            # A blocking socket's SO_SNDTIMEO bounds the wait, as Linux's (then
+            # EINPROGRESS), and a native program's handler without SA_RESTART ends it
+            # (EINTR); either way the handshake goes on, as a non-blocking connect's.
+            bound = self._timeout is None and self._opts.get(SNDTIMEO) is not None
+            deadline = self._deadline(SNDTIMEO) if bound else \
+                time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
+            try:
+                with preloaded.interruptible():
+                    ended = self._rt.wait(self._connect_ended, deadline, self._park_connect)
+            except Interrupted:
+                self._goes_on(ip, port, path)
+                raise
+            if not ended:
+                if bound:
+                    self._goes_on(ip, port, path)
+                    raise BlockingIOError(errno.EINPROGRESS, os.strerror(errno.EINPROGRESS))
                 self._failed_connect()
                 raise TimeoutError("timed out")
             answer = self._connect_answer()
         self._connect_done(answer, ip, port, path)
+
+    def _goes_on(self, ip: str, port: int, path: NicPath) -> None:
+        """A handshake not done when connect() returns (non-blocking, or its wait ended
+        first): SO_ERROR, poll()'s writability or the next connect() say how it went."""
+        self._started = True
+        with self._lock:
+            self._pending = (ip, port, path)
+            if self._rt.exact:
+                self._sync_writable()   # not writable while it goes on
 
     def _connect_answer(self) -> dict[str, Any]:
         if self._connected is None:   # its nComponent died meanwhile
@@ -129,16 +155,23 @@ class Connecting:
                 self._error = exc.errno or errno.EIO
                 self._ring()
 
-    def _await_connect(self, nonblocking: bool) -> None:
+    def _await_connect(self, nonblocking: bool, again: bool = False) -> None:
         """A send or recv on a socket whose non-blocking connect is pending: EAGAIN if
         the handshake goes on (non-blocking), else its end is waited for; then the
-        socket is connected, or broken with the connect's error."""
+        socket is connected, or broken with the connect's error. again: for a blocking
+        connect() (_connect_again), whose wait SO_SNDTIMEO bounds (then it returns,
+        the handshake pending) and a native program's signal ends (EINTR), as Linux's."""
         self._rt.pump()
         if not self._connect_ended():
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            deadline = self._deadline(None) or time.monotonic() + CONNECT_TIMEOUT_S + 5.0
-            if not self._rt.wait(self._connect_ended, deadline, self._park_connect):
+            deadline = self._deadline(SNDTIMEO if again else None) or \
+                time.monotonic() + CONNECT_TIMEOUT_S + 5.0
+            with preloaded.interruptible() if again else contextlib.nullcontext():
+                ended = self._rt.wait(self._connect_ended, deadline, self._park_connect)
+            if not ended:
+                if again and self._opts.get(SNDTIMEO) is not None:
+                    return   # EALREADY (_connect_again), as Linux's after SO_SNDTIMEO
                 raise TimeoutError("timed out")
         self._settle()
 
@@ -147,7 +180,7 @@ class Connecting:
         the handshake goes on, then once 0 or its error (ECONNABORTED if SO_ERROR took
         the error already), and after that EISCONN, or a new attempt after a failure."""
         if self._pending is not None and self._timeout is None:   # blocking now: Linux
-            self._await_connect(False)                             # waits for the end
+            self._await_connect(False, again=True)                 # waits for the end
         self._rt.pump()   # what the skeleton said so far
         self._settle()
         if self._pending is not None:

@@ -4,13 +4,18 @@ The interposer exports a few functions for the Python code in a rack program
 to tell it things: sr_interpose (a descriptor C code takes over), sr_own (a
 socket object's descriptor), sr_spawning (subprocess is starting a program),
 sr_heap_on (the rack heap is on), sr_quiet (the calls that follow are the
-stub's own). A Python started without the preload (outside `splitrack run`)
-has none of them, and has nothing to tell.
+stub's own), sr_call_progressed and sr_wait_interruptible (a native program's
+call and the signals that end it: native/preload_signal.c). A Python started
+without the preload (outside `splitrack run`) has none of them, and has
+nothing to tell.
 
     call(name) -> the function (ctypes), or None where the interposer is not loaded
     with quiet():  the libc calls this thread makes meanwhile are the stub's own, which
                    the interposer passes to libc as they are (sr_quiet)
     signals_to_the_program()   this thread, one of the rack's own, takes no signal
+    progressed()   the native call this thread is in did part of its work (sr_call_progressed)
+    with interruptible():  a native connect's handshake may end with EINTR meanwhile
+                   (sr_wait_interruptible)
 """
 
 import contextlib
@@ -30,8 +35,9 @@ def call(name: str) -> Any:
 
 
 @contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    mark = call("sr_quiet")
+def _marked(name: str) -> Iterator[None]:
+    """The interposer's flag `name` set (1) for what runs inside, then cleared (0)."""
+    mark = call(name)
     if mark is None:
         yield
         return
@@ -42,9 +48,29 @@ def quiet() -> Iterator[None]:
         mark(0)
 
 
+def quiet() -> contextlib.AbstractContextManager[None]:
+    return _marked("sr_quiet")
+
+
 def signals_to_the_program() -> None:
     """This thread, one of the rack's own in a program (the inbox thread, the flusher,
     a fork()ed child's server), takes none of the program's signals: the kernel runs
     the program's handlers on its own threads, whose rack calls they end (a native
     program's: native/preload_signal.c), as on Linux."""
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+
+
+def progressed() -> None:
+    """The native program's call this thread is in has done part of its work (a send
+    queued some bytes, a MSG_WAITALL recv has some): a handler with SA_RESTART ends its
+    waits from now on too, and the call returns that part, as Linux's does."""
+    mark = call("sr_call_progressed")
+    if mark is not None:
+        mark()
+
+
+def interruptible() -> contextlib.AbstractContextManager[None]:
+    """The wait inside, a native program's connect()'s for its handshake (the state the
+    nComponent's answer set is in place), ends with EINTR when a handler without
+    SA_RESTART runs, as Linux's connect does (ring.py's Interrupted)."""
+    return _marked("sr_wait_interruptible")

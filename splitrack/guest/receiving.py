@@ -20,6 +20,7 @@ import socket
 from typing import Any
 
 from native.fitring import Interrupted
+from splitrack.guest import preloaded
 from splitrack.guest.sockargs import err, scatter
 from splitrack.guest.sockopts import RCVLOWAT, RCVTIMEO
 
@@ -151,6 +152,8 @@ class Receiving:
         out, got = bytearray(), 0
         deadline = self._deadline()   # (SO_RCVTIMEO bounds the whole call, as Linux's)
         while got < target:
+            if got:
+                preloaded.progressed()   # (a native program's: a signal now ends it with `got`)
             try:
                 part = self._recv_some(want - got, 0, None if view is None else view[got:],
                                        deadline)

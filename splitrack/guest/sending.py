@@ -19,6 +19,7 @@ from typing import Any
 
 from native import stubpath
 from native.fitring import Interrupted
+from splitrack.guest import preloaded
 from splitrack.guest.sockargs import bytes_view, err
 from splitrack.guest.sockopts import SNDTIMEO
 
@@ -94,6 +95,7 @@ class Sending:
                 return sent
         if not sent:
             return self._send(view, flags)
+        preloaded.progressed()   # (a native program's: a signal now ends it with `sent`)
         try:   # the window took part of it: a blocking send waits for room for the rest
             return sent + self._send(memoryview(view)[sent:], flags)
         except (TimeoutError, BlockingIOError) as exc:   # (BlockingIOError: SO_SNDTIMEO)
@@ -133,6 +135,8 @@ class Sending:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             if deadline is None:
                 deadline = self._deadline(SNDTIMEO)
+            if sent:
+                preloaded.progressed()
             try:
                 room = self._path.wait_writable(deadline)
             except Interrupted:   # a native program's signal: EINTR if nothing went yet

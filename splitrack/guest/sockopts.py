@@ -15,7 +15,8 @@ the stub's `_opts`, {(level, option): value}. Three kinds:
   tv_usec out of 0..999999 EDOM, as Linux takes them, and 23 days or more
   forever (read back as {0, 0}); a socket with a
   Python timeout is non-blocking underneath, as CPython's, and has its
-  timeout instead; connect() does not heed SO_SNDTIMEO), and SO_LINGER
+  timeout instead; a connect() whose handshake waits longer than SO_SNDTIMEO
+  ends with EINPROGRESS, its handshake going on, as Linux's), and SO_LINGER
   (a struct linger: l_onoff, l_linger). Linger on
   with 0 s is an abortive close: the skeleton's kernel socket gets it (N_SOCKOPT
   `linger`), so its close drops what is not sent and resets the connection, as

@@ -12,7 +12,13 @@
  *                         connected), "send" of a byte on such a connection once it
  *                         takes no more (its peer reads nothing), "bigsend" of 64 MiB
  *                         on one ("bigsend returned part": what went before the
- *                         alarm, as Linux's send returns it). The handler prints
+ *                         alarm, as Linux's send returns it), "connect" to IP:PORT
+ *                         (a listener whose queue is full: the handshake waits; it
+ *                         prints "listening 0" first), "sndtimeo": that connect with
+ *                         SO_SNDTIMEO 1 s and no alarm (EINPROGRESS, as Linux's); after
+ *                         either ends, a second connect() with no SO_SNDTIMEO waits
+ *                         for the handshake to end ("connect again returned 0": it
+ *                         went on meanwhile). The handler prints
  *                         "alarm". Then it prints
  *                         "CALL EINTR" or what it returned ("accept returned a
  *                         connection", "recv returned N"), and the alarms its handler
@@ -78,7 +84,8 @@ static void *watchdog(void *unused)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: signal_probe IP PORT accept|recv restart|plain\n");
+        fprintf(stderr, "usage: signal_probe IP PORT accept|recv|send|bigsend|connect|sndtimeo "
+                        "plain|restart|signal|sysv\n");
         return 2;
     }
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
@@ -119,6 +126,26 @@ int main(int argc, char **argv)
         fflush(stdout);
         alarm(1);
         r = accept(fd, NULL, NULL);
+    } else if (strcmp(argv[3], "connect") == 0 || strcmp(argv[3], "sndtimeo") == 0) {
+        struct timeval second = {1, 0}, never = {0, 0};
+        if (argv[3][0] == 's')
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &second, sizeof second);
+        printf("listening 0\n");
+        fflush(stdout);
+        if (argv[3][0] == 'c')
+            alarm(1);
+        r = connect(fd, (struct sockaddr *)&addr, sizeof addr);
+        if (r == 0) {
+            printf("%s returned 0 alarms %d\n", argv[3], (int)alarms);
+            return 0;
+        }
+        printf("%s %s alarms %d\n", argv[3], errno == EINTR ? "EINTR" : strerror(errno),
+               (int)alarms);
+        fflush(stdout);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &never, sizeof never);
+        r = connect(fd, (struct sockaddr *)&addr, sizeof addr);   /* the handshake goes on */
+        printf("connect again %s\n", r == 0 ? "returned 0" : strerror(errno));
+        return 0;
     } else {
         if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
             perror("signal_probe: connect");
