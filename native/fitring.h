@@ -316,6 +316,13 @@ void fr_note_peer_cpu(uint32_t cpu1);
  * (fr_spin_yield; 0). One native call where a loop of Python calls was. */
 int fr_spin_readable(int fd, int64_t spin_ns);
 
+/* A wait on a kernel descriptor (a pipe shortcut's), up to timeout_ns (-1: no limit;
+ * 0: a look): 1 when fd is ready for `events` (POLLIN, POLLOUT) or hung up or in
+ * error, 0 when the time is up or a signal cut the wait short, -EINTR when a signal
+ * ends the call it is in (fr_signal_ends_call, also asked before the wait: a handler
+ * that ran while the stub was busy or spinning), else -errno. */
+int fr_wait_fd(int fd, int events, int64_t timeout_ns);
+
 /* The process this thread's spins wait for from now on (its pid; 0: none known). */
 void fr_waiting_for(int pid);
 

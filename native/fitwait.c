@@ -191,6 +191,25 @@ int fr_spin_yield(uint64_t spun_ns) {
     return 0;
 }
 
+int fr_wait_fd(int fd, int events, int64_t timeout_ns) {
+    if (timeout_ns != 0 && fr_signal_ends_call())
+        return -EINTR;   /* a handler ran since the call began (the stub busy, or spinning) */
+    struct pollfd p = {.fd = fd, .events = (short)events};
+    struct timespec ts, *tsp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = (time_t)(timeout_ns / 1000000000);
+        ts.tv_nsec = (long)(timeout_ns % 1000000000);
+        tsp = &ts;
+    }
+    int rc = kernel_ppoll(&p, 1, tsp);
+    if (rc >= 0)
+        return rc > 0;   /* ready, hung up, or an error: the caller's call on fd says */
+    if (errno != EINTR)
+        return -errno;
+    return fr_signal_ends_call() ? -EINTR : 0;   /* 0: the caller looks again (a Python
+                                                    program's handlers run then) */
+}
+
 int fr_spin_readable(int fd, int64_t spin_ns) {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     struct timespec now = {0, 0};

@@ -1,6 +1,6 @@
 """Signals in native programs on the rack (native/preload_signal.c), as on Linux: a
 handler installed without SA_RESTART ends a blocking accept(), recv() or send() with
-EINTR (a send that sent part returns that count; recv through n0 and on a FIT
+EINTR (a send that sent part returns that count; through n0, and on a FIT or a pipe
 shortcut), and a connect() whose handshake waits (which goes on); with SA_RESTART the
 call goes on waiting, but a send that sent part returns that count; and Ctrl-C ends a
 program that does not handle it, with SIGINT's status. The probe is
@@ -22,7 +22,7 @@ RACK = "native-signals"   # the name of this module's rack (conftest.py: net)
 def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eintr(net, built):
     """A C program's SIGALRM handler installed without SA_RESTART (by sigaction, or
     System V's signal(), what strict ISO C's is) comes while accept(), recv() and a
-    send() that found no room wait on rack sockets (recv through n0, and on a FIT
+    send() that found no room wait on rack sockets (through n0, and on a FIT or a pipe
     shortcut): each returns EINTR, as on Linux, rather than the stub's wait going on
     (the interposer wraps the program's handlers: native/preload_signal.c); a send of
     more than fits returns the part that went."""
@@ -46,18 +46,22 @@ def test_a_signal_handler_without_sa_restart_ends_a_blocking_rack_call_with_eint
                                 "plain"], name=RACK, timeout=30)
     assert got.stdout.splitlines()[1:] == ["alarm", "bigsend returned part alarms 1"], (
         got.stdout, got.stderr)
-    with on_rack(env, SILENT, NIC, name=RACK) as (_, (port,)):   # p0: a FIT shortcut
-        got = run_on_rack(env, [probe, NIC, str(port), "recv", "plain"], on="p1", name=RACK,
-                          timeout=30)
-    assert got.stdout.splitlines()[1:] == ["alarm", "recv EINTR alarms 1"], (got.stdout, got.stderr)
+    # SILENT on p0: a probe on p1 reaches it by a FIT shortcut, one on p0 by a pipe one
+    with on_rack(env, SILENT, NIC, name=RACK) as (_, (port,)):
+        for call, on in (("recv", "p1"), ("send", "p1"), ("recv", "p0"), ("send", "p0")):
+            got = run_on_rack(env, [probe, NIC, str(port), call, "plain"], on=on, name=RACK,
+                              timeout=30)
+            assert got.stdout.splitlines()[1:] == ["alarm", f"{call} EINTR alarms 1"], (
+                call, on, got.stdout, got.stderr)
 
 
 SILENT = """
-import socket, sys, time
+import socket, sys
 server = socket.create_server((sys.argv[1], 0))
 print(server.getsockname()[1], flush=True)
-conn, _ = server.accept()
-time.sleep(60)
+held = []
+while True:   # takes each connection, and never reads or writes
+    held.append(server.accept()[0])
 """
 
 

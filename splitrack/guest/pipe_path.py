@@ -21,10 +21,12 @@ import time
 from typing import Any
 
 from native.fitring import lib as _fitring
+from native.ring import ring_error
 from splitrack.params import PEER_CHECK_S, SHORTCUT_PIPE_BYTES
 
 _std = _socket.socket  # the kernel's socket type (C), whatever socket.socket is made later
-_spin_readable = _fitring.fr_spin_readable
+_spin_readable, _wait_fd = _fitring.fr_spin_readable, _fitring.fr_wait_fd
+_IN, _OUT = select.POLLIN, select.POLLOUT
 _DONTWAIT, _PEEK = int(socket.MSG_DONTWAIT), int(socket.MSG_PEEK)   # plain ints: an IntFlag's
 _SEND = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)               # | is 3 Python calls
 
@@ -41,10 +43,6 @@ class PipePath:
         self.sock = self.stub.take_over(fd)   # fileno() is the pipe's end from now on
         _roomy(self.sock)
         self.fd = self.sock.fileno()
-        self.readable = select.poll()   # kept: a poll object per wait costs ~1 us
-        self.readable.register(self.fd, select.POLLIN)
-        self.writable = select.poll()
-        self.writable.register(self.fd, select.POLLOUT)
         self.spin_ns = int(self.stub.runtime.spin_s * 1e9)   # (rack.poll_us: the process's)
 
     def take(self, want: int, view: memoryview | None, peek: bool) -> Any:
@@ -66,7 +64,7 @@ class PipePath:
         exception, then the stub's wait. None: the deadline passed, or EOF (take()
         set it), for the general way to say."""
         if not (self.spin_ns and _spin_readable(self.fd, self.spin_ns)) and not self._wait(
-                self.readable, deadline):   # (the spin in line: a frame fewer)
+                _IN, deadline):   # (the spin in line: a frame fewer)
             return None
         return self.take(want, view, False)
 
@@ -81,7 +79,7 @@ class PipePath:
                               sys.byteorder, signed=True)
 
     def can_send(self) -> bool:
-        return bool(self.writable.poll(0))
+        return _wait_fd(self.fd, _OUT, 0) > 0
 
     roomy = can_send   # (the pipe's fileno() says its own POLLOUT)
 
@@ -91,19 +89,24 @@ class PipePath:
     def wait_readable(self, deadline: float | None) -> bool:
         if self.spin_ns and _spin_readable(self.fd, self.spin_ns):
             return True
-        return self._wait(self.readable, deadline) or self.stub.readable()
+        return self._wait(_IN, deadline) or self.stub.readable()
 
     def wait_writable(self, deadline: float | None) -> bool:
-        return self._wait(self.writable, deadline)   # (no spin: the reader needs the CPU)
+        return self._wait(_OUT, deadline)   # (no spin: the reader needs the CPU)
 
-    def _wait(self, poller: Any, deadline: float | None) -> bool:
-        """poll() the pipe; inline, the process's inbox is looked at between slices (a
-        listener of this process may have a shortcut connection waiting). A reader
-        spins on the pipe first, for rack.poll_us (fr_spin_readable, as a FIT waiter
-        spins: a sleep and a wake-up across cores cost more than a round trip)."""
+    def _wait(self, events: int, deadline: float | None) -> bool:
+        """The pipe polled (fr_wait_fd); inline, the process's inbox is looked at
+        between slices (a listener of this process may have a shortcut connection
+        waiting). A reader spins on the pipe first, for rack.poll_us
+        (fr_spin_readable, as a FIT waiter spins: a sleep and a wake-up across cores
+        cost more than a round trip). A native program's handler without SA_RESTART
+        ends the wait (ring.py's Interrupted), as the kernel's pipe wait ends."""
         while True:
-            if poller.poll(_ms(deadline, PEER_CHECK_S)):
+            got = _wait_fd(self.fd, events, _ns(deadline, PEER_CHECK_S))
+            if got > 0:
                 return True
+            if got < 0:
+                raise ring_error(got, "pipe shortcut's wait")
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             self.stub.runtime.pump()
@@ -133,7 +136,7 @@ def _roomy(sock: Any) -> None:
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)   # Linux's number
 
 
-def _ms(deadline: float | None, most_s: float) -> float:
-    """A poll() timeout in ms: until a monotonic deadline (None: none), at most most_s."""
+def _ns(deadline: float | None, most_s: float) -> int:
+    """A wait's time in ns: until a monotonic deadline (None: none), at most most_s."""
     left = most_s if deadline is None else min(most_s, deadline - time.monotonic())
-    return max(0.0, left * 1000)
+    return max(0, int(left * 1e9))
