@@ -87,8 +87,9 @@ void resolve_fd_calls(void);
 #define GUEST(fn, ...) ({ if (!in_guest) interruptible = 0; GUEST_CALL(fn, __VA_ARGS__); })
 /* GUEST for a call that a signal handler without SA_RESTART ends with EINTR while it
  * waits, as Linux's does: accept, recv and send (sr_signal_ends_call: preload_signal.c;
- * a send that queued bytes returns their count, also after a handler with SA_RESTART:
- * sr_call_progressed). No other: a close, a call whose answer changes the stub's state
+ * a send that queued bytes returns their count, also after a handler with SA_RESTART,
+ * which a finite SO_RCVTIMEO or SO_SNDTIMEO lets end any wait: sr_any_handler_ends).
+ * No other: a close, a call whose answer changes the stub's state
  * must not end half done (connect: GUEST_LATER, below), and any other call of the
  * program clears the mark, should a handler have longjmp()ed out of one of these. */
 extern __thread int interruptible;

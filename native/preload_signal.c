@@ -4,8 +4,9 @@
  *
  * Linux ends a blocking accept, recv, send or connect (its handshake's wait) with
  * EINTR when a handler runs on its thread during it, unless that handler was
- * installed with SA_RESTART; a send or MSG_WAITALL recv that did part of its work
- * returns that part, SA_RESTART or not. A rack call's wait is the stub's (spinning,
+ * installed with SA_RESTART (or the socket has a finite SO_RCVTIMEO or SO_SNDTIMEO:
+ * then any handler); a send or MSG_WAITALL recv that did part of its work returns
+ * that part, SA_RESTART or not. A rack call's wait is the stub's (spinning,
  * then sleeping in the kernel, from Python), so the interposer keeps the count itself:
  *   - a handler the program installs with sigaction(), signal() (and its aliases
  *     bsd_signal, ssignal; sysv_signal, __sysv_signal: what signal() is under strict
@@ -16,7 +17,8 @@
  *   - accept, recv and send (GUEST_INTERRUPTIBLE, preload.h) note the thread's
  *     count as they start; connect too (GUEST_LATER), but the stub makes its wait
  *     interruptible only for the handshake (sr_wait_interruptible); the stub says
- *     when a call has done part of its work (sr_call_progressed);
+ *     when any handler ends a call too (sr_any_handler_ends: it did part of its
+ *     work; its wait has a finite SO_RCVTIMEO or SO_SNDTIMEO);
  *   - the stub's wait asks sr_signal_ends_call (native/fitwait.c: before it waits
  *     with nothing there, and when a signal cuts its sleep short): yes if the count
  *     moved since, so a handler that ran while the stub was busy ends the call too.
@@ -43,8 +45,9 @@ static pid_t owner;                           /* the process whose table this is
 static __thread unsigned long ran_here __attribute__((tls_model("initial-exec")));
 static __thread unsigned long ran_any __attribute__((tls_model("initial-exec")));
 static __thread unsigned long call_began;     /* ran_here as this thread's rack call began */
-static __thread unsigned long progressed_at;  /* ran_any when it had done part of its work */
-static __thread int progressed;               /* ... (then any handler's run ends it) */
+static __thread unsigned long began_any;      /* ... ran_any then */
+static __thread unsigned long any_from;       /* ran_any from which any handler's run ends */
+static __thread int any_ends;                 /* ... the call (sr_any_handler_ends) */
 
 static void ran(int sig, siginfo_t *info, void *context)
 {
@@ -180,31 +183,36 @@ void interruptible_begins(void)
 {
     interruptible = 1;
     call_began = ran_here;
-    progressed = 0;
+    began_any = ran_any;
+    any_ends = 0;
 }
 
 /* A native program's accept, recv or send (GUEST_INTERRUPTIBLE, on this thread) waits:
  * has a handler without SA_RESTART run on this thread since it began, or any handler
- * since it did part of its work (sr_call_progressed)? native/fitwait.c asks before the
- * stub's wait sleeps with nothing there and when a signal cuts the sleep short: then
- * the call ends, with EINTR or with what it did, as Linux's would. Elsewhere (a Python
- * program, any other call, the interpreter's own threads) never. */
+ * where the stub said any ends it (sr_any_handler_ends)? native/fitwait.c asks before
+ * the stub's wait sleeps with nothing there and when a signal cuts the sleep short:
+ * then the call ends, with EINTR or with what it did, as Linux's would. Elsewhere (a
+ * Python program, any other call, the interpreter's own threads) never. */
 __attribute__((visibility("default"))) int sr_signal_ends_call(void)
 {
     return !python_host && interruptible &&
-           (ran_here != call_began || (progressed && ran_any != progressed_at));
+           (ran_here != call_began || (any_ends && ran_any != any_from));
 }
 
-/* The stub says: the call this thread is in has done part of its work (a send queued
- * some of its bytes, a MSG_WAITALL recv has some): from now on a handler with
- * SA_RESTART ends it too, with that part, as Linux's send and recv return it (the
- * kernel restarts a call only if it did nothing yet). */
-__attribute__((visibility("default"))) void sr_call_progressed(void)
+/* The stub says: a handler with SA_RESTART ends the call this thread is in too, as
+ * Linux's restarts nothing then: from now on (from_now 1: the call has done part of
+ * its work -- a send queued some of its bytes, a MSG_WAITALL recv has some --, and
+ * returns that part), or since the call began (0: its wait has a finite SO_RCVTIMEO or
+ * SO_SNDTIMEO, with which the kernel's waits end with EINTR whatever the flags). */
+__attribute__((visibility("default"))) void sr_any_handler_ends(int from_now)
 {
-    if (interruptible && !progressed) {
-        progressed = 1;
-        progressed_at = ran_any;
-    }
+    if (!interruptible)
+        return;
+    if (!from_now)
+        any_from = began_any;
+    else if (!any_ends)
+        any_from = ran_any;
+    any_ends = 1;
 }
 
 /* The stub says: the wait that follows, in a call begun with GUEST_LATER (connect:

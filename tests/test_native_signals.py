@@ -85,29 +85,33 @@ def test_sa_restart_keeps_a_rack_call_waiting_and_sigint_ends_the_program(net, b
 
 
 @pytest.mark.parametrize("how", ["restart", "signal"])
-def test_sa_restart_ends_a_send_that_went_in_part_with_its_count(net, built, how):
-    """A send of more than fits, interrupted by a handler with SA_RESTART (sigaction's;
-    signal()'s, BSD's) once part of it went, returns that part, as Linux's does (the
-    kernel restarts only a call that did nothing yet): the stub tells the interposer
-    when a call has done part of its work (sr_call_progressed)."""
+def test_sa_restart_ends_a_send_that_went_in_part_and_a_wait_with_a_time(net, built, how):
+    """A handler with SA_RESTART (sigaction's; signal()'s, BSD's) ends what Linux does
+    not restart: a send of more than fits, once part of it went (it returns that part),
+    and a recv with SO_RCVTIMEO (EINTR: the kernel restarts no wait that has a time).
+    The stub tells the interposer so (sr_any_handler_ends)."""
     rack, env = net
-    with socket.create_server((OUTSIDE, 0)) as deaf:   # takes the connection, reads nothing
-        got = run_on_rack(env, [built["signal_probe"], OUTSIDE, str(deaf.getsockname()[1]),
-                                "bigsend", how], name=RACK, timeout=30)
-    assert got.stdout.splitlines()[1:] == ["alarm", "bigsend returned part alarms 1"], (
-        got.stdout, got.stderr)
+    for call, said in (("bigsend", "bigsend returned part alarms 1"),
+                       ("timedrecv", "timedrecv EINTR alarms 1")):
+        with socket.create_server((OUTSIDE, 0)) as deaf:   # takes it, never reads or writes
+            got = run_on_rack(env, [built["signal_probe"], OUTSIDE,
+                                    str(deaf.getsockname()[1]), call, how],
+                              name=RACK, timeout=30)
+        assert got.stdout.splitlines()[1:] == ["alarm", said], (got.stdout, got.stderr)
 
 
 @pytest.mark.parametrize("call, how, ended", [
     ("connect", "plain", ["alarm", "connect EINTR alarms 1"]),
     ("connect", "sysv", ["alarm", "connect EINTR alarms 1"]),
-    ("sndtimeo", "plain", ["sndtimeo Operation now in progress alarms 0"])])
+    ("sndtimeo", "plain", ["sndtimeo Operation now in progress alarms 0"]),
+    ("timedconnect", "restart", ["alarm", "timedconnect EINTR alarms 1"])])
 def test_a_connect_whose_handshake_waits_ends_as_linux_and_goes_on(net, built, call, how,
                                                                     ended):
     """connect() to a listener whose queue is full (its handshake waits): a handler
-    without SA_RESTART ends it with EINTR, SO_SNDTIMEO (1 s) with EINPROGRESS, as
-    Linux's; the handshake goes on meanwhile (the nComponent's), and once the listener
-    has room a second, blocking connect() returns 0."""
+    without SA_RESTART ends it with EINTR (with SO_SNDTIMEO, one with SA_RESTART too),
+    SO_SNDTIMEO (1 s) with EINPROGRESS, as Linux's; the handshake goes on meanwhile
+    (the nComponent's), and once the listener has room a second, blocking connect()
+    returns 0."""
     rack, env = net
     with full_queue(OUTSIDE) as (listener, address), \
             on_rack(env, [built["signal_probe"], *address, call, how], name=RACK) as (probe, _):

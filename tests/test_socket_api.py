@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from netprogs import SCRATCH, full_queue, on_rack, run_on_rack
+from netprogs import SCRATCH, full_queue, n0_network, on_rack, run_on_rack
 
 # Each line: a call and what came of it (a value, or the exception's class and errno).
 # The listener is the program's own: on the rack a pipe shortcut, or with
@@ -231,6 +231,22 @@ SNDTIMEO_CONNECT = textwrap.dedent("""
 """)
 
 
+# A socket closed while its handshake goes on (here: SO_SNDTIMEO ended its connect):
+# its skeleton closes with it; then it waits to be stopped.
+CLOSED_CONNECTING = textwrap.dedent("""
+    import socket, struct, sys, time
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 100000))
+    try:
+        s.connect((sys.argv[1], int(sys.argv[2])))
+    except BlockingIOError:
+        pass
+    s.close()
+    print(0, flush=True)
+    time.sleep(60)
+""")
+
+
 RACK = "api"   # the name of this module's rack (conftest.py: net)
 
 
@@ -367,3 +383,15 @@ def test_so_sndtimeo_ends_a_connect_whose_handshake_waits_and_it_goes_on(net):
         listener.accept()[0].close()   # room in the queue: the handshake ends
         assert program.stdout.readline() == "connect again ok 0\n"
         assert program.wait(timeout=30) == 0, program.stderr.read()
+
+
+def test_a_socket_closed_while_its_handshake_goes_on_leaves_no_skeleton(net):
+    """close() after a connect that returned before its handshake ended (EINPROGRESS
+    at SO_SNDTIMEO; a non-blocking one the same) closes the nComponent's skeleton too,
+    as Linux's close ends the handshake: none is left to finish it later into a ring
+    that is another socket's by then."""
+    rack, env = net
+    before = n0_network(rack)["skeletons"]
+    with full_queue("127.0.0.2") as (_, address), \
+            on_rack(env, CLOSED_CONNECTING, *address, name=RACK):
+        assert n0_network(rack)["skeletons"] == before

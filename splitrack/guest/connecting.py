@@ -4,8 +4,9 @@
 is the stub's. A blocking connect returns once connected, or raises the
 kernel's error (TimeoutError past the timeout); a handshake that waits ends
 early as Linux's does, and goes on meanwhile as a non-blocking connect's: at
-SO_SNDTIMEO (EINPROGRESS), or when a native program's handler without
-SA_RESTART runs (EINTR: native/preload_signal.c). A non-blocking one answers as
+SO_SNDTIMEO (EINPROGRESS; a second connect's wait too: EALREADY), or when a
+native program's handler without SA_RESTART runs, or any with SO_SNDTIMEO
+(EINTR: native/preload_signal.c). A non-blocking one answers as
 Linux does: EINPROGRESS, even on loopback; then SO_ERROR (getsockopt calls
 `_settle`) or the next connect() says how it went -- EALREADY while the
 kernel's handshake goes on, 0 or the error once (ECONNABORTED if SO_ERROR took
@@ -26,7 +27,6 @@ from typing import Any
 
 from fit_rpc import Op
 from fit_rpc.netpath import connect_request, unpack_connected
-from native.fitring import Interrupted
 from splitrack.guest import preloaded
 from splitrack.guest.nic_path import NicPath
 from splitrack.guest.sockargs import err
@@ -89,20 +89,22 @@ class Connecting:
             answer = {"errno": exc.errno or errno.EIO}
         path = self._path
         if answer.get("pending"):
+            self._sk = answer["sk"]   # the skeleton a close() while it goes on closes
             if not wait:
                 self._goes_on(ip, port, path)
                 return
             # The kernel's handshake goes on in the nComponent; no lock is held meanwhile.
             # A blocking socket's SO_SNDTIMEO bounds the wait, as Linux's (then
-            # EINPROGRESS), and a native program's handler without SA_RESTART ends it
-            # (EINTR); either way the handshake goes on, as a non-blocking connect's.
+            # EINPROGRESS), and a native program's handler ends it (EINTR: without
+            # SA_RESTART, or any with SO_SNDTIMEO); a Python program's handler may raise.
+            # Whatever ends it, the handshake goes on, as a non-blocking connect's.
             bound = self._timeout is None and self._opts.get(SNDTIMEO) is not None
-            deadline = self._deadline(SNDTIMEO) if bound else \
-                time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
             try:
                 with preloaded.interruptible():
+                    deadline = self._deadline(SNDTIMEO) if bound else \
+                        time.monotonic() + (self._timeout or CONNECT_TIMEOUT_S) + 5.0
                     ended = self._rt.wait(self._connect_ended, deadline, self._park_connect)
-            except Interrupted:
+            except BaseException:
                 self._goes_on(ip, port, path)
                 raise
             if not ended:
@@ -116,11 +118,15 @@ class Connecting:
 
     def _goes_on(self, ip: str, port: int, path: NicPath) -> None:
         """A handshake not done when connect() returns (non-blocking, or its wait ended
-        first): SO_ERROR, poll()'s writability or the next connect() say how it went."""
+        first): SO_ERROR, poll()'s writability or the next connect() say how it went
+        (one that ended meanwhile, in an error, rings at once)."""
         self._started = True
         with self._lock:
             self._pending = (ip, port, path)
-            if self._rt.exact:
+            if self._connect_ended():   # meanwhile (its push found no _pending): a failure
+                if self._connected is None or "errno" in self._connected:   # is readable
+                    self._ring()                                            # too
+            elif self._rt.exact:
                 self._sync_writable()   # not writable while it goes on
 
     def _connect_answer(self) -> dict[str, Any]:
@@ -165,9 +171,9 @@ class Connecting:
         if not self._connect_ended():
             if nonblocking:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
-            deadline = self._deadline(SNDTIMEO if again else None) or \
-                time.monotonic() + CONNECT_TIMEOUT_S + 5.0
             with preloaded.interruptible() if again else contextlib.nullcontext():
+                deadline = self._deadline(SNDTIMEO if again else None) or \
+                    time.monotonic() + CONNECT_TIMEOUT_S + 5.0
                 ended = self._rt.wait(self._connect_ended, deadline, self._park_connect)
             if not ended:
                 if again and self._opts.get(SNDTIMEO) is not None:
@@ -210,8 +216,8 @@ class Connecting:
     def connect_ex(self, address: Any) -> int:
         try:
             self.connect(address)
-        except TimeoutError:
-            return errno.EAGAIN
+        except TimeoutError as exc:   # a timeout's (EAGAIN, as CPython's), or the kernel's
+            return exc.errno or errno.EAGAIN
         except OSError as exc:
             return exc.errno or errno.EIO
         return 0

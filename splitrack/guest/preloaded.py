@@ -4,8 +4,8 @@ The interposer exports a few functions for the Python code in a rack program
 to tell it things: sr_interpose (a descriptor C code takes over), sr_own (a
 socket object's descriptor), sr_spawning (subprocess is starting a program),
 sr_heap_on (the rack heap is on), sr_quiet (the calls that follow are the
-stub's own), sr_call_progressed and sr_wait_interruptible (a native program's
-call and the signals that end it: native/preload_signal.c). A Python started
+stub's own), sr_any_handler_ends and sr_wait_interruptible (a native
+program's call and the signals that end it: native/preload_signal.c). A Python started
 without the preload (outside `splitrack run`) has none of them, and has
 nothing to tell.
 
@@ -13,7 +13,8 @@ nothing to tell.
     with quiet():  the libc calls this thread makes meanwhile are the stub's own, which
                    the interposer passes to libc as they are (sr_quiet)
     signals_to_the_program()   this thread, one of the rack's own, takes no signal
-    progressed()   the native call this thread is in did part of its work (sr_call_progressed)
+    any_handler_ends(from_now)  a handler with SA_RESTART ends the native call this
+                   thread is in too (sr_any_handler_ends)
     with interruptible():  a native connect's handshake may end with EINTR meanwhile
                    (sr_wait_interruptible)
 """
@@ -60,13 +61,14 @@ def signals_to_the_program() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
 
 
-def progressed() -> None:
-    """The native program's call this thread is in has done part of its work (a send
-    queued some bytes, a MSG_WAITALL recv has some): a handler with SA_RESTART ends its
-    waits from now on too, and the call returns that part, as Linux's does."""
-    mark = call("sr_call_progressed")
+def any_handler_ends(from_now: bool) -> None:
+    """A handler with SA_RESTART ends the native program's call this thread is in too,
+    as Linux's restarts nothing then: from now on (it has done part of its work -- a
+    send queued some bytes, a MSG_WAITALL recv has some --, and returns that part), or
+    since it began (from_now False: its wait has a finite SO_RCVTIMEO or SO_SNDTIMEO)."""
+    mark = call("sr_any_handler_ends")
     if mark is not None:
-        mark()
+        mark(int(from_now))
 
 
 def interruptible() -> contextlib.AbstractContextManager[None]:

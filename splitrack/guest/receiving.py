@@ -120,7 +120,7 @@ class Receiving:
                    deadline: float | None = _OWN_DEADLINE) -> Any:
         """What is there, up to `want` (waiting, as the timeout says, for something; or
         until `deadline`, a caller's): taken under the stub's lock, else waited for."""
-        if self._pending is not None:   # a non-blocking connect not settled yet
+        if self._pending is not None:   # a connect whose handshake goes on
             self._await_connect(self._timeout == 0.0 or bool(flags & _DONTWAIT))
         if deadline == _OWN_DEADLINE:
             deadline = self._deadline()
@@ -151,9 +151,11 @@ class Receiving:
         MSG_WAITALL: so does the caller, and SO_RCVLOWAT too.)"""
         out, got = bytearray(), 0
         deadline = self._deadline()   # (SO_RCVTIMEO bounds the whole call, as Linux's)
+        told = False
         while got < target:
-            if got:
-                preloaded.progressed()   # (a native program's: a signal now ends it with `got`)
+            if got and not told:   # (a native program's: a signal ends it with `got`)
+                preloaded.any_handler_ends(True)
+                told = True
             try:
                 part = self._recv_some(want - got, 0, None if view is None else view[got:],
                                        deadline)

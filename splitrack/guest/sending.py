@@ -95,7 +95,7 @@ class Sending:
                 return sent
         if not sent:
             return self._send(view, flags)
-        preloaded.progressed()   # (a native program's: a signal now ends it with `sent`)
+        preloaded.any_handler_ends(True)   # (a native program's: a signal ends it with `sent`)
         try:   # the window took part of it: a blocking send waits for room for the rest
             return sent + self._send(memoryview(view)[sent:], flags)
         except (TimeoutError, BlockingIOError) as exc:   # (BlockingIOError: SO_SNDTIMEO)
@@ -110,10 +110,10 @@ class Sending:
             raise err(errno.EOPNOTSUPP)
         view = memoryview(view)   # slices of what is left: no copies
         nonblocking = self._timeout == 0.0 or flags & _DONTWAIT
-        if self._pending is not None:   # a non-blocking connect not settled yet
+        if self._pending is not None:   # a connect whose handshake goes on
             self._await_connect(nonblocking)
         deadline = None   # computed if it must wait (this is the hot path)
-        sent, total, pumped = 0, len(view), False
+        sent, total, pumped, told = 0, len(view), False, False
         while True:
             with self._lock:
                 if self._error or self._shut_wr or self._broken or self._dead or \
@@ -135,8 +135,9 @@ class Sending:
                 raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
             if deadline is None:
                 deadline = self._deadline(SNDTIMEO)
-            if sent:
-                preloaded.progressed()
+            if sent and not told:
+                preloaded.any_handler_ends(True)   # (as above)
+                told = True
             try:
                 room = self._path.wait_writable(deadline)
             except Interrupted:   # a native program's signal: EINTR if nothing went yet

@@ -54,7 +54,7 @@ from typing import Any
 
 from fit_rpc import Op, codec, tracing
 from fit_rpc.netpath import SK, SK_ERR
-from splitrack.guest import forked, handles
+from splitrack.guest import forked, handles, preloaded
 from splitrack.guest.bell import Bell
 from splitrack.guest.closing import Closing
 from splitrack.guest.connecting import Connecting
@@ -157,7 +157,8 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
         self._dead = False         # closed: every call is EBADF
         self._connected: dict[str, Any] | None = None   # the answer to N_CONNECT
         self._attempt: float | None = None   # a shortcut connect under way: its `until`
-        self._started = False      # a non-blocking connect began, its outcome not yet told
+        self._started = False      # a connect returned before its outcome (non-blocking,
+        #                            EINTR, SO_SNDTIMEO), which is not yet told
         self._pending: tuple[str, int, NicPath] | None = None   # ... its handshake goes on
         self._rung = False
         self._clogged = False      # fileno() is not writable now (_sync_writable)
@@ -234,7 +235,8 @@ class BsdSocketStub(Connecting, Listening, Shortcuts, Receiving, Sending, Option
             timeout = self._opts.get(wait)
             if timeout is None:
                 return None
-        return time.monotonic() + timeout
+            preloaded.any_handler_ends(False)   # (a native program's call: Linux restarts
+        return time.monotonic() + timeout       # no wait that has a time)
 
     def _gave_up(self) -> OSError:
         """What a wait past its deadline raises: TimeoutError for a timeout, EAGAIN for

@@ -9,14 +9,18 @@
  *                         alarm due in a second: "accept" on a listener bound to
  *                         IP:PORT (it prints "listening PORT" first), "recv" on a
  *                         connection to IP:PORT (it prints "listening 0" once
- *                         connected), "send" of a byte on such a connection once it
+ *                         connected; "timedrecv": with SO_RCVTIMEO 3 s, EINTR with
+ *                         SA_RESTART too), "send" of a byte on such a connection once it
  *                         takes no more (its peer reads nothing), "bigsend" of 64 MiB
  *                         on one ("bigsend returned part": what went before the
  *                         alarm, as Linux's send returns it), "connect" to IP:PORT
  *                         (a listener whose queue is full: the handshake waits; it
  *                         prints "listening 0" first), "sndtimeo": that connect with
- *                         SO_SNDTIMEO 1 s and no alarm (EINPROGRESS, as Linux's); after
- *                         either ends, a second connect() with no SO_SNDTIMEO waits
+ *                         SO_SNDTIMEO 1 s and no alarm (EINPROGRESS, as Linux's),
+ *                         "timedconnect": with SO_SNDTIMEO 3 s and the alarm (EINTR
+ *                         with SA_RESTART too: Linux restarts no wait that has a
+ *                         time); after any of them ends, a second connect() with no
+ *                         SO_SNDTIMEO waits
  *                         for the handshake to end ("connect again returned 0": it
  *                         went on meanwhile). The handler prints
  *                         "alarm". Then it prints
@@ -84,8 +88,8 @@ static void *watchdog(void *unused)
 int main(int argc, char **argv)
 {
     if (argc != 5) {
-        fprintf(stderr, "usage: signal_probe IP PORT accept|recv|send|bigsend|connect|sndtimeo "
-                        "plain|restart|signal|sysv\n");
+        fprintf(stderr, "usage: signal_probe IP PORT accept|recv|timedrecv|send|bigsend|"
+                        "connect|sndtimeo|timedconnect plain|restart|signal|sysv\n");
         return 2;
     }
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
@@ -126,13 +130,15 @@ int main(int argc, char **argv)
         fflush(stdout);
         alarm(1);
         r = accept(fd, NULL, NULL);
-    } else if (strcmp(argv[3], "connect") == 0 || strcmp(argv[3], "sndtimeo") == 0) {
-        struct timeval second = {1, 0}, never = {0, 0};
-        if (argv[3][0] == 's')
-            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &second, sizeof second);
+    } else if (strcmp(argv[3], "connect") == 0 || strcmp(argv[3], "sndtimeo") == 0 ||
+               strcmp(argv[3], "timedconnect") == 0) {
+        struct timeval second = {1, 0}, three = {3, 0}, never = {0, 0};
+        if (argv[3][0] != 'c')
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, argv[3][0] == 's' ? &second : &three,
+                       sizeof second);
         printf("listening 0\n");
         fflush(stdout);
-        if (argv[3][0] == 'c')
+        if (argv[3][0] != 's')
             alarm(1);
         r = connect(fd, (struct sockaddr *)&addr, sizeof addr);
         if (r == 0) {
@@ -172,6 +178,10 @@ int main(int argc, char **argv)
                 return 0;
             }
         } else {
+            if (strcmp(argv[3], "timedrecv") == 0) {
+                struct timeval three = {3, 0};
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &three, sizeof three);
+            }
             alarm(1);
             r = recv(fd, buf, sizeof buf, 0);
         }
