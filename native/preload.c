@@ -38,7 +38,7 @@
  *     which ran; native/fitwait.c asks sr_signal_ends_call);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages
- *     (preload_memory.c).
+ *     (preload_memory.c, preloaded too then).
  *
  * A program with an interpreter of its own (python itself) makes its rack sockets
  * through the drop-in module (splitrack/guest/rsocket.py), without libc's socket().
@@ -65,8 +65,9 @@
  * (sendmsg, recvmsg, writev, readv), preload_fd.c (fcntl, ioctl, dup,
  * close_range), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
  * splice, sendmmsg, recvmmsg), preload_stdio.c (fdopen, dprintf),
- * preload_signal.c (the program's signal handlers, wrapped), preload_memory.c
- * (--memory rack); preload.h is what the first eight share.
+ * preload_signal.c (the program's signal handlers, wrapped); preload.h is what
+ * they share. preload_memory.c (malloc and mmap, for --memory rack) is a library of
+ * its own, native._preload_memory, preloaded beside this one only then.
  */
 #define _GNU_SOURCE
 #include "preload.h"

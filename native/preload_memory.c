@@ -20,6 +20,10 @@
  *     when given back, and the pager can still read them).
  *   - The pager thread never gets a rack block: it alone serves their faults.
  *
+ * A library of its own (native._preload_memory), preloaded only for --memory rack
+ * (splitrack/native_run.py): otherwise a program's allocator is its own, glibc's or
+ * one it links (redis-server's jemalloc), which these definitions would shadow.
+ *
  * Who turns it on: splitrack/guest/rackmem.py, once the pager runs, calls
  * sr_heap_on with rackmem.h's functions. In a native program that happens
  * before main(), from preload.c's constructor (sr_memory, native/guest.h); in
@@ -228,8 +232,13 @@ size_t malloc_usable_size(void *p)
         return rm.usable(p);
     if (!p)
         return 0;
-    if (!libc_usable)
-        libc_usable = dlsym(RTLD_NEXT, "malloc_usable_size");
+    if (!libc_usable) {   /* glibc's, whose blocks these are (__libc_malloc's): not the
+                             next one, which may be an allocator the program links */
+        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+        libc_usable = libc ? dlsym(libc, "malloc_usable_size") : NULL;
+        if (!libc_usable)
+            libc_usable = dlsym(RTLD_NEXT, "malloc_usable_size");
+    }
     return libc_usable(p);
 }
 

@@ -29,18 +29,24 @@ _LIBDIR, _LDLIBRARY = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_v
 
 def preload_env(env: dict[str, str]) -> dict[str, str]:
     """LD_PRELOAD first of the program's, and the interpreter the interposer starts:
-    this one (its shared library, its home, where splitrack is installed)."""
-    preload, guest = find_spec("native._preload"), find_spec("native._guest")
-    if preload is None or guest is None or not preload.origin or not guest.origin:
+    this one (its shared library, its home, where splitrack is installed). With
+    SPLITRACK_MEMORY=rack (--memory rack) the interposer's malloc and mmap too
+    (native/preload_memory.c); else the program's allocator stays its own."""
+    names = ["native._preload", "native._guest"]
+    if env.get("SPLITRACK_MEMORY") == "rack":
+        names.append("native._preload_memory")
+    specs = [find_spec(name) for name in names]
+    if not all(spec is not None and spec.origin for spec in specs):
         raise ValueError("splitrack's native interposer is not built: reinstall splitrack "
                          "with pip")
+    preload, guest, *memory = (spec.origin for spec in specs)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return {
-        "LD_PRELOAD": os.pathsep.join(p for p in (preload.origin, env.get("LD_PRELOAD")) if p),
+        "LD_PRELOAD": os.pathsep.join(p for p in (*memory, preload, env.get("LD_PRELOAD")) if p),
         "SPLITRACK_LIBPYTHON": _libpython(_LIBDIR, _LDLIBRARY),
         "SPLITRACK_PYTHONHOME": sys.base_prefix,
         "SPLITRACK_GUEST_SITE": os.pathsep.join([here, *site.getsitepackages()]),
-        "SPLITRACK_GUEST_LIB": guest.origin,
+        "SPLITRACK_GUEST_LIB": guest,
     }
 
 

@@ -1,10 +1,11 @@
-"""Real tools on the rack (native/preload.c): iperf3, sockperf, curl and nc run
-unmodified with `splitrack run`, their TCP and UDP through n0 (its counters say
-so), when installed. .ci/run installs them from Debian's packages; a test skips,
+"""Real tools on the rack (native/preload.c): iperf3, sockperf, curl, nc and
+redis-server run unmodified with `splitrack run`, their TCP and UDP through n0 (its
+counters say so), when installed. .ci/run installs them from Debian's packages; a test skips,
 saying why, only where its tool is absent."""
 
 import http.server
 import json
+import shlex
 import shutil
 import socket
 import threading
@@ -105,6 +106,29 @@ def test_nc_on_the_rack_serves_and_sends(net):
         assert server.wait(timeout=30) == 0
         assert server.stdout.read() == "hello rack\n"
     assert n0_network(rack)["accepted"] - before >= 1
+
+
+def test_redis_server_on_the_rack_serves_redis_benchmark(net):
+    """redis-server on p0 (an epoll event loop, and jemalloc for its malloc: the
+    interposer leaves a program's allocator alone unless --memory rack), redis-cli
+    and redis-benchmark outside: what was SET comes back, and 2,000 requests of 10
+    clients at once are all answered."""
+    server, cli, bench = tool("redis-server"), tool("redis-cli"), tool("redis-benchmark")
+    rack, env = net
+    before = n0_network(rack)["accepted"]
+    port = _free_port()
+    argv = [server, "--bind", NIC, "--port", str(port), "--save", "", "--appendonly", "no"]
+    with on_rack(env, ["sh", "-c", f"echo listening {port}; exec {shlex.join(argv)}"],
+                 name=RACK) as (program, _):
+        said = _retry(lambda: run([cli, "-h", NIC, "-p", str(port), "set", "rack", "lego"]),
+                      ok=lambda g: g.stdout.strip() == "OK")
+        assert said.stdout.strip() == "OK", (said.stdout, said.stderr, program.poll())
+        assert run([cli, "-h", NIC, "-p", str(port), "get", "rack"]).stdout == "lego\n"
+        got = run([bench, "-h", NIC, "-p", str(port), "-q", "-n", "2000", "-c", "10",
+                   "-t", "set,get", "--csv"], timeout=120)
+        assert got.returncode == 0 and got.stdout.count('"') >= 4, (got.stdout, got.stderr)
+        assert program.poll() is None   # still serving
+    assert n0_network(rack)["accepted"] - before >= 12
 
 
 def _free_port() -> int:
