@@ -86,6 +86,8 @@ int (*py_interrupt)(int);
 int (*py_is_up)(void);
 int fit_over_tcp;
 int guest_up;
+_Atomic int guest_starting;   /* start_guest runs: the interpreter, the runtime (rack_own) */
+__thread int starting_here;    /* ... on this thread (the caller's, the interpreter's) */
 pthread_once_t guest_once = PTHREAD_ONCE_INIT;
 __thread int in_guest, program_thread, interruptible;
 __thread pid_t spawning;
@@ -127,6 +129,7 @@ static const char SITE_CODE[] =
 static void *start_python(void *unused)
 {
     (void)unused;
+    starting_here = 1;
     const char *lib = getenv("SPLITRACK_LIBPYTHON"), *home = getenv("SPLITRACK_PYTHONHOME");
     if (!lib || !home)
         cannot_run("SPLITRACK_LIBPYTHON and SPLITRACK_PYTHONHOME are not set", NULL);
@@ -180,6 +183,8 @@ static void at_exit(void)
 void start_guest(void)
 {
     pthread_t t;
+    atomic_store(&guest_starting, 1);
+    starting_here = 1;
     if (python_host) {   /* its own interpreter runs native._guest */
         py_this_thread = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
         py_interrupt = dlsym(RTLD_DEFAULT, "PyErr_SetInterruptEx");
@@ -220,6 +225,8 @@ void start_guest(void)
         atexit(at_exit);
     }
     guest_up = 1;
+    starting_here = 0;
+    atomic_store(&guest_starting, 0);
 }
 
 /* ---- exec(): the rack sockets an image of a fork()ed child inherited ------------------- */

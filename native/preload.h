@@ -190,6 +190,13 @@ static inline int is_own(int fd)
     return 1;
 }
 
+/* fd, made by the rack's own code in a native program (the guest's), moved out of the
+ * program's way, past the descriptors it numbers as on Linux (preload_fd.c); any
+ * other returned as it is */
+int rack_own(int fd);
+extern _Atomic int guest_starting;   /* (preload.c: while start_guest runs, and on which */
+extern __thread int starting_here;   /* threads: the rack's own code's calls too) */
+
 extern int (*py_interrupt)(int);   /* PyErr_SetInterruptEx, in a Python program */
 
 /* What a call on a Python program's own descriptor (is_own) returns: a Ctrl-C while the

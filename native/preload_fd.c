@@ -14,6 +14,15 @@
  *   - a Python program's socket object's descriptor (is_own): FIONREAD is the
  *     stub's, and a dup2 or dup3 of it (os.dup2(conn.fileno(), 1), then print) an
  *     interposed handle as above; its other calls (the stub's own) are the kernel's;
+ *   - the rack's own descriptors in a native program (rack_own): what the guest's
+ *     code makes -- socket, socketpair, accept, eventfd, memfd_create, epoll_create,
+ *     timerfd_create, pipe, a dup of anything but a socket (CPython's mmap keeps
+ *     one), and descriptors that come in a message (SCM_RIGHTS,
+ *     preload_vector.c) -- is moved past half the soft RLIMIT_NOFILE (1024 at
+ *     most), so the program's descriptors are numbered as on Linux (its first
+ *     socket is 3: wrk's event loop, sized by the descriptors it expects, refused
+ *     one numbered 23); a socket's dup (a rack socket's handle, the program's) is
+ *     not moved.
  * (The waits, poll, select and epoll's, are preload_wait.c's.)
  */
 #define _GNU_SOURCE
@@ -22,8 +31,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 REAL(int, close, int)
@@ -34,6 +49,14 @@ REAL(int, dup, int)
 REAL(int, dup2, int, int)
 REAL(int, dup3, int, int, int)
 REAL(int, close_range, unsigned int, unsigned int, int)
+REAL(int, socketpair, int, int, int, int *)
+REAL(int, eventfd, unsigned int, int)
+REAL(int, memfd_create, const char *, unsigned int)
+REAL(int, epoll_create, int)
+REAL(int, epoll_create1, int)
+REAL(int, timerfd_create, int, int)
+REAL(int, pipe, int *)
+REAL(int, pipe2, int *, int)
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)   /* (linux/close_range.h) */
@@ -89,6 +112,7 @@ static int rack_fcntl(int fd, int cmd, long arg, int (*next)(int, int, ...))
  * fcntl64: both symbols are defined here by their own names.) */
 int fcntl_any(int fd, int cmd, ...) __asm__("fcntl");
 int fcntl_64(int fd, int cmd, ...) __asm__("fcntl64");
+static int own_dup(int fd, int newfd);
 
 int fcntl_any(int fd, int cmd, ...)
 {
@@ -96,7 +120,10 @@ int fcntl_any(int fd, int cmd, ...)
     va_start(ap, cmd);
     long arg = va_arg(ap, long);   /* (every command's argument fits: int, long or pointer) */
     va_end(ap);
-    return is_rack(fd) ? rack_fcntl(fd, cmd, arg, libc_fcntl()) : libc_fcntl()(fd, cmd, arg);
+    if (is_rack(fd))
+        return rack_fcntl(fd, cmd, arg, libc_fcntl());
+    int r = libc_fcntl()(fd, cmd, arg);
+    return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC ? own_dup(fd, r) : r;
 }
 
 int fcntl_64(int fd, int cmd, ...)
@@ -105,8 +132,10 @@ int fcntl_64(int fd, int cmd, ...)
     va_start(ap, cmd);
     long arg = va_arg(ap, long);
     va_end(ap);
-    return is_rack(fd) ? rack_fcntl(fd, cmd, arg, libc_fcntl64())
-                       : libc_fcntl64()(fd, cmd, arg);
+    if (is_rack(fd))
+        return rack_fcntl(fd, cmd, arg, libc_fcntl64());
+    int r = libc_fcntl64()(fd, cmd, arg);
+    return cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC ? own_dup(fd, r) : r;
 }
 
 int ioctl(int fd, unsigned long request, ...)
@@ -134,7 +163,8 @@ int ioctl(int fd, unsigned long request, ...)
 
 int dup(int fd)
 {
-    return is_rack(fd) ? one_more(fd, libc_fcntl()(fd, F_DUPFD_CLOEXEC, 0)) : libc_dup()(fd);
+    return is_rack(fd) ? one_more(fd, libc_fcntl()(fd, F_DUPFD_CLOEXEC, 0))
+                       : own_dup(fd, libc_dup()(fd));
 }
 
 int dup3(int fd, int newfd, int flags)
@@ -182,4 +212,100 @@ int close_range(unsigned int first, unsigned int last, int flags)
             not_own((int)fd);
     return libc_close_range() ? libc_close_range()(first, last, flags)
                               : (int)syscall(SYS_close_range, first, last, flags);
+}
+
+/* ---- the rack's own descriptors, out of the program's way -------------------------- */
+
+/* Where the rack's own descriptors go: past half the soft RLIMIT_NOFILE, at most 1024
+ * (a program's select() takes descriptors under 1024; bash keeps its script at 255). */
+static int own_floor(void)
+{
+    static int floor;
+    if (!floor) {
+        struct rlimit r;
+        rlim_t half = getrlimit(RLIMIT_NOFILE, &r) == 0 ? r.rlim_cur / 2 : 512;
+        floor = half > 1024 ? 1024 : half < 64 ? 64 : (int)half;
+    }
+    return floor;
+}
+
+/* Whether this call is the rack's own code's: the guest's (python_thread), or, while
+ * the guest starts, the starting threads' and the interpreter's. */
+static int rack_code(void)
+{
+    return python_thread() || (atomic_load(&guest_starting) && (starting_here
+           || (py_this_thread && py_this_thread() != NULL)));
+}
+
+int rack_own(int fd)
+{
+    if (fd < 0 || python_host || spawned_child() || fd >= own_floor() || !rack_code())
+        return fd;
+    int saved = errno, flags = (int)syscall(SYS_fcntl, fd, F_GETFD);
+    int moved = flags < 0 ? -1 : (int)syscall(SYS_fcntl, fd, flags & FD_CLOEXEC
+                                              ? F_DUPFD_CLOEXEC : F_DUPFD, own_floor());
+    if (moved >= 0)
+        syscall(SYS_close, fd);
+    errno = saved;
+    return moved >= 0 ? moved : fd;   /* (no room up there: where the kernel put it) */
+}
+
+/* A dup the rack's code makes (of a memfd: CPython's mmap keeps one of the descriptor
+ * it maps) goes out of the program's way too; a socket's is a rack socket's handle,
+ * which the program gets (stub.py), numbered where Linux would number it. */
+static int own_dup(int fd, int newfd)
+{
+    struct stat st;
+    if (newfd < 0 || python_host || !rack_code() || (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)))
+        return newfd;
+    return rack_own(newfd);
+}
+
+static int own_pair(int r, int *fds)
+{
+    if (r == 0) {
+        fds[0] = rack_own(fds[0]);
+        fds[1] = rack_own(fds[1]);
+    }
+    return r;
+}
+
+int socketpair(int domain, int type, int protocol, int fds[2])
+{
+    return own_pair(libc_socketpair()(domain, type, protocol, fds), fds);
+}
+
+int eventfd(unsigned int count, int flags)
+{
+    return rack_own(libc_eventfd()(count, flags));
+}
+
+int memfd_create(const char *name, unsigned int flags)
+{
+    return rack_own(libc_memfd_create()(name, flags));
+}
+
+int epoll_create(int size)
+{
+    return rack_own(libc_epoll_create()(size));
+}
+
+int epoll_create1(int flags)
+{
+    return rack_own(libc_epoll_create1()(flags));
+}
+
+int timerfd_create(int clock, int flags)
+{
+    return rack_own(libc_timerfd_create()(clock, flags));
+}
+
+int pipe(int fds[2])
+{
+    return own_pair(libc_pipe()(fds), fds);
+}
+
+int pipe2(int fds[2], int flags)
+{
+    return own_pair(libc_pipe2()(fds, flags), fds);
 }

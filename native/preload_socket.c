@@ -76,7 +76,7 @@ int socket(int domain, int type, int protocol)
     int network = (domain == AF_INET || domain == AF_INET6)
                   && (kind == SOCK_STREAM || kind == SOCK_DGRAM);
     if (python_thread() || (python_host && (!network || fit_over_tcp)))
-        return libc_socket()(domain, type, protocol);
+        return rack_own(libc_socket()(domain, type, protocol));
     if (domain == AF_INET6 && (kind == SOCK_STREAM || kind == SOCK_DGRAM)) {
         errno = EAFNOSUPPORT;   /* the rack's NICs are IPv4: never the host's */
         return -1;
@@ -125,7 +125,7 @@ int listen(int fd, int backlog)
 int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
     if (!is_rack(fd))
-        return libc_accept4()(fd, addr, len, flags);
+        return rack_own(libc_accept4()(fd, addr, len, flags));
     if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) {
         errno = EINVAL;
         return -1;
@@ -139,7 +139,7 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 
 int accept(int fd, struct sockaddr *addr, socklen_t *len)
 {
-    return is_rack(fd) ? accept4(fd, addr, len, 0) : libc_accept()(fd, addr, len);
+    return is_rack(fd) ? accept4(fd, addr, len, 0) : rack_own(libc_accept()(fd, addr, len));
 }
 
 /* A send on a broken connection raises SIGPIPE, unless MSG_NOSIGNAL: as Linux's. */

@@ -113,10 +113,27 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
                        msg->msg_namelen);
 }
 
+/* Descriptors that came in a message the rack's own code received (a peer's FIT
+ * rings, SCM_RIGHTS): out of the program's way too (rack_own). */
+static ssize_t own_rights(ssize_t r, struct msghdr *msg)
+{
+    if (r < 0 || python_host || msg->msg_controllen == 0)
+        return r;   /* (rack_own says whose they are) */
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                int got;
+                memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+                got = rack_own(got);
+                memcpy(CMSG_DATA(c) + i * sizeof(int), &got, sizeof got);
+            }
+    return r;
+}
+
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
     if (!is_rack(fd))
-        return libc_recvmsg()(fd, msg, flags);
+        return own_rights(libc_recvmsg()(fd, msg, flags), msg);
     msg->msg_controllen = 0;
     msg->msg_flags = 0;
     return recv_vector(fd, msg->msg_iov, (int)msg->msg_iovlen, flags, msg->msg_name,

@@ -1,8 +1,9 @@
-"""Real tools on the rack (native/preload.c): iperf3, sockperf, curl, nc and
+"""Real tools on the rack (native/preload.c): iperf3, sockperf, curl, nc, wrk and
 redis-server run unmodified with `splitrack run`, their TCP and UDP through n0 (its
 counters say so), when installed. .ci/run installs them from Debian's packages; a test skips,
 saying why, only where its tool is absent."""
 
+import functools
 import http.server
 import json
 import shlex
@@ -89,6 +90,28 @@ def test_curl_on_the_rack_fetches_from_outside(net, tmp_path):
         httpd.shutdown()
     assert got.returncode == 0 and got.stdout == "through the rack\n", got.stderr
     assert seen and all(ip in ("127.0.0.11", "127.0.0.12") for ip in seen)   # a NIC of n0
+
+
+def test_wrk_on_the_rack_loads_a_server_outside(net, tmp_path):
+    """wrk on p0 (two threads of epoll event loops, four connections; its loop's table
+    has room for the descriptors Linux would give it, no more) against a web server
+    outside: every connection made, requests answered, from n0's NICs."""
+    wrk = tool("wrk")
+    _, env = net
+    (tmp_path / "index.html").write_text("rack\n")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass   # (a line a request)
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer((OUTSIDE, 0), handler) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        got = run_on_rack(env, [wrk, "-t2", "-c4", "-d1s", f"http://{OUTSIDE}:"
+                                f"{httpd.server_port}/"], name=RACK, timeout=60)
+        httpd.shutdown()
+    assert got.returncode == 0 and "Socket errors" not in got.stdout, got.stdout + got.stderr
+    assert int(got.stdout.split(" requests in ")[0].split()[-1]) > 0, got.stdout
 
 
 def test_nc_on_the_rack_serves_and_sends(net):
