@@ -38,17 +38,20 @@
                                                                served by splitrack/guest/
                                                                interposer.py)
 
-and one plain C library, no module (setup.py's ext_modules: `preload`):
+and two plain C libraries, no modules (setup.py's ext_modules: `preload`,
+`preload_memory`):
 
     native/preload.c                     -> native._preload   (the interposer `splitrack run`
     native/preload_socket.c                                    preloads into native programs:
     native/preload_vector.c
     native/preload_fd.c                                        it starts an interpreter there
-    native/preload_wait.c                                      and loads native._guest;
-    native/preload_copy.c                                      malloc and mmap for --memory
-    native/preload_stdio.c                                     rack)
+    native/preload_wait.c                                      and loads native._guest)
+    native/preload_copy.c
+    native/preload_stdio.c
     native/preload_signal.c
-    native/preload_memory.c
+    native/preload_memory.c              -> native._preload_memory   (its malloc and mmap,
+                                                               preloaded too with --memory
+                                                               rack only)
 
 The declarations come from each header itself (its preprocessor guard lines
 dropped), so the header stays the one statement of the C interface.

@@ -298,6 +298,17 @@ void rm_get_stats(rm_stats *out) {
 
 /* ---- start -------------------------------------------------------------------- */
 
+/* A descriptor the pager keeps, made where the native interposer does not see (a raw
+ * system call): re-made by a dup, which it moves past the program's own descriptors
+ * (native/preload_fd.c: rack_own), so those are numbered as on Linux. */
+static int kept(int fd) {
+    int dup = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0)
+        return fd;
+    close(fd);
+    return dup;
+}
+
 int rm_start(const rm_config *cfg, char *why, int cap) {
 #define FAIL(e, ...) do { snprintf(why, (size_t)cap, __VA_ARGS__); return -(e); } while (0)
     if (R.started)
@@ -360,8 +371,8 @@ int rm_start(const rm_config *cfg, char *why, int cap) {
         close(fd);
         FAIL(e, "userfaultfd refuses the rack heap: %s", strerrordesc_np(e));
     }
-    R.uffd = fd;
-    R.mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);   /* (reads pages mprotect()ed) */
+    R.uffd = kept(fd);
+    R.mem = kept(open("/proc/self/mem", O_RDONLY | O_CLOEXEC));   /* (reads pages mprotect()ed) */
     size_t npages = cfg->reserve / PAGE;
     R.state = mmap(NULL, npages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
                    MAP_NORESERVE, -1, 0);

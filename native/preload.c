@@ -36,6 +36,8 @@
  *     or connect's handshake it interrupts with EINTR, any handler a send that
  *     did part with that part (preload_signal.c: its handlers are wrapped to say
  *     which ran; native/fitwait.c asks sr_signal_ends_call);
+ *   - the rack's own descriptors (the guest's) live past the program's, which are
+ *     numbered as on Linux (preload_fd.c: rack_own);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages
  *     (preload_memory.c, preloaded too then).

@@ -148,6 +148,13 @@ void say_once(_Atomic int *said, const char *line);   /* a line on stderr, the f
 int passes_rack_socket(const struct msghdr *msg);   /* SCM_RIGHTS of a rack descriptor: refused
                                                        (said once) */
 
+/* fd, made by the rack's own code in a native program (the guest's), moved out of the
+ * program's way, past the descriptors it numbers as on Linux (preload_fd.c); any
+ * other returned as it is */
+int rack_own(int fd);
+extern _Atomic int guest_starting;   /* (preload.c: while start_guest runs, and on which */
+extern __thread int starting_here;   /* threads: the rack's own code's calls too) */
+
 #pragma GCC visibility pop
 
 /* libc's definition of `name`, looked up once (RTLD_NEXT: the one after this library) */
@@ -189,13 +196,6 @@ static inline int is_own(int fd)
     pthread_once(&guest_once, start_guest);
     return 1;
 }
-
-/* fd, made by the rack's own code in a native program (the guest's), moved out of the
- * program's way, past the descriptors it numbers as on Linux (preload_fd.c); any
- * other returned as it is */
-int rack_own(int fd);
-extern _Atomic int guest_starting;   /* (preload.c: while start_guest runs, and on which */
-extern __thread int starting_here;   /* threads: the rack's own code's calls too) */
 
 extern int (*py_interrupt)(int);   /* PyErr_SetInterruptEx, in a Python program */
 

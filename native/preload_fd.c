@@ -216,17 +216,32 @@ int close_range(unsigned int first, unsigned int last, int flags)
 
 /* ---- the rack's own descriptors, out of the program's way -------------------------- */
 
-/* Where the rack's own descriptors go: past half the soft RLIMIT_NOFILE, at most 1024
- * (a program's select() takes descriptors under 1024; bash keeps its script at 255). */
-static int own_floor(void)
+/* Where the rack's own descriptors go: past half the soft RLIMIT_NOFILE, 64 at least
+ * and 1024 at most (a program's select() takes descriptors under 1024); `again`: the
+ * limit may have changed since (the program lowered it). */
+static int own_floor(int again)
 {
-    static int floor;
-    if (!floor) {
+    static _Atomic int floor;
+    if (!floor || again) {
         struct rlimit r;
         rlim_t half = getrlimit(RLIMIT_NOFILE, &r) == 0 ? r.rlim_cur / 2 : 512;
         floor = half > 1024 ? 1024 : half < 64 ? 64 : (int)half;
     }
     return floor;
+}
+
+/* fd moved to the lowest free number past the floor, its close-on-exec kept; fd itself
+ * if there is no room there (the limit is lower than the floor: then looked at again). */
+static int moved_up(int fd)
+{
+    int saved = errno, flags = (int)syscall(SYS_fcntl, fd, F_GETFD), moved = -1;
+    for (int again = 0; flags >= 0 && moved < 0 && again < 2; again++)
+        moved = (int)syscall(SYS_fcntl, fd, flags & FD_CLOEXEC ? F_DUPFD_CLOEXEC : F_DUPFD,
+                             own_floor(again));
+    if (moved >= 0)
+        syscall(SYS_close, fd);
+    errno = saved;
+    return moved >= 0 ? moved : fd;
 }
 
 /* Whether this call is the rack's own code's: the guest's (python_thread), or, while
@@ -239,15 +254,17 @@ static int rack_code(void)
 
 int rack_own(int fd)
 {
-    if (fd < 0 || python_host || spawned_child() || fd >= own_floor() || !rack_code())
+    if (fd < 0 || python_host || spawned_child() || fd >= own_floor(0) || !rack_code())
         return fd;
-    int saved = errno, flags = (int)syscall(SYS_fcntl, fd, F_GETFD);
-    int moved = flags < 0 ? -1 : (int)syscall(SYS_fcntl, fd, flags & FD_CLOEXEC
-                                              ? F_DUPFD_CLOEXEC : F_DUPFD, own_floor());
-    if (moved >= 0)
-        syscall(SYS_close, fd);
-    errno = saved;
-    return moved >= 0 ? moved : fd;   /* (no room up there: where the kernel put it) */
+    return moved_up(fd);
+}
+
+/* The guest says: fd is the rack's own, kept (a twin handle a fork()ed child's calls
+ * use; a pidfd, made by a raw system call), moved like the rest
+ * (splitrack/guest/preloaded.py: rack_fd); in a Python program, fd as it is. */
+__attribute__((visibility("default"))) int sr_rack_fd(int fd)
+{
+    return fd < 0 || python_host || fd >= own_floor(0) ? fd : moved_up(fd);
 }
 
 /* A dup the rack's code makes (of a memfd: CPython's mmap keeps one of the descriptor

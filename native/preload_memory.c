@@ -232,10 +232,13 @@ size_t malloc_usable_size(void *p)
         return rm.usable(p);
     if (!p)
         return 0;
-    if (!libc_usable) {   /* glibc's, whose blocks these are (__libc_malloc's): not the
-                             next one, which may be an allocator the program links */
-        void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
-        libc_usable = libc ? dlsym(libc, "malloc_usable_size") : NULL;
+    if (!libc_usable) {   /* that of the library whose __libc_malloc made these blocks
+                             (glibc's, or an allocator that defines it: tcmalloc), not the
+                             next one, which may be another the program links (jemalloc) */
+        Dl_info made;
+        void *lib = dladdr((void *)__libc_malloc, &made) && made.dli_fname
+                    ? dlopen(made.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+        libc_usable = lib ? dlsym(lib, "malloc_usable_size") : NULL;
         if (!libc_usable)
             libc_usable = dlsym(RTLD_NEXT, "malloc_usable_size");
     }

@@ -55,10 +55,13 @@ static void ran(int sig, siginfo_t *info, void *context)
     ran_any++;   /* (with SA_RESTART too: it ends a call that did part of its work) */
     if (!(a->sa_flags & SA_RESTART))
         ran_here++;
+    int guest = in_guest;   /* (a rack call it came in: the handler's own calls are the */
+    in_guest = 0;           /* program's, as its descriptors are) */
     if (a->sa_flags & SA_SIGINFO)
         a->sa_sigaction(sig, info, context);
     else if (a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN)
         a->sa_handler(sig);
+    in_guest = guest;
 }
 
 static void forked(void)

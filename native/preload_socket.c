@@ -85,7 +85,7 @@ int socket(int domain, int type, int protocol)
         if (domain != AF_UNIX && domain != AF_LOCAL && !python_host)   /* (the drop-in says) */
             say_once(&said_host, "a raw, packet or netlink socket is the host's, not the "
                                  "rack's: only TCP and UDP over IPv4 cross the rack");
-        return libc_socket()(domain, type, protocol);
+        return rack_own(libc_socket()(domain, type, protocol));   /* (the guest's, starting) */
     }
     pthread_once(&guest_once, start_guest);
     if (python_host)

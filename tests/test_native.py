@@ -154,12 +154,13 @@ def test_the_racks_own_waits_in_a_program_are_never_the_programs():
 
 def test_a_c_programs_descriptors_are_numbered_as_on_linux(net, built):
     """The descriptors a C program gets on the rack are those Linux gives it (its first
-    socket 3, then the next free number...), the rack's own living out of its way: a
-    program that sizes its tables by the descriptors it expects (wrk's event loop)
-    works. tests/c/fd_probe.c prints them, here and as a plain process."""
+    socket 3, then the next free number...; a fork()ed child's accept() too), the
+    rack's own living out of its way: a program that sizes its tables by the
+    descriptors it expects (wrk's event loop) works. tests/c/fd_probe.c prints them,
+    here and as a plain process."""
     rack, env = net
-    linux = run([built["fd_probe"]])
-    got = run_on_rack(env, [built["fd_probe"]], name=RACK)
+    linux = run([built["fd_probe"], "127.0.0.1"])
+    got = run_on_rack(env, [built["fd_probe"], NIC], name=RACK)
     assert linux.stdout.startswith("epoll 3 tcp 4 ") and got.stdout == linux.stdout, (
         linux.stdout, got.stdout, got.stderr)
 

@@ -48,7 +48,8 @@ def twin_of(stub: Any, fd: int) -> Any:
     connection's lock (a thread may hold it across the fork: handles.forking). Its
     timeout is the connection's first handle's."""
     twin = _std.__new__(type(stub))
-    _std.__init__(twin, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0, os.dup(fd))
+    _std.__init__(twin, _socket_module.AF_UNIX, _socket_module.SOCK_STREAM, 0,
+                  preloaded.rack_fd(os.dup(fd)))   # (the parent's: out of its way)
     twin.__dict__ = stub.__dict__
     twin._gone, twin._timeout = False, stub._timeout
     handles.forking(twin, _std.fileno(twin))
@@ -65,7 +66,7 @@ def serve_child(rt: Any, channel: Any, theirs: dict[int, Any], pidfd: int = -1) 
     try:
         if pidfd == -1:
             (pid, _), _ = receive_message(channel)   # the child says who it is first
-            pidfd = os.pidfd_open(pid)
+            pidfd = preloaded.rack_fd(os.pidfd_open(pid))
         ready = select.poll()   # the channel, and the child's end: a process it started
         ready.register(channel.fileno(), select.POLLIN)   # may hold the channel too (an
         if pidfd >= 0:                                    # exec()ed image's inherits it)

@@ -290,11 +290,11 @@ class Forked:
 
     def accept(self) -> tuple[Any, Any]:
         (key, dgram, address), fds = _call(self, "accept")
-        return _handle_over(fds[0], key, dgram), address
+        return _handle_over(_lowest(fds[0]), key, dgram), address
 
     def dup(self) -> Any:
         (key, dgram), fds = _call(self, "dup")
-        return _handle_over(fds[0], key, dgram)
+        return _handle_over(_lowest(fds[0]), key, dgram)
 
     def dup_onto(self, fd: int) -> Any:
         """One more handle, over descriptor fd (a dup the kernel made: the interposer's,
@@ -340,6 +340,20 @@ def _untracked_copy(fd: int) -> int | None:
         if other != fd and other not in _OWNED and handles.inode(other) == key:
             return other
     return None
+
+
+def _lowest(fd: int) -> int:
+    """A descriptor the parent sent for the program (accept's, dup's) renumbered where
+    Linux numbers a new one, the lowest free: a native program's interposer moved it
+    past the program's, as it moves what the rack's own code receives
+    (native/preload_fd.c: rack_own), and a socket's dup stays low."""
+    low = os.dup(fd)
+    if low > fd:   # (not moved: a Python program's)
+        os.close(low)
+        return fd
+    os.set_inheritable(low, os.get_inheritable(fd))
+    os.close(fd)
+    return low
 
 
 def _handle_over(fd: int, key: int, dgram: bool) -> Any:

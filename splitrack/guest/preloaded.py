@@ -5,7 +5,8 @@ to tell it things: sr_interpose (a descriptor C code takes over), sr_own (a
 socket object's descriptor), sr_spawning (subprocess is starting a program),
 sr_heap_on (the rack heap is on), sr_quiet (the calls that follow are the
 stub's own), sr_any_handler_ends and sr_wait_interruptible (a native
-program's call and the signals that end it: native/preload_signal.c). A Python started
+program's call and the signals that end it: native/preload_signal.c), sr_rack_fd
+(a descriptor of the rack's own: native/preload_fd.c). A Python started
 without the preload (outside `splitrack run`) has none of them, and has
 nothing to tell.
 
@@ -15,6 +16,8 @@ nothing to tell.
     signals_to_the_program()   this thread, one of the rack's own, takes no signal
     any_handler_ends(from_now)  a handler with SA_RESTART ends the native call this
                    thread is in too (sr_any_handler_ends)
+    rack_fd(fd) -> fd  a descriptor the rack keeps, moved past a native program's own
+                   (sr_rack_fd)
     with interruptible():  a native connect's handshake may end with EINTR meanwhile
                    (sr_wait_interruptible)
 """
@@ -76,3 +79,12 @@ def interruptible() -> contextlib.AbstractContextManager[None]:
     nComponent's answer set is in place), ends with EINTR when a handler without
     SA_RESTART runs, as Linux's connect does (ring.py's Interrupted)."""
     return _marked("sr_wait_interruptible")
+
+
+def rack_fd(fd: int) -> int:
+    """fd, a descriptor the rack's own code keeps in a native program but made where the
+    interposer does not see it (a pidfd: a raw system call), or a socket's dup (which it
+    leaves where the kernel put it), moved past the program's own, so that those are
+    numbered as on Linux (native/preload_fd.c); elsewhere fd as it is."""
+    move = call("sr_rack_fd")
+    return fd if move is None else move(fd)

@@ -120,8 +120,11 @@ def _heap_to_preload() -> None:
     heap's too, where the native interposer is preloaded (native/preload_memory.c):
     a native program's whole memory, and in Python what C code mallocs."""
     heap_on = preloaded.call("sr_heap_on")
-    if heap_on is None:   # (python started without splitrack run's preload)
-        return
+    if heap_on is None:
+        if preloaded.call("sr_interpose") is not None:   # the interposer, without its malloc
+            raise RackMemoryUnavailable(errno.ENOSYS, "the interposer's malloc "
+                                        "(native._preload_memory) is not preloaded")
+        return   # (python started without splitrack run's preload)
     table = [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in HEAP_TABLE]
     table += [lib.rm_base(), lib.rm_reserve()]
     rc = heap_on((ctypes.c_void_p * len(table))(*table), len(table))

@@ -42,7 +42,7 @@ from fit_rpc.channel import Channel
 from fit_rpc.identity import address_pid, kind_of
 from fit_rpc.netpath import SK
 from fit_rpc.params import FIT_POLL_US
-from splitrack.guest import forked, handles, shortcuts
+from splitrack.guest import forked, handles, preloaded, shortcuts
 from splitrack.guest.flusher import Flusher
 from splitrack.guest.inbox_reader import InboxReading
 from splitrack.guest.vm import VirtualMemory, own
@@ -290,7 +290,7 @@ class Runtime(InboxReading, Flusher):
             if pid is None:
                 return True   # zmq: addresses name no process (its timeouts tell)
             try:
-                fd = self._pidfds[n] = os.pidfd_open(pid)
+                fd = self._pidfds[n] = preloaded.rack_fd(os.pidfd_open(pid))
             except ProcessLookupError:
                 return False
         poller = select.poll()   # (select() cannot take a descriptor past 1023)
@@ -385,3 +385,4 @@ def current() -> Runtime | None:
 
 
 __all__ = ["Runtime", "current", "runtime"]
+
