@@ -36,8 +36,7 @@
  *     or connect's handshake it interrupts with EINTR, any handler a send that
  *     did part with that part (preload_signal.c: its handlers are wrapped to say
  *     which ran; native/fitwait.c asks sr_signal_ends_call);
- *   - the rack's own descriptors (the guest's) live past the program's, which are
- *     numbered as on Linux (preload_fd.c: rack_own);
+ *   - the rack's own descriptors live past the program's (preload_fd.c: rack_own);
  *   - --memory rack (SPLITRACK_MEMORY=rack): the interpreter starts before main()
  *     and puts the program's malloc and anonymous mmap in rack pages
  *     (preload_memory.c, preloaded too then).
@@ -67,9 +66,8 @@
  * (sendmsg, recvmsg, writev, readv), preload_fd.c (fcntl, ioctl, dup,
  * close_range), preload_wait.c (poll, select, epoll), preload_copy.c (sendfile,
  * splice, sendmmsg, recvmmsg), preload_stdio.c (fdopen, dprintf),
- * preload_signal.c (the program's signal handlers, wrapped); preload.h is what
- * they share. preload_memory.c (malloc and mmap, for --memory rack) is a library of
- * its own, native._preload_memory, preloaded beside this one only then.
+ * preload_signal.c (the program's signal handlers, wrapped); preload.h is what they
+ * share. preload_memory.c is native._preload_memory, preloaded with --memory rack.
  */
 #define _GNU_SOURCE
 #include "preload.h"

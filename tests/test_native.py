@@ -5,8 +5,8 @@ byte for byte; their poll, select and epoll waits read the rack's pushes
 themselves. A fork()ed child's inherited sockets work (through its parent), as a
 Python program's do; a static binary is refused at launch; IPv6 is EAFNOSUPPORT; an
 address outside the rack is reached through n0's NIC, never from the host's own
-stack; a program's descriptors are numbered as on Linux. Signals:
-test_native_signals.py. Real tools on the rack: test_native_tools.py."""
+stack. Signals: test_native_signals.py. Real tools on the rack: test_native_tools.py;
+less common calls, and descriptors' numbers: test_native_copy.py."""
 
 import os
 import queue
@@ -150,19 +150,6 @@ def test_the_racks_own_waits_in_a_program_are_never_the_programs():
                              text=True, check=True).stdout
         taken = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
         assert not taken & waits, (name, taken & waits)
-
-
-def test_a_c_programs_descriptors_are_numbered_as_on_linux(net, built):
-    """The descriptors a C program gets on the rack are those Linux gives it (its first
-    socket 3, then the next free number...; a fork()ed child's accept() too), the
-    rack's own living out of its way: a program that sizes its tables by the
-    descriptors it expects (wrk's event loop) works. tests/c/fd_probe.c prints them,
-    here and as a plain process."""
-    rack, env = net
-    linux = run([built["fd_probe"], "127.0.0.1"])
-    got = run_on_rack(env, [built["fd_probe"], NIC], name=RACK)
-    assert linux.stdout.startswith("epoll 3 tcp 4 ") and got.stdout == linux.stdout, (
-        linux.stdout, got.stdout, got.stderr)
 
 
 @pytest.mark.parametrize("mode", ["ddio", "dma"])

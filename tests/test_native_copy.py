@@ -20,7 +20,8 @@ probe tests/c/copy_probe.c) and stdio (native/preload_stdio.c, tests/c/stdio_pro
   printf cross the rack (before, printf's bytes went into the bell: lost);
 - ioctl FIONREAD is the stub's count of what a recv would get (a datagram socket:
   the next datagram's size), not the kernel's count of the bell's bytes;
-- SO_RCVTIMEO and SO_SNDTIMEO (tests/c/timeo_probe.c) bound a blocking recv and send.
+- SO_RCVTIMEO and SO_SNDTIMEO (tests/c/timeo_probe.c) bound a blocking recv and send;
+- the descriptors a program gets are numbered as on Linux (tests/c/fd_probe.c).
 """
 
 import os
@@ -29,7 +30,7 @@ import threading
 
 import pytest
 
-from netprogs import collecting_server, n0_network, on_rack, run_on_rack
+from netprogs import collecting_server, n0_network, on_rack, run, run_on_rack
 
 NIC = "127.0.0.11"
 OUTSIDE = "127.0.0.2"   # a host of the outside world: reached through n0's NIC
@@ -123,3 +124,16 @@ def test_a_native_programs_receive_and_send_timeouts(net, built):
         for conn, _ in held:
             conn.close()
     assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
+
+
+def test_a_c_programs_descriptors_are_numbered_as_on_linux(net, built):
+    """The descriptors a C program gets on the rack are those Linux gives it (its first
+    socket 3, then the next free number...; a fork()ed child's accept() too), the
+    rack's own living out of its way: a program that sizes its tables by the
+    descriptors it expects (wrk's event loop) works. tests/c/fd_probe.c prints them,
+    here and as a plain process."""
+    rack, env = net
+    linux = run([built["fd_probe"], "127.0.0.1"])
+    got = run_on_rack(env, [built["fd_probe"], NIC], name=RACK)
+    assert linux.stdout.startswith("epoll 3 tcp 4 ") and got.stdout == linux.stdout, (
+        linux.stdout, got.stdout, got.stderr)
