@@ -202,6 +202,13 @@ __attribute__((visibility("default"))) int sr_signal_ends_call(void)
            (ran_here != call_began || (any_ends && ran_any != any_from));
 }
 
+/* Whether this process is a native program (not a Python one, whose signals are
+ * Python's): the stub asks once, and makes the marks below only then. */
+__attribute__((visibility("default"))) int sr_native(void)
+{
+    return !python_host;
+}
+
 /* The stub says: a handler with SA_RESTART ends the call this thread is in too, as
  * Linux's restarts nothing then: from now on (from_now 1: the call has done part of
  * its work -- a send queued some of its bytes, a MSG_WAITALL recv has some --, and

@@ -239,10 +239,11 @@ CLOSED_CONNECTING = textwrap.dedent("""
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 0, 100000))
     try:
         s.connect((sys.argv[1], int(sys.argv[2])))
+        pending = False
     except BlockingIOError:
-        pass
+        pending = True
     s.close()
-    print(0, flush=True)
+    print(int(pending), flush=True)   # 1: the handshake was going on at the close
     time.sleep(60)
 """)
 
@@ -393,5 +394,6 @@ def test_a_socket_closed_while_its_handshake_goes_on_leaves_no_skeleton(net):
     rack, env = net
     before = n0_network(rack)["skeletons"]
     with full_queue("127.0.0.2") as (_, address), \
-            on_rack(env, CLOSED_CONNECTING, *address, name=RACK):
+            on_rack(env, CLOSED_CONNECTING, *address, name=RACK) as (_, (pending,)):
+        assert pending == 1   # (else this tests nothing)
         assert n0_network(rack)["skeletons"] == before

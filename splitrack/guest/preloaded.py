@@ -11,6 +11,7 @@ without the preload (outside `splitrack run`) has none of them, and has
 nothing to tell.
 
     call(name) -> the function (ctypes), or None where the interposer is not loaded
+    native_call(name) -> the same, in a native program only (None in a Python one)
     with quiet():  the libc calls this thread makes meanwhile are the stub's own, which
                    the interposer passes to libc as they are (sr_quiet)
     signals_to_the_program()   this thread, one of the rack's own, takes no signal
@@ -26,7 +27,7 @@ import contextlib
 import ctypes
 import functools
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -38,10 +39,18 @@ def call(name: str) -> Any:
         return None
 
 
+@functools.cache
+def native_call(name: str) -> Any:
+    """call(name) in a native program; None in a Python one, where the signal marks
+    below do nothing (its signals are Python's): a hot path skips their ctypes call."""
+    native = call("sr_native")
+    return call(name) if native is not None and native() else None
+
+
 @contextlib.contextmanager
-def _marked(name: str) -> Iterator[None]:
+def _marked(name: str, find: Callable[[str], Any] = call) -> Iterator[None]:
     """The interposer's flag `name` set (1) for what runs inside, then cleared (0)."""
-    mark = call(name)
+    mark = find(name)
     if mark is None:
         yield
         return
@@ -69,7 +78,7 @@ def any_handler_ends(from_now: bool) -> None:
     as Linux's restarts nothing then: from now on (it has done part of its work -- a
     send queued some bytes, a MSG_WAITALL recv has some --, and returns that part), or
     since it began (from_now False: its wait has a finite SO_RCVTIMEO or SO_SNDTIMEO)."""
-    mark = call("sr_any_handler_ends")
+    mark = native_call("sr_any_handler_ends")
     if mark is not None:
         mark(int(from_now))
 
@@ -78,7 +87,7 @@ def interruptible() -> contextlib.AbstractContextManager[None]:
     """The wait inside, a native program's connect()'s for its handshake (the state the
     nComponent's answer set is in place), ends with EINTR when a handler without
     SA_RESTART runs, as Linux's connect does (ring.py's Interrupted)."""
-    return _marked("sr_wait_interruptible")
+    return _marked("sr_wait_interruptible", native_call)
 
 
 def rack_fd(fd: int) -> int:
